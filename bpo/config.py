@@ -1,0 +1,276 @@
+"""Typed, frozen configuration of the algorithms and runs, with validation.
+
+Fields are split the rejax way: *static* fields fix shapes and loop lengths and are baked into
+the compiled program; *traced* fields (learning rates, gamma, lambda, rho_bar, c_bar, tau, ...)
+are passed to ``train(key, hparams)`` as arrays, so they can be ``jax.vmap``-ed like seeds.
+``traced_hyperparams`` extracts them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Literal, NamedTuple
+
+import jax.numpy as jnp
+
+
+class ConfigError(ValueError):
+    """An invalid configuration value; the message names the field and what is allowed."""
+
+    def __init__(self, field_name: str, message: str):
+        self.field_name = field_name
+        super().__init__(f"{field_name}: {message}")
+
+
+@dataclass(frozen=True)
+class ReinforceConfig:
+    """REINFORCE target update (paper Listing 2, Table 2): one policy-gradient step per episode."""
+
+    lr_start: float = 0.1
+    """Learning rate at the first episode (alpha_max). Traced."""
+    lr_end: float = 0.01
+    """Learning rate at the last episode (alpha_min); decayed exponentially in between. Traced."""
+    optimizer: Literal["adam", "sgd"] = "adam"
+    """Optimiser applying the episode's summed gradient sum_t G_t grad ln pi(A_t|S_t)."""
+    gamma: float = 0.99
+    """Discount factor gamma of the returns. Traced."""
+    init_right_prob: float = 0.05
+    """Starting probability of the linear-softmax policy for action 1 (right): Sutton & Barto's
+    near-left start, so that learning curves start far from the optimum."""
+
+
+@dataclass(frozen=True)
+class BehaviourConfig:
+    """BPO behaviour step (Algorithm 1 lines 9-16, Appendix C.2, Table 2): FQE of Q and Q-hat,
+    then the behaviour policy mu. Used only when ``algo = bpo``."""
+
+    rho_bar: float = 1.5
+    """'TD error' truncation rho_bar of eq. (6); inf disables it. Traced."""
+    c_bar: float = 1.0
+    """'Trace cutting' truncation c_bar of eq. (6); inf disables it. Traced."""
+    lam: float = 1.0
+    """lambda of eq. (6). Listing 3 uses 1 with no value function (the PDIS-style return); below 1
+    it shortens the effective horizon. Traced."""
+    traj: Literal["per_decision", "traj", "traj_shifted"] = "per_decision"
+    """Truncation mode: per-decision (eq. 6), trajectory-level 'traj' (min(c_bar, prod of
+    ratios)), or the authors' shifted trajectory variant 'traj_shifted'."""
+    replay_size: int = 1024
+    """|D|: FIFO replay of the most recent transitions collected by mu."""
+    q_batch_size: int = 256
+    """|B| for the FQE updates of Q and Q-hat."""
+    mu_batch_size: int = 256
+    """|B| for the behaviour-policy update."""
+    n_qvf_epochs: int = 1
+    """FQE epochs per phase for each of Q and Q-hat; an epoch is replay_size // q_batch_size
+    minibatches, a random pass over the filled part of D."""
+    n_mu_epochs: int = 1
+    """Behaviour-policy epochs per phase (replay_size // mu_batch_size minibatches each)."""
+    q_lr: float = 1e-3
+    """Adam learning rate of Q and Q-hat. Traced."""
+    mu_lr: float = 1e-3
+    """Adam learning rate of mu. Traced."""
+    adam_eps: float = 1e-5
+    """Adam epsilon of the Q, Q-hat and mu optimisers."""
+    q_max_grad_norm: float = math.inf
+    """Global gradient-norm clip of Q and Q-hat (inf: none, as in Table 2)."""
+    mu_max_grad_norm: float = 0.5
+    """Global gradient-norm clip of mu."""
+    q_hidden: tuple[int, ...] = (64, 64)
+    """Hidden widths of the Q and Q-hat MLPs (ReLU)."""
+    mu_hidden: tuple[int, ...] = (64, 64)
+    """Hidden widths of the mu MLP (ReLU). Its head starts at zero weights with the target
+    policy's initial logits as bias, so mu starts identical to pi."""
+    layer_norm: bool = True
+    """Layer norm in the Q and Q-hat MLPs (Appendix C.2)."""
+    zero_init_head: bool = True
+    """Zero-initialised final layer of Q and Q-hat (Appendix C.2)."""
+    symlog_targets: bool = True
+    """Q networks predict symlog(Q); targets are symlog-ed, predictions symexp-ed (Section 5.2).
+    Off is the 'no symlog' ablation (Figure 5)."""
+    symlog_reg_coef: float = 1.0
+    """Weight of mean((pred - Polyak-target-net pred)^2) in the FQE loss; active with symlog
+    targets. Traced."""
+    polyak_tau: float = 0.02
+    """Polyak rate of the FQE target networks, updated after every gradient step. Traced."""
+    bootstrap_net: Literal["online", "target"] = "online"
+    """Network whose next-state predictions form the Bellman target: the online network (as in
+    the authors' code with symlog targets) or the Polyak target network."""
+    weight_td: bool = True
+    """Weight each FQE sample by clip(pi/mu, 0.1, 10) normalised to batch mean 1 (Appendix C.2)."""
+    clip_targets: bool = True
+    """Clip Bellman targets to [r_min, r_max]/(1-gamma) for Q and [0, r_hat_max/(1-gamma^2)] for
+    Q-hat, with the bounds tracked from the data (Appendix C.2)."""
+    q_hat_floor: float = 1e-6
+    """Floor on Q-hat before log/sqrt in mu's loss."""
+    mu_loss: Literal["cross_entropy", "reverse_kl"] = "cross_entropy"
+    """Discrete mu loss, eq. (15): 'cross_entropy' is -sum_a q(a|s) ln mu(a|s) (authors' code);
+    'reverse_kl' is KL(mu || q). Both are minimised at mu = q, q ∝ pi sqrt(Q-hat)."""
+    use_q_hat: bool = True
+    """False is the 'no Q-hat' ablation (Figure 4): mu's target drops the Q-hat term and tracks pi."""
+
+
+@dataclass(frozen=True)
+class EpisodicTrainConfig:
+    """A training run of REINFORCE or BPO-REINFORCE on a JAX environment: one phase per episode
+    (Listings 2 and 3), the whole run one jitted function, seeds vmapped."""
+
+    preset: str = "short_corridor"
+    """Name of the preset this configuration came from."""
+    env: str = "ShortCorridor-v0"
+    """Environment id (a pure-JAX environment from ``envs.JAX_ENVS``)."""
+    algo: Literal["reinforce", "bpo"] = "bpo"
+    """reinforce: data from pi (Listing 2); bpo: data from the learned behaviour policy mu (Listing 3)."""
+    seeds: int = 1
+    """Number of independent runs, vmapped in one jitted call."""
+    seed: int = 0
+    """Base seed; run i uses jax.random.fold_in(PRNGKey(seed), i)."""
+    episodes: int = 1000
+    """Training episodes per run (one policy update each)."""
+    eval_every: int = 10
+    """Evaluate pi every this many episodes (and before training)."""
+    eval_episodes: int = 10
+    """Episodes per evaluation; the reported return is their undiscounted mean."""
+    eval_deterministic: bool = False
+    """Evaluate the greedy policy instead of sampling from pi (ShortCorridor needs sampling)."""
+    max_episode_steps: int = 1000
+    """Step limit after which an episode is truncated."""
+    reinforce: ReinforceConfig = field(default_factory=ReinforceConfig)
+    """Target-policy update."""
+    bpo: BehaviourConfig = field(default_factory=BehaviourConfig)
+    """Behaviour step (algo = bpo only)."""
+
+
+class Hyperparams(NamedTuple):
+    """Traced hyperparameters of an episodic run; every leaf may carry a vmapped axis."""
+
+    lr_start: jnp.ndarray
+    lr_end: jnp.ndarray
+    gamma: jnp.ndarray
+    rho_bar: jnp.ndarray
+    c_bar: jnp.ndarray
+    lam: jnp.ndarray
+    q_lr: jnp.ndarray
+    mu_lr: jnp.ndarray
+    polyak_tau: jnp.ndarray
+    symlog_reg_coef: jnp.ndarray
+
+
+def traced_hyperparams(cfg: EpisodicTrainConfig) -> Hyperparams:
+    r, b = cfg.reinforce, cfg.bpo
+    values = dict(
+        lr_start=r.lr_start, lr_end=r.lr_end, gamma=r.gamma, rho_bar=b.rho_bar, c_bar=b.c_bar, lam=b.lam,
+        q_lr=b.q_lr, mu_lr=b.mu_lr, polyak_tau=b.polyak_tau, symlog_reg_coef=b.symlog_reg_coef,
+    )
+    return Hyperparams(**{k: jnp.asarray(v, dtype=jnp.float32) for k, v in values.items()})
+
+
+def replace(cfg, **changes):
+    """dataclasses.replace that also accepts dotted names for nested fields, e.g. 'bpo.c_bar'."""
+    nested: dict[str, dict] = {}
+    flat = {}
+    for name, value in changes.items():
+        head, _, rest = name.partition(".")
+        if rest:
+            nested.setdefault(head, {})[rest] = value
+        else:
+            flat[name] = value
+    for head, sub in nested.items():
+        flat[head] = replace(getattr(cfg, head), **sub)
+    return dataclasses.replace(cfg, **flat)
+
+
+def _positive_int(name, value):
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ConfigError(name, f"must be an integer >= 1, got {value!r}")
+
+
+def _positive(name, value, allow_inf=False):
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 and not math.isnan(value)
+    if ok and not allow_inf and math.isinf(value):
+        ok = False
+    if not ok:
+        allowed = "a number > 0 (inf allowed)" if allow_inf else "a finite number > 0"
+        raise ConfigError(name, f"must be {allowed}, got {value!r}")
+
+
+def _in_unit_interval(name, value, open_right=False):
+    ok = isinstance(value, (int, float)) and (0.0 <= value < 1.0 if open_right else 0.0 <= value <= 1.0)
+    if not ok:
+        raise ConfigError(name, f"must be in [0, 1{')' if open_right else ']'}, got {value!r}")
+
+
+def _choice(name, value, allowed):
+    if value not in allowed:
+        raise ConfigError(name, f"must be one of {list(allowed)}, got {value!r}")
+
+
+def validate(cfg: EpisodicTrainConfig) -> EpisodicTrainConfig:
+    """Check every field and cross-field constraint; raise ConfigError before anything compiles."""
+    from bpo.presets import PRESETS
+    from envs import JAX_ENVS
+
+    _choice("preset", cfg.preset, sorted(PRESETS))
+    _choice("env", cfg.env, sorted(JAX_ENVS))
+    _choice("algo", cfg.algo, ("reinforce", "bpo"))
+    for name in ("seeds", "episodes", "eval_every", "eval_episodes", "max_episode_steps"):
+        _positive_int(name, getattr(cfg, name))
+    if not isinstance(cfg.seed, int) or cfg.seed < 0:
+        raise ConfigError("seed", f"must be an integer >= 0, got {cfg.seed!r}")
+    if cfg.episodes % cfg.eval_every:
+        raise ConfigError("eval_every", f"must divide episodes ({cfg.episodes}), got {cfg.eval_every}")
+
+    r = cfg.reinforce
+    _positive("reinforce.lr_start", r.lr_start)
+    _positive("reinforce.lr_end", r.lr_end)
+    _choice("reinforce.optimizer", r.optimizer, ("adam", "sgd"))
+    _in_unit_interval("reinforce.gamma", r.gamma)
+    if not (isinstance(r.init_right_prob, float) and 0.0 < r.init_right_prob < 1.0):
+        raise ConfigError("reinforce.init_right_prob", f"must be in (0, 1), got {r.init_right_prob!r}")
+
+    b = cfg.bpo
+    _positive("bpo.rho_bar", b.rho_bar, allow_inf=True)
+    _positive("bpo.c_bar", b.c_bar, allow_inf=True)
+    _in_unit_interval("bpo.lam", b.lam)
+    _choice("bpo.traj", b.traj, ("per_decision", "traj", "traj_shifted"))
+    for name in ("replay_size", "q_batch_size", "mu_batch_size", "n_qvf_epochs", "n_mu_epochs"):
+        _positive_int(f"bpo.{name}", getattr(b, name))
+    for name in ("q_batch_size", "mu_batch_size"):
+        if getattr(b, name) > b.replay_size:
+            raise ConfigError(
+                "bpo.replay_size", f"must hold at least one batch: replay_size={b.replay_size} < {name}={getattr(b, name)}"
+            )
+    _positive("bpo.q_lr", b.q_lr)
+    _positive("bpo.mu_lr", b.mu_lr)
+    _positive("bpo.adam_eps", b.adam_eps)
+    _positive("bpo.q_max_grad_norm", b.q_max_grad_norm, allow_inf=True)
+    _positive("bpo.mu_max_grad_norm", b.mu_max_grad_norm, allow_inf=True)
+    for name in ("q_hidden", "mu_hidden"):
+        widths = getattr(b, name)
+        if not widths or any(not isinstance(w, int) or w < 1 for w in widths):
+            raise ConfigError(f"bpo.{name}", f"must be a non-empty tuple of positive integers, got {widths!r}")
+    if not (isinstance(b.symlog_reg_coef, (int, float)) and b.symlog_reg_coef >= 0):
+        raise ConfigError("bpo.symlog_reg_coef", f"must be a number >= 0, got {b.symlog_reg_coef!r}")
+    _in_unit_interval("bpo.polyak_tau", b.polyak_tau)
+    _choice("bpo.bootstrap_net", b.bootstrap_net, ("online", "target"))
+    _choice("bpo.mu_loss", b.mu_loss, ("cross_entropy", "reverse_kl"))
+    _positive("bpo.q_hat_floor", b.q_hat_floor)
+    if cfg.algo == "bpo" and b.clip_targets and r.gamma >= 1.0:
+        raise ConfigError("reinforce.gamma", "must be < 1 when bpo.clip_targets bounds targets by r/(1-gamma)")
+    return cfg
+
+
+def to_dict(cfg) -> dict:
+    """JSON-ready dict of a config (inf becomes the string 'inf')."""
+
+    def clean(value):
+        if isinstance(value, float) and math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+        if isinstance(value, tuple):
+            return [clean(v) for v in value]
+        if isinstance(value, dict):
+            return {k: clean(v) for k, v in value.items()}
+        return value
+
+    return clean(dataclasses.asdict(cfg))

@@ -1,0 +1,117 @@
+"""Fitted Q-evaluation of q_pi (eq. 13) and q-hat_pi (eq. 14), r-hat (eq. 7), and the
+stabilisers of Appendix C.2 (symlog targets, Polyak target network with symlog regulariser,
+weighted TD, clipped targets). Discrete actions: the next-state expectation over pi is exact.
+"""
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from bpo.transforms import symexp, symlog
+
+
+class QState(NamedTuple):
+    params: dict
+    target_params: dict
+    opt_state: optax.OptState
+
+
+class FQESettings(NamedTuple):
+    """Static switches of one FQE problem (Q or Q-hat)."""
+
+    symlog_targets: bool
+    weight_td: bool
+    clip_targets: bool
+    bootstrap_from_target: bool
+
+
+def r_hat(rewards, q_sa):
+    """Eq. (7): r-hat(s, a) = 2 r(s, a) q_pi(s, a) - r(s, a)^2, with q_pi in real scale."""
+    return 2.0 * rewards * q_sa - rewards**2
+
+
+def bellman_targets(rewards, terminated, next_values, gamma):
+    """One-step targets of eqs. (13)/(14): r + gamma (1 - terminated) E_{a'~pi} Q(s', a').
+
+    Truncated transitions are not terminated, so they bootstrap from the real final observation.
+    For Q-hat pass r-hat as ``rewards`` and gamma^2 as ``gamma``.
+    """
+    return rewards + gamma * (1.0 - terminated) * next_values
+
+
+def expected_next_value(next_q, next_pi_probs):
+    """E_{a'~pi(.|s')} Q(s', a') for discrete actions: exact sum over actions."""
+    return jnp.sum(next_pi_probs * next_q, axis=-1)
+
+
+def td_weights(log_pi, log_mu):
+    """Weighted TD (Appendix C.2): clip(exp(clip(log pi - log mu, -10, 10)), 0.1, 10) / batch mean."""
+    w = jnp.clip(jnp.exp(jnp.clip(log_pi - log_mu, -10.0, 10.0)), 0.1, 10.0)
+    return w / jnp.mean(w)
+
+
+def q_bounds(r_min, r_max, gamma):
+    """Clip range of Q targets: [r_min, r_max] / (1 - gamma)."""
+    return r_min / (1.0 - gamma), r_max / (1.0 - gamma)
+
+
+def q_hat_bounds(r_hat_max, gamma):
+    """Clip range of Q-hat targets: [0, r_hat_max / (1 - gamma^2)]; q-hat is a second moment (eq. 4)."""
+    return jnp.zeros_like(r_hat_max), r_hat_max / (1.0 - gamma**2)
+
+
+def to_real(outputs, symlog_targets: bool):
+    """Network outputs in real scale (symexp when the network predicts symlog values)."""
+    return symexp(outputs) if symlog_targets else outputs
+
+
+def fqe_loss(pred, targets, weights, reg_target_pred, reg_coef):
+    """Eqs. (13)/(14) in network-output space: 0.5 mean(w (pred - y)^2) + reg_coef mean((pred - pred_target_net)^2)."""
+    td = 0.5 * jnp.mean(weights * (pred - targets) ** 2)
+    reg = jnp.mean((pred - reg_target_pred) ** 2)
+    return td + reg_coef * reg, td
+
+
+def polyak_update(target_params, params, tau):
+    return jax.tree.map(lambda t, p: (1.0 - tau) * t + tau * p, target_params, params)
+
+
+def take_action(values, actions):
+    return jnp.take_along_axis(values, actions[..., None], axis=-1)[..., 0]
+
+
+def fqe_step(state: QState, batch, next_pi_probs, log_pi, *, apply_fn, tx, gamma, bounds, tau, reg_coef,
+             settings: FQESettings):
+    """One gradient step of FQE on a minibatch (one element of an FQE epoch, Algorithm 1 l.11/14).
+
+    ``batch`` holds obs, action, reward, terminated, next_obs and log_mu. ``next_pi_probs`` is
+    pi(.|s') and ``log_pi`` is log pi(a|s) for the weighted-TD weights.
+    """
+    bootstrap_params = state.target_params if settings.bootstrap_from_target else state.params
+    next_q = to_real(apply_fn(bootstrap_params, batch["next_obs"]), settings.symlog_targets)
+    targets = bellman_targets(batch["reward"], batch["terminated"], expected_next_value(next_q, next_pi_probs), gamma)
+    if settings.clip_targets:
+        clipped = jnp.clip(targets, bounds[0], bounds[1])
+        clip_frac = jnp.mean(clipped != targets)
+        targets = clipped
+    else:
+        clip_frac = jnp.zeros(())
+    targets = jax.lax.stop_gradient(symlog(targets) if settings.symlog_targets else targets)
+    weights = td_weights(log_pi, batch["log_mu"]) if settings.weight_td else jnp.ones_like(targets)
+    if settings.symlog_targets:
+        reg_target = take_action(apply_fn(state.target_params, batch["obs"]), batch["action"])
+        coef = reg_coef
+    else:
+        reg_target, coef = jnp.zeros_like(targets), 0.0
+
+    def loss_fn(params):
+        pred = take_action(apply_fn(params, batch["obs"]), batch["action"])
+        return fqe_loss(pred, targets, weights, jax.lax.stop_gradient(reg_target), coef)
+
+    (loss, td), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+    updates, opt_state = tx.update(grads, state.opt_state, state.params)
+    params = optax.apply_updates(state.params, updates)
+    new_state = QState(params=params, target_params=polyak_update(state.target_params, params, tau), opt_state=opt_state)
+    return new_state, {"loss": loss, "td_loss": td, "clip_frac": clip_frac, "target_mean": jnp.mean(targets)}

@@ -1,0 +1,68 @@
+"""Network architectures: MLP torsos with optional layer norm and a zero-initialised head
+(Appendix C.2), and the linear-softmax policy of the ShortCorridor experiment (Section 6)."""
+
+from typing import Sequence
+
+import flax.linen as nn
+import jax.numpy as jnp
+import numpy as np
+
+
+class MLP(nn.Module):
+    """ReLU MLP. ``layer_norm`` normalises every hidden layer before its activation.
+
+    ``zero_head`` initialises the final kernel to zeros so early predictions are exactly the
+    head bias (``head_bias``, default zeros): this prevents early overestimation with symlog
+    targets and lets a behaviour policy start identical to a target policy.
+    """
+
+    hidden: Sequence[int]
+    out: int
+    layer_norm: bool = False
+    zero_head: bool = False
+    head_bias: Sequence[float] | None = None
+
+    @nn.compact
+    def __call__(self, x):
+        for width in self.hidden:
+            x = nn.Dense(width)(x)
+            if self.layer_norm:
+                x = nn.LayerNorm()(x)
+            x = nn.relu(x)
+        kernel_init = nn.initializers.zeros if self.zero_head else nn.initializers.lecun_normal()
+        if self.head_bias is None:
+            bias_init = nn.initializers.zeros
+        else:
+            head_bias = np.asarray(self.head_bias, dtype=np.float32)
+            bias_init = lambda *_: jnp.asarray(head_bias)  # noqa: E731
+        return nn.Dense(self.out, kernel_init=kernel_init, bias_init=bias_init)(x)
+
+
+class LinearSoftmax(nn.Module):
+    """Softmax policy linear in state-action features: logits[a] = theta . x(s, a).
+
+    ``features[a]`` is x(s, a), identical in every state (the ShortCorridor agent cannot tell
+    states apart). ``init_logits`` fixes the starting policy: theta is the least-squares
+    solution of X theta = init_logits.
+    """
+
+    features: Sequence[Sequence[float]]
+    init_logits: Sequence[float]
+
+    @nn.compact
+    def __call__(self, obs):
+        x = np.asarray(self.features, dtype=np.float32)
+        theta0 = np.linalg.lstsq(x, np.asarray(self.init_logits, dtype=np.float32), rcond=None)[0]
+        theta = self.param("theta", lambda *_: jnp.asarray(theta0, dtype=jnp.float32))
+        logits = jnp.asarray(x) @ theta
+        return jnp.broadcast_to(logits, obs.shape[:-1] + logits.shape)
+
+
+# x(s, left) = [0, 1] and x(s, right) = [1, 0]; rows are indexed by action (0 = left, 1 = right).
+SHORT_CORRIDOR_FEATURES = ((0.0, 1.0), (1.0, 0.0))
+
+
+def two_action_logits(p_second: float) -> tuple[float, float]:
+    """Centred logits of a two-action softmax that picks action 1 with probability p_second."""
+    z = float(np.log(p_second) - np.log1p(-p_second))
+    return (-z / 2.0, z / 2.0)

@@ -1,0 +1,63 @@
+"""Run directories (the results convention) with atomic writes, and reading them back.
+
+A run directory holds ``config.json`` (the resolved config), ``curve.csv`` (``step, seed,
+eval_return`` and extra columns; one row per evaluation per seed) and ``summary.json``.
+Each file is written to a temporary name in the same directory and renamed, so a reader never
+sees half a file; ``summary.json`` is written last and marks the run as complete.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from bpo.config import to_dict
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def atomic_write_json(path: Path, obj) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=2, allow_nan=True) + "\n")
+
+
+def atomic_write_csv(path: Path, rows: list[dict]) -> None:
+    buf = io.StringIO()
+    fields = list(rows[0]) if rows else ["step", "seed", "eval_return"]
+    writer = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    atomic_write_text(path, buf.getvalue())
+
+
+def write_run_dir(run_dir: Path, config, curve: list[dict], summary: dict) -> None:
+    run_dir = Path(run_dir)
+    atomic_write_json(run_dir / "config.json", to_dict(config))
+    atomic_write_csv(run_dir / "curve.csv", curve)
+    atomic_write_json(run_dir / "summary.json", summary)
+
+
+def read_summary(run_dir: Path) -> dict:
+    return json.loads((Path(run_dir) / "summary.json").read_text())
+
+
+def read_curve(run_dir: Path) -> list[dict]:
+    with open(Path(run_dir) / "curve.csv") as f:
+        return [{k: float(v) for k, v in row.items()} for row in csv.DictReader(f)]

@@ -1,0 +1,137 @@
+"""Return estimators: truncated IS-TD(lambda) (paper eq. 6, Remark 1) and its special cases.
+
+All functions take time-major arrays of shape ``[T, *batch]`` and are pure, jittable and
+vmappable. Conventions (BPO_NOTES, "Returns"):
+
+* ``terminated[t]``: s_{t+1} is terminal, so there is no bootstrap from it;
+* ``done[t]``: terminated or truncated; the trace is cut after step t;
+* ``next_values[t]``: v(s_{t+1}) of the *real* next observation (on truncation the final
+  observation, never the reset observation); at the last row of the batch it bootstraps the tail;
+* ``log_ratio[t]``: log pi(a_t|s_t) - log mu(a_t|s_t).
+"""
+
+from typing import Literal
+
+import jax
+import jax.numpy as jnp
+
+TrajMode = Literal["per_decision", "traj", "traj_shifted"]
+
+
+def td_errors(rewards, values, next_values, terminated, *, gamma):
+    """Untruncated TD error  r_t + gamma * (1 - terminated_t) * v(s_{t+1}) - v(s_t)."""
+    return rewards + gamma * (1.0 - terminated) * next_values - values
+
+
+def truncated_ratios(log_ratio, bar):
+    """min(bar, pi/mu), the truncated IS ratio rho_t or c_t of eq. (6); ``bar`` may be inf."""
+    return jnp.minimum(bar, jnp.exp(log_ratio))
+
+
+def tis_lambda_returns(
+    rewards,
+    values,
+    next_values,
+    terminated,
+    done,
+    log_ratio,
+    *,
+    gamma,
+    lam,
+    rho_bar,
+    c_bar,
+    traj: bool | TrajMode = False,
+):
+    """Truncated IS-TD(lambda) returns G_t^{TIS,lambda}, eq. (6), computed as in Remark 1.
+
+    ``G_t = v_t + delta_t + gamma*lam*c_t*(1-done_t)*(G_{t+1} - v_{t+1})`` with
+    ``delta_t = rho_t * (r_t + gamma*(1-terminated_t)*v(s_{t+1}) - v_t)``.
+
+    ``traj`` selects trajectory-level truncation (paper Section 6, "Discussion"):
+    ``True`` or ``"traj"`` weights the TD error at step k by ``min(c_bar, prod_{i=t}^{k} pi_i/mu_i)``
+    (rho_bar is unused); ``"traj_shifted"`` uses the authors' variant
+    ``min(rho_bar, pi_t/mu_t) * min(c_bar, prod_{i=t+1}^{k} pi_i/mu_i)``.
+    ``gamma``, ``lam``, ``rho_bar`` and ``c_bar`` may be traced scalars.
+    """
+    mode = _traj_mode(traj)
+    dtilde = td_errors(rewards, values, next_values, terminated, gamma=gamma)
+    if mode == "per_decision":
+        corrections = _per_decision_corrections(dtilde, done, log_ratio, gamma * lam, rho_bar, c_bar)
+    else:
+        corrections = _trajectory_corrections(dtilde, done, log_ratio, gamma * lam, rho_bar, c_bar, mode)
+    return values + corrections
+
+
+def _traj_mode(traj) -> TrajMode:
+    if traj is False or traj == "per_decision":
+        return "per_decision"
+    if traj is True or traj == "traj":
+        return "traj"
+    if traj == "traj_shifted":
+        return "traj_shifted"
+    raise ValueError(f"traj must be False, True, 'traj' or 'traj_shifted', got {traj!r}")
+
+
+def _per_decision_corrections(dtilde, done, log_ratio, discount, rho_bar, c_bar):
+    """Backward scan of  D_t = rho_t*dtilde_t + discount*c_t*(1-done_t)*D_{t+1},  D_T = 0."""
+    rho = truncated_ratios(log_ratio, rho_bar)
+    trace = discount * truncated_ratios(log_ratio, c_bar) * (1.0 - done)
+
+    def step(next_correction, xs):
+        delta, trace_t = xs
+        correction = delta + trace_t * next_correction
+        return correction, correction
+
+    init = jnp.zeros_like(dtilde[0])
+    _, corrections = jax.lax.scan(step, init, (rho * dtilde, trace), reverse=True)
+    return corrections
+
+
+def _trajectory_corrections(dtilde, done, log_ratio, discount, rho_bar, c_bar, mode):
+    """Trajectory-level truncation, vectorised as a [T, T] weight matrix (O(T^2) memory).
+
+    No exact backward recursion exists because min(c_bar, product) does not factorise.
+    """
+    steps = dtilde.shape[0]
+    batch_ndim = dtilde.ndim - 1
+    # Segment id of each step: steps t <= k share an episode iff no done in [t, k-1].
+    segment = jnp.cumsum(done, axis=0) - done
+    log_cum = jnp.cumsum(log_ratio, axis=0)  # sum_{i<=k} log r_i
+    log_cum_before = log_cum - log_ratio  # sum_{i<t} log r_i
+    t_idx = jnp.arange(steps).reshape((steps, 1) + (1,) * batch_ndim)
+    k_idx = jnp.arange(steps).reshape((1, steps) + (1,) * batch_ndim)
+    ahead = k_idx >= t_idx
+    same_episode = segment[:, None] == segment[None, :]
+    valid = ahead & same_episode
+    if mode == "traj":
+        log_prod = log_cum[None, :] - log_cum_before[:, None]  # sum_{i=t}^{k}
+        log_w = jnp.minimum(jnp.log(c_bar), log_prod)
+    else:
+        log_prod = log_cum[None, :] - log_cum[:, None]  # sum_{i=t+1}^{k}
+        log_rho = jnp.minimum(jnp.log(rho_bar), log_ratio)[:, None]
+        log_w = log_rho + jnp.minimum(jnp.log(c_bar), log_prod)
+    powers = jnp.power(discount, jnp.maximum(k_idx - t_idx, 0))
+    # Masked entries are replaced before exponentiating so that they cannot become inf * 0.
+    weights = jnp.where(valid, jnp.exp(jnp.where(valid, log_w, 0.0)) * powers, 0.0)
+    return jnp.sum(weights * dtilde[None, :], axis=1)
+
+
+def gae_returns(rewards, values, next_values, terminated, done, *, gamma, lam):
+    """GAE(lambda) returns (advantage + value): the on-policy case of eq. (6) (Lemma 3)."""
+    zeros = jnp.zeros_like(rewards)
+    return tis_lambda_returns(
+        rewards, values, next_values, terminated, done, zeros, gamma=gamma, lam=lam, rho_bar=1.0, c_bar=1.0
+    )
+
+
+def pdis_returns(rewards, terminated, done, log_ratio, *, gamma, rho_bar=jnp.inf, c_bar=jnp.inf, traj=False):
+    """Per-decision IS Monte Carlo return, Listing 3 line 7 (eq. 1 when rho_bar = c_bar = inf).
+
+    ``G_t = sum_{k>=t} gamma^{k-t} (prod_{i=t}^{k-1} c_i) rho_k r_k`` within the episode:
+    eq. (6) with lambda = 1 and a zero value function.
+    """
+    zeros = jnp.zeros_like(rewards)
+    return tis_lambda_returns(
+        rewards, zeros, zeros, terminated, done, log_ratio, gamma=gamma, lam=1.0, rho_bar=rho_bar, c_bar=c_bar,
+        traj=traj,
+    )

@@ -1,0 +1,178 @@
+"""JAX runner for episodic policy gradient (REINFORCE, Listing 2; BPO-REINFORCE, Listing 3).
+
+``make_train(cfg) -> train(key, hparams)``: the whole run is nested ``lax.scan``s (evaluation
+blocks of ``eval_every`` episodes), one phase per episode:
+
+    generate an episode with mu (bpo) or pi (reinforce); add it to D
+    G_t <- truncated IS return (lambda = 1, no value function); REINFORCE step on pi
+    behaviour step: FQE Q, r-hat, FQE Q-hat, mu        (bpo only)
+
+Seeds and traced hyperparameters are vmapped by the caller (see ``bpo.train``).
+"""
+
+from typing import Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from bpo import replay as rb
+from bpo.agents.bpo import make_behaviour
+from bpo.agents.reinforce import make_optimizer, reinforce_update
+from bpo.config import EpisodicTrainConfig, Hyperparams, validate
+from bpo.fqe import take_action
+from bpo.networks import SHORT_CORRIDOR_FEATURES, LinearSoftmax, two_action_logits
+from bpo.returns import tis_lambda_returns
+from envs import make_jax_env
+
+
+class Episode(NamedTuple):
+    """One episode padded to the step limit; rows with ``valid = False`` come after its end."""
+
+    obs: jnp.ndarray
+    action: jnp.ndarray
+    reward: jnp.ndarray
+    terminated: jnp.ndarray
+    truncated: jnp.ndarray
+    next_obs: jnp.ndarray
+    log_prob: jnp.ndarray
+    valid: jnp.ndarray
+
+
+def rollout_episode(key, env, logits_fn: Callable, max_steps: int) -> Episode:
+    """Sample one episode with the categorical policy ``logits_fn``; stops at the episode end."""
+    k_reset, key = jax.random.split(key)
+    state, obs = env.reset(k_reset)
+    zeros = lambda shape, dtype=jnp.float32: jnp.zeros((max_steps,) + shape, dtype)  # noqa: E731
+    buf = Episode(
+        obs=zeros(obs.shape), action=zeros((), jnp.int32), reward=zeros(()), terminated=zeros(()),
+        truncated=zeros(()), next_obs=zeros(obs.shape), log_prob=zeros(()), valid=zeros((), bool),
+    )
+
+    def cond(carry):
+        _, _, _, t, done, _ = carry
+        return (~done) & (t < max_steps)
+
+    def body(carry):
+        key, state, obs, t, _, buf = carry
+        key, k_act = jax.random.split(key)
+        log_probs = jax.nn.log_softmax(logits_fn(obs))
+        action = jax.random.categorical(k_act, log_probs)
+        state, next_obs, reward, terminated, truncated = env.step(state, action)
+        row = Episode(obs, action, reward, terminated.astype(jnp.float32), truncated.astype(jnp.float32),
+                      next_obs, log_probs[action], jnp.array(True))
+        buf = jax.tree.map(lambda b, x: b.at[t].set(x), buf, row)
+        return key, state, next_obs, t + 1, terminated | truncated, buf
+
+    carry = (key, state, obs, jnp.zeros((), jnp.int32), jnp.array(False), buf)
+    return jax.lax.while_loop(cond, body, carry)[-1]
+
+
+def episode_return(key, env, logits_fn: Callable, max_steps: int, deterministic: bool):
+    """Undiscounted return of one episode (evaluation; nothing is stored)."""
+    k_reset, key = jax.random.split(key)
+    state, obs = env.reset(k_reset)
+
+    def cond(carry):
+        return ~carry[4]
+
+    def body(carry):
+        key, state, obs, total, _ = carry
+        key, k_act = jax.random.split(key)
+        logits = logits_fn(obs)
+        action = jnp.argmax(logits) if deterministic else jax.random.categorical(k_act, logits)
+        state, obs, reward, terminated, truncated = env.step(state, action)
+        return key, state, obs, total + reward, terminated | truncated | (state.t >= max_steps)
+
+    return jax.lax.while_loop(cond, body, (key, state, obs, jnp.zeros(()), jnp.array(False)))[3]
+
+
+class Carry(NamedTuple):
+    key: jnp.ndarray
+    pi_params: dict
+    pi_opt_state: tuple
+    behaviour: tuple
+    replay: rb.Replay | None
+    episode: jnp.ndarray
+
+
+def make_train(cfg: EpisodicTrainConfig, progress: Callable | None = None):
+    """Return ``train(key, hparams) -> metrics`` for one run; ``progress(episode, eval_return)``
+    is called from inside the jitted run after every evaluation when given."""
+    validate(cfg)
+    env = make_jax_env(cfg.env, max_steps=cfg.max_episode_steps)
+    init_logits = two_action_logits(cfg.reinforce.init_right_prob)
+    policy = LinearSoftmax(SHORT_CORRIDOR_FEATURES, init_logits)
+    max_steps, use_bpo = cfg.max_episode_steps, cfg.algo == "bpo"
+    n_blocks = cfg.episodes // cfg.eval_every
+
+    def train(key, hp: Hyperparams):
+        tx = make_optimizer(cfg.reinforce.optimizer, hp.lr_start, hp.lr_end, cfg.episodes)
+        k_pi, k_beh, key = jax.random.split(key, 3)
+        _, obs0 = env.reset(k_pi)
+        pi_params = policy.init(k_pi, obs0)
+        behaviour, bstate, replay = None, (), None
+        if use_bpo:
+            behaviour = make_behaviour(cfg.bpo, env.n_actions, init_logits, hp)
+            bstate = behaviour.init(k_beh, obs0)
+            example = {"obs": obs0, "action": jnp.int32(0), "reward": 0.0, "terminated": 0.0, "truncated": 0.0,
+                       "next_obs": obs0, "log_mu": 0.0}
+            replay = rb.init_replay(example, cfg.bpo.replay_size)
+
+        def behaviour_logits(carry):
+            if use_bpo:
+                return lambda o: behaviour.mu_apply(carry.behaviour.mu_params, o)
+            return lambda o: policy.apply(carry.pi_params, o)
+
+        def one_episode(carry: Carry, _):
+            key, k_roll, k_beh = jax.random.split(carry.key, 3)
+            ep = rollout_episode(k_roll, env, behaviour_logits(carry), max_steps)
+            done = jnp.maximum(ep.terminated, ep.truncated)
+            valid = ep.valid.astype(jnp.float32)
+            replay, bstate, metrics = carry.replay, carry.behaviour, {}
+            if use_bpo:
+                log_pi = take_action(jax.nn.log_softmax(policy.apply(carry.pi_params, ep.obs)), ep.action)
+                log_ratio = (log_pi - ep.log_prob) * valid
+                transitions = {"obs": ep.obs, "action": ep.action, "reward": ep.reward, "terminated": ep.terminated,
+                               "truncated": ep.truncated, "next_obs": ep.next_obs, "log_mu": ep.log_prob}
+                replay = rb.add(replay, transitions, ep.valid)
+            else:
+                log_ratio = jnp.zeros_like(ep.reward)
+            zeros = jnp.zeros_like(ep.reward)  # no value function (Listing 3, line 7)
+            returns = tis_lambda_returns(ep.reward * valid, zeros, zeros, ep.terminated, done, log_ratio,
+                                         gamma=hp.gamma, lam=hp.lam, rho_bar=hp.rho_bar, c_bar=hp.c_bar,
+                                         traj=cfg.bpo.traj)
+            pi_params, opt_state, loss = reinforce_update(
+                carry.pi_params, carry.pi_opt_state, tx, policy.apply, ep.obs, ep.action, returns, valid
+            )
+            if use_bpo:
+                pi_logits_fn = lambda o: policy.apply(pi_params, o)  # noqa: E731
+                bstate, metrics = behaviour.step(k_beh, bstate, replay, pi_logits_fn, hp.gamma)
+            metrics = {**metrics, "train_return": jnp.sum(ep.reward * valid), "episode_length": jnp.sum(valid),
+                       "pg_loss": loss}
+            return Carry(key, pi_params, opt_state, bstate, replay, carry.episode + 1), metrics
+
+        def evaluate(carry: Carry):
+            keys = jax.random.split(jax.random.fold_in(carry.key, 7), cfg.eval_episodes)
+            pi_fn = lambda o: policy.apply(carry.pi_params, o)  # noqa: E731
+            returns = jax.vmap(lambda k: episode_return(k, env, pi_fn, max_steps, cfg.eval_deterministic))(keys)
+            out = {"eval_return": jnp.mean(returns), "eval_episode": carry.episode,
+                   "pi_probs": jax.nn.softmax(pi_fn(obs0))}
+            out["mu_probs"] = jax.nn.softmax(behaviour_logits(carry)(obs0))
+            if hasattr(env, "exact_return"):
+                out["exact_return"] = env.exact_return(out["pi_probs"])
+            if progress is not None:
+                jax.debug.callback(progress, carry.episode, out["eval_return"])
+            return out
+
+        def block(carry, _):
+            carry, train_metrics = jax.lax.scan(one_episode, carry, None, length=cfg.eval_every)
+            return carry, (evaluate(carry), train_metrics)
+
+        carry = Carry(key, pi_params, tx.init(pi_params), bstate, replay, jnp.zeros((), jnp.int32))
+        first_eval = evaluate(carry)
+        carry, (evals, train_metrics) = jax.lax.scan(block, carry, None, length=n_blocks)
+        evals = jax.tree.map(lambda a, b: jnp.concatenate([a[None], b]), first_eval, evals)
+        train_metrics = jax.tree.map(lambda x: x.reshape((cfg.episodes,) + x.shape[2:]), train_metrics)
+        return {"eval": evals, "train": train_metrics}
+
+    return train

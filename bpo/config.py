@@ -126,7 +126,7 @@ class EpisodicTrainConfig:
     """Number of independent runs, vmapped in one jitted call."""
     seed: int = 0
     """Base seed; run i uses jax.random.fold_in(PRNGKey(seed), i)."""
-    episodes: int = 1000
+    episodes: int = 300
     """Training episodes per run (one policy update each)."""
     eval_every: int = 10
     """Evaluate pi every this many episodes (and before training)."""

@@ -1,6 +1,9 @@
 """Fitted Q-evaluation of q_pi (eq. 13) and q-hat_pi (eq. 14), r-hat (eq. 7), and the
 stabilisers of Appendix C.2 (symlog targets, Polyak target network with symlog regulariser,
 weighted TD, clipped targets). Discrete actions: the next-state expectation over pi is exact.
+
+With symlog targets the regression fits mean(symlog(y)) rather than symlog(mean(y)); the two
+agree when transitions are deterministic and differ by Jensen's gap otherwise (tests/test_fqe.py).
 """
 
 from typing import NamedTuple

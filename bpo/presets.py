@@ -9,7 +9,7 @@ PRESETS = {
     "short_corridor": EpisodicTrainConfig(
         preset="short_corridor",
         env="ShortCorridor-v0",
-        episodes=1000,
+        episodes=300,
         eval_every=10,
         eval_episodes=10,
         reinforce=ReinforceConfig(lr_start=0.1, lr_end=0.01, gamma=0.99),

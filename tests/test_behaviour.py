@@ -1,0 +1,55 @@
+"""Behaviour-policy losses: minimisers equal the variance-optimal target (eqs. 5, 15, 16)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from bpo.behaviour import behaviour_target_log_probs, continuous_mu_loss, discrete_mu_loss
+
+
+def minimise(loss, x0, steps=3000, lr=0.05):
+    tx = optax.adam(lr)
+    state = tx.init(x0)
+
+    @jax.jit
+    def step(x, state):
+        g = jax.grad(loss)(x)
+        u, state = tx.update(g, state)
+        return optax.apply_updates(x, u), state
+
+    x = x0
+    for _ in range(steps):
+        x, state = step(x, state)
+    return x
+
+
+@pytest.mark.parametrize("kind", ["cross_entropy", "reverse_kl"])
+def test_discrete_mu_loss_minimiser_is_pi_sqrt_qhat(kind):
+    rng = np.random.default_rng(0)
+    pi_logits = jnp.asarray(rng.normal(size=(5, 4)))
+    q_hat = jnp.asarray(rng.uniform(0.1, 50.0, size=(5, 4)))
+    target = behaviour_target_log_probs(pi_logits, q_hat)
+    mu_logits = minimise(lambda m: discrete_mu_loss(m, target, kind), jnp.zeros((5, 4)))
+    pi = jax.nn.softmax(pi_logits)
+    analytic = pi * jnp.sqrt(q_hat) / jnp.sum(pi * jnp.sqrt(q_hat), axis=-1, keepdims=True)
+    np.testing.assert_allclose(jax.nn.softmax(mu_logits), analytic, atol=2e-3)
+    assert not np.allclose(analytic, pi, atol=1e-2)  # the target really differs from pi
+
+
+def test_continuous_mu_loss_theorem4_gaussian():
+    """pi = N(0, 1), Q-hat(a) = exp(2 b a): pi sqrt(Q-hat) ∝ N(b, 1), so eq. (16) is minimised there."""
+    b = 0.7
+    eps = jax.random.normal(jax.random.PRNGKey(0), (4096,))
+
+    def loss(params):
+        mean, log_std = params
+        a = mean + jnp.exp(log_std) * eps  # reparameterised samples from mu
+        log_mu = jax.scipy.stats.norm.logpdf(a, mean, jnp.exp(log_std))
+        log_pi = jax.scipy.stats.norm.logpdf(a)
+        return continuous_mu_loss(log_mu, log_pi, jnp.exp(2 * b * a))
+
+    mean, log_std = minimise(loss, (jnp.array(0.0), jnp.array(-0.5)), steps=1500, lr=0.02)
+    assert float(mean) == pytest.approx(b, abs=0.03)
+    assert float(log_std) == pytest.approx(0.0, abs=0.03)

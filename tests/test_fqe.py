@@ -1,0 +1,136 @@
+"""FQE (eqs. 13, 14) with r-hat (eq. 7) converges to the exact q_pi and q-hat_pi (eq. 8) of a
+tabular MDP, and the Appendix C.2 stabilisers match direct computations."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from bpo.fqe import (
+    FQESettings, QState, fqe_loss, fqe_step, polyak_update, q_bounds, q_hat_bounds, r_hat, td_weights, to_real,
+)
+
+N_S, N_A, GAMMA = 3, 2, 0.9
+# P[s, a, s'] in quarters; the last column is the absorbing terminal state.
+P_QUARTERS = np.array([
+    [[1, 2, 0, 1], [0, 1, 3, 0]],
+    [[2, 0, 1, 1], [0, 0, 2, 2]],
+    [[1, 1, 1, 1], [3, 0, 0, 1]],
+])
+# Deterministic transitions: with symlog targets FQE regresses on mean(symlog(y)), which equals
+# symlog(mean(y)) only when the next state is deterministic (Jensen), so symlog runs use this MDP.
+P_DETERMINISTIC = 4 * np.eye(N_S + 1)[np.array([[1, 2], [2, 3], [0, 3]])]
+REWARD = np.array([[1.0, -2.0], [0.5, 3.0], [-1.0, 2.0]])
+PI = np.array([[0.3, 0.7], [0.6, 0.4], [0.5, 0.5]])
+
+
+def exact_q(reward, gamma, quarters=P_QUARTERS):
+    """Solve q = reward + gamma * sum_{s'} P(s'|s,a) sum_{a'} pi(a'|s') q(s', a') exactly."""
+    p = quarters[:, :, :N_S] / 4.0
+    m = np.einsum("sat,tb->satb", p, PI).reshape(N_S * N_A, N_S * N_A)
+    return np.linalg.solve(np.eye(N_S * N_A) - gamma * m, reward.reshape(-1)).reshape(N_S, N_A)
+
+
+def dataset(quarters=P_QUARTERS):
+    """Every (s, a) with next states in exact proportion to P, so the FQE fixed point is exact."""
+    rows = []
+    for s in range(N_S):
+        for a in range(N_A):
+            for s2, count in enumerate(quarters[s, a]):
+                rows += [(s, a, s2)] * int(count)
+    s, a, s2 = map(np.array, zip(*rows))
+    eye = np.eye(N_S, dtype=np.float32)
+    terminal = s2 == N_S
+    return {
+        "obs": jnp.asarray(eye[s]),
+        "action": jnp.asarray(a),
+        "reward": jnp.asarray(REWARD[s, a], dtype=jnp.float32),
+        "terminated": jnp.asarray(terminal, dtype=jnp.float32),
+        "next_obs": jnp.asarray(np.where(terminal[:, None], 0.0, eye[np.minimum(s2, N_S - 1)])),
+        # A behaviour policy unlike pi, so weighted TD has non-trivial weights.
+        "log_mu": jnp.asarray(np.log(np.array([[0.5, 0.5], [0.2, 0.8], [0.9, 0.1]])[s, a]), dtype=jnp.float32),
+    }, s, a
+
+
+def tabular_apply(params, obs):
+    return obs @ params["table"]
+
+
+def train_fqe(batch, gamma, bounds, settings, steps=4000):
+    tx = optax.adam(0.03)
+    params = {"table": jnp.zeros((N_S, N_A))}
+    state = QState(params, params, tx.init(params))
+    pi_next = jnp.asarray(batch["next_obs"] @ PI)  # rows of zeros at terminal states: no bootstrap anyway
+    log_pi = jnp.log(jnp.asarray(PI)[batch["obs"].argmax(-1), batch["action"]])
+
+    def body(state, _):
+        state, metrics = fqe_step(state, batch, pi_next, log_pi, apply_fn=tabular_apply, tx=tx, gamma=gamma,
+                                  bounds=bounds, tau=0.02, reg_coef=1.0, settings=settings)
+        return state, metrics["loss"]
+
+    state, _ = jax.jit(lambda s: jax.lax.scan(body, s, None, length=steps))(state)
+    return np.asarray(to_real(state.params["table"], settings.symlog_targets))
+
+
+@pytest.mark.parametrize("symlog,weight_td,clip,bootstrap_target", [
+    (False, False, False, False), (False, True, True, True), (True, True, True, False), (True, False, False, True),
+])
+def test_fqe_converges_to_exact_q_and_q_hat(symlog, weight_td, clip, bootstrap_target):
+    quarters = P_DETERMINISTIC if symlog else P_QUARTERS
+    batch, s, a = dataset(quarters)
+    settings = FQESettings(symlog, weight_td, clip, bootstrap_from_target=bootstrap_target)
+    q_true = exact_q(REWARD, GAMMA, quarters)
+    q = train_fqe(batch, GAMMA, q_bounds(-3.0, 3.0, GAMMA), settings)
+    np.testing.assert_allclose(q, q_true, rtol=2e-3, atol=2e-3)
+
+    # Q-hat: reward r-hat from the trained Q (eq. 7), discount gamma^2 (eq. 14).
+    batch_hat = {**batch, "reward": r_hat(batch["reward"], jnp.asarray(q[s, a]))}
+    r_hat_true = 2 * REWARD * q_true - REWARD**2
+    q_hat_true = exact_q(r_hat_true, GAMMA**2, quarters)
+    q_hat = train_fqe(batch_hat, GAMMA**2, q_hat_bounds(jnp.max(batch_hat["reward"]), GAMMA), settings, steps=6000)
+    np.testing.assert_allclose(q_hat, q_hat_true, rtol=5e-3, atol=5e-3)
+    assert np.all(q_hat_true > 0)
+
+
+def test_q_hat_is_second_moment_of_return():
+    """Eq. (4)/(8): q-hat(s, a) = E[G^2 | s, a] under pi, checked by Monte Carlo from one (s, a)."""
+    rng = np.random.default_rng(0)
+    q_true = exact_q(REWARD, GAMMA)
+    q_hat_true = exact_q(2 * REWARD * q_true - REWARD**2, GAMMA**2)
+    p = P_QUARTERS / 4.0
+    returns = []
+    for _ in range(20000):
+        s, a, g, disc = 0, 1, 0.0, 1.0
+        while True:
+            g += disc * REWARD[s, a]
+            s = rng.choice(N_S + 1, p=p[s, a])
+            if s == N_S:
+                break
+            disc *= GAMMA
+            a = rng.choice(N_A, p=PI[s])
+        returns.append(g)
+    returns = np.array(returns)
+    second = returns**2
+    assert abs(second.mean() - q_hat_true[0, 1]) < 4 * second.std() / np.sqrt(len(second))
+    assert abs(returns.mean() - q_true[0, 1]) < 4 * returns.std() / np.sqrt(len(returns))
+
+
+def test_td_weights_match_direct_computation():
+    log_pi = jnp.array([0.0, -1.0, -20.0, -0.1, 5.0])
+    log_mu = jnp.array([-0.5, -0.2, -0.1, -3.0, -9.0])
+    raw = np.clip(np.exp(np.clip(np.asarray(log_pi - log_mu), -10, 10)), 0.1, 10)
+    np.testing.assert_allclose(td_weights(log_pi, log_mu), raw / raw.mean(), rtol=1e-6)
+
+
+def test_bounds_loss_and_polyak():
+    low, high = q_bounds(-1.0, 2.0, 0.99)
+    assert (float(low), float(high)) == pytest.approx((-100.0, 200.0))
+    low, high = q_hat_bounds(jnp.array(3.0), 0.9)
+    assert (float(low), float(high)) == pytest.approx((0.0, 3.0 / 0.19))
+    pred, y, w, tgt = jnp.array([1.0, 2.0]), jnp.array([0.0, 4.0]), jnp.array([0.5, 1.5]), jnp.array([1.5, 1.0])
+    total, td = fqe_loss(pred, y, w, tgt, 0.3)
+    assert float(td) == pytest.approx(0.5 * (0.5 * 1 + 1.5 * 4) / 2)
+    assert float(total) == pytest.approx(float(td) + 0.3 * (0.25 + 1.0) / 2)
+    new = polyak_update({"w": jnp.array([0.0, 10.0])}, {"w": jnp.array([1.0, 0.0])}, 0.02)
+    np.testing.assert_allclose(new["w"], [0.02, 9.8], rtol=1e-6)

@@ -78,7 +78,7 @@ def plot_fig2(out: Path) -> Path:
     ax.axhline(OPTIMAL_RETURN, color="k", linestyle="--", linewidth=1, label=f"optimum ({OPTIMAL_RETURN:.2f})")
     ax.set_xlabel("episodes")
     ax.set_ylabel("mean return (10 eval episodes)")
-    ax.set_ylim(-60, -5)
+    ax.set_ylim(-90, -5)
     ax.set_title("ShortCorridor: mean ± SE over runs")
     ax.legend(loc="lower right")
     fig.tight_layout()

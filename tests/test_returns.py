@@ -10,8 +10,14 @@ import pytest
 from bpo.returns import gae_returns, pdis_returns, tis_lambda_returns
 from bpo.transforms import symexp, symlog
 
-jax.config.update("jax_enable_x64", True)
 INF = math.inf
+
+
+@pytest.fixture(autouse=True)
+def float64():
+    """Exact comparisons against the float64 references; scoped so other tests keep float32."""
+    with jax.enable_x64(True):
+        yield
 
 
 def reference_returns(r, v, nv, term, done, log_ratio, gamma, lam, rho_bar, c_bar, mode="per_decision"):

@@ -110,3 +110,21 @@ def test_summary_fields_from_run():
     out = run(tiny("reinforce", seeds=2))
     s = summarize(out)
     assert s["seeds"] == 2 and s["step_unit"] == "episode" and s["train_steps_per_s"] > 0
+
+
+def test_traced_hyperparameters_vmap_like_seeds():
+    """Two c_bar values in one vmapped call equal two separate runs with those values."""
+    from bpo.config import traced_hyperparams
+    from bpo.runners.episodic import make_train
+    from bpo.train import seed_keys
+
+    cfg = tiny("bpo", episodes=10, eval_every=5)
+    key = seed_keys(0, 1)[0]
+    hp = traced_hyperparams(cfg)
+    c_bars = jax.numpy.array([1.0, 1.5])
+    axes = type(hp)(*[0 if name == "c_bar" else None for name in hp._fields])
+    batched = jax.jit(jax.vmap(make_train(cfg), in_axes=(None, axes)))(key, hp._replace(c_bar=c_bars))
+    for i, c in enumerate((1.0, 1.5)):
+        single = jax.jit(make_train(replace(cfg, **{"bpo.c_bar": c})))(key, traced_hyperparams(replace(cfg, **{"bpo.c_bar": c})))
+        np.testing.assert_allclose(batched["eval"]["eval_return"][i], single["eval"]["eval_return"], rtol=1e-5)
+        np.testing.assert_allclose(batched["train"]["train_return"][i], single["train"]["train_return"], rtol=1e-5)

@@ -39,8 +39,8 @@ def add(replay: Replay, batch: dict, valid) -> Replay:
     data = {k: replay.data[k].at[slot].set(batch[k], mode="drop") for k in replay.data}
     return Replay(
         data=data,
-        ptr=(replay.ptr + n_valid) % capacity,
-        size=jnp.minimum(replay.size + n_valid, capacity),
+        ptr=((replay.ptr + n_valid) % capacity).astype(replay.ptr.dtype),
+        size=jnp.minimum(replay.size + n_valid, capacity).astype(replay.size.dtype),
     )
 
 

@@ -19,7 +19,7 @@ from bpo.train import run, summarize, write
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--seeds", type=int, default=100)
-    parser.add_argument("--seed-chunk", type=int, default=20)
+    parser.add_argument("--seed-chunk", type=int, default=None, help="default: 20 on CPU, 0 on GPU")
     args = parser.parse_args()
     base = replace(get_preset("short_corridor"), seeds=args.seeds)
     start = time.perf_counter()

@@ -39,8 +39,9 @@ class TrainArgs:
     total_timesteps: int | None = None
     """Training budget in environment steps, for step-based presets. Episodic presets (short_corridor)
     count episodes: use --episodes."""
-    seed_chunk: int = 20
-    """Seeds vmapped together; chunks run one after another inside the same jitted call (0 = all)."""
+    seed_chunk: int | None = None
+    """Seeds vmapped together; chunks run one after another inside the same jitted call (0 = all
+    at once). Default: 20 on a CPU, 0 on a GPU."""
     progress: bool = True
     """Show a progress bar with the latest evaluation return."""
 
@@ -79,7 +80,7 @@ def train_main(argv: list[str]) -> int:
     try:
         if args.total_timesteps is not None:
             raise ConfigError("total_timesteps", f"preset {preset.preset!r} is episodic; set --episodes instead")
-        if args.seed_chunk < 0:
+        if args.seed_chunk is not None and args.seed_chunk < 0:
             raise ConfigError("seed_chunk", f"must be an integer >= 0, got {args.seed_chunk}")
         cfg = validate(args.config)
     except ConfigError as e:

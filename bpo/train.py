@@ -23,6 +23,8 @@ class RunOutput:
     compile_time_s: float
     wall_time_s: float
     run_time_s: float
+    seed_chunk: int
+    backend: str
 
 
 def seed_keys(seed: int, n: int):
@@ -31,18 +33,26 @@ def seed_keys(seed: int, n: int):
     return jax.vmap(lambda i: jax.random.fold_in(base, i))(jnp.arange(n))
 
 
-def run(cfg: EpisodicTrainConfig, progress: Callable | None = None, seed_chunk: int = 20) -> RunOutput:
+def default_seed_chunk() -> int:
+    """20 seeds per vmapped chunk on a CPU (fits in cache), all at once (0) on an accelerator."""
+    return 20 if jax.default_backend() == "cpu" else 0
+
+
+def run(cfg: EpisodicTrainConfig, progress: Callable | None = None, seed_chunk: int | None = None) -> RunOutput:
     """Train ``cfg.seeds`` independent runs in one jitted call.
 
     Seeds are vmapped in chunks of ``seed_chunk`` that ``lax.map`` runs one after another inside
     the same program: on a CPU, chunks that fit in cache are faster than one huge vmap.
-    ``seed_chunk = 0`` vmaps all seeds at once (best on a GPU).
+    ``seed_chunk = 0`` vmaps all seeds at once (best on a GPU); ``None`` picks by backend.
+    The chunk size is part of what makes a run reproducible: on a GPU a different chunking
+    changes floating-point reduction order, and a single flipped action sample changes a run.
     """
     validate(cfg)
     start = time.perf_counter()
     train = make_train(cfg, progress=progress)
     hp = traced_hyperparams(cfg)
     keys = seed_keys(cfg.seed, cfg.seeds)
+    seed_chunk = default_seed_chunk() if seed_chunk is None else seed_chunk
     chunk = cfg.seeds if seed_chunk <= 0 else min(seed_chunk, cfg.seeds)
 
     def train_all(keys, hp):
@@ -58,6 +68,8 @@ def run(cfg: EpisodicTrainConfig, progress: Callable | None = None, seed_chunk: 
         compile_time_s=compiled_at - start,
         wall_time_s=end - start,
         run_time_s=end - compiled_at,
+        seed_chunk=seed_chunk,
+        backend=jax.default_backend(),
     )
 
 
@@ -80,6 +92,8 @@ def summarize(out: RunOutput) -> dict:
         "wall_time_s": out.wall_time_s,
         "compile_time_s": out.compile_time_s,
         "train_steps_per_s": env_steps / out.run_time_s,
+        "seed_chunk": out.seed_chunk,
+        "backend": out.backend,
     }
 
 

@@ -67,8 +67,8 @@ def rollout_episode(key, env, logits_fn: Callable, max_steps: int) -> Episode:
     return jax.lax.while_loop(cond, body, carry)[-1]
 
 
-def episode_return(key, env, logits_fn: Callable, max_steps: int, deterministic: bool):
-    """Undiscounted return of one episode (evaluation; nothing is stored)."""
+def episode_return(key, env, logits_fn: Callable, deterministic: bool):
+    """Undiscounted return of one episode (evaluation; nothing is stored). The env's step limit ends it."""
     k_reset, key = jax.random.split(key)
     state, obs = env.reset(k_reset)
 
@@ -81,7 +81,7 @@ def episode_return(key, env, logits_fn: Callable, max_steps: int, deterministic:
         logits = logits_fn(obs)
         action = jnp.argmax(logits) if deterministic else jax.random.categorical(k_act, logits)
         state, obs, reward, terminated, truncated = env.step(state, action)
-        return key, state, obs, total + reward, terminated | truncated | (state.t >= max_steps)
+        return key, state, obs, total + reward, terminated | truncated
 
     return jax.lax.while_loop(cond, body, (key, state, obs, jnp.zeros(()), jnp.array(False)))[3]
 
@@ -154,7 +154,7 @@ def make_train(cfg: EpisodicTrainConfig, progress: Callable | None = None):
         def evaluate(carry: Carry):
             keys = jax.random.split(jax.random.fold_in(carry.key, 7), cfg.eval_episodes)
             pi_fn = lambda o: policy.apply(carry.pi_params, o)  # noqa: E731
-            returns = jax.vmap(lambda k: episode_return(k, env, pi_fn, max_steps, cfg.eval_deterministic))(keys)
+            returns = jax.vmap(lambda k: episode_return(k, env, pi_fn, cfg.eval_deterministic))(keys)
             out = {"eval_return": jnp.mean(returns), "eval_episode": carry.episode,
                    "pi_probs": jax.nn.softmax(pi_fn(obs0))}
             out["mu_probs"] = jax.nn.softmax(behaviour_logits(carry)(obs0))

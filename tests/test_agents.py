@@ -1,0 +1,82 @@
+"""REINFORCE update (Listing 2) against the closed-form linear-softmax gradient, the learning-rate
+schedule, the FIFO replay buffer against a Python deque, and epoch sampling."""
+
+import collections
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from bpo import replay as rb
+from bpo.agents.reinforce import exponential_schedule, reinforce_loss, reinforce_update
+from bpo.networks import SHORT_CORRIDOR_FEATURES, LinearSoftmax, two_action_logits
+
+
+def test_reinforce_gradient_matches_closed_form():
+    """grad of sum_t G_t ln pi(A_t) for a linear softmax is sum_t G_t (x(A_t) - sum_b pi(b) x(b))."""
+    policy = LinearSoftmax(SHORT_CORRIDOR_FEATURES, two_action_logits(0.3))
+    obs = jnp.ones((5, 1))
+    params = policy.init(jax.random.PRNGKey(0), obs)
+    actions = jnp.array([0, 1, 1, 0, 1])
+    returns = jnp.array([-5.0, -4.0, -3.0, -2.0, -1.0])
+    mask = jnp.array([1.0, 1.0, 1.0, 1.0, 0.0])  # the last row is padding
+    grad = jax.grad(reinforce_loss)(params, policy.apply, obs, actions, returns, mask)["params"]["theta"]
+    x = np.array(SHORT_CORRIDOR_FEATURES)
+    pi = np.array([0.7, 0.3])
+    want = sum(m * g * (x[a] - pi @ x) for a, g, m in zip(actions, returns, mask))
+    np.testing.assert_allclose(-np.asarray(grad), want, rtol=1e-5)
+    assert float(jax.nn.softmax(policy.apply(params, obs[:1]))[0, 1]) == pytest.approx(0.3, rel=1e-6)
+
+
+def test_sgd_update_is_listing2_step():
+    policy = LinearSoftmax(SHORT_CORRIDOR_FEATURES, two_action_logits(0.5))
+    obs = jnp.ones((2, 1))
+    params = policy.init(jax.random.PRNGKey(0), obs)
+    tx = optax.sgd(0.1)
+    actions, returns, mask = jnp.array([1, 0]), jnp.array([-2.0, -1.0]), jnp.ones(2)
+    new, _, _ = reinforce_update(params, tx.init(params), tx, policy.apply, obs, actions, returns, mask)
+    x = np.array(SHORT_CORRIDOR_FEATURES)
+    step = 0.1 * sum(g * (x[a] - np.array([0.5, 0.5]) @ x) for a, g in zip([1, 0], [-2.0, -1.0]))
+    np.testing.assert_allclose(new["params"]["theta"] - params["params"]["theta"], step, rtol=1e-6)
+
+
+def test_exponential_schedule_endpoints_and_ratio():
+    schedule = exponential_schedule(0.1, 0.01, 11)
+    values = np.array([float(schedule(k)) for k in range(12)])
+    assert values[0] == pytest.approx(0.1) and values[10] == pytest.approx(0.01) and values[11] == pytest.approx(0.01)
+    np.testing.assert_allclose(values[1:11] / values[:10], 0.1 ** 0.1, rtol=1e-5)
+
+
+def test_replay_is_fifo_like_a_deque():
+    rng = np.random.default_rng(0)
+    capacity = 8
+    buf = rb.init_replay({"x": 0.0, "i": jnp.int32(0)}, capacity)
+    add = jax.jit(rb.add)
+    reference = collections.deque(maxlen=capacity)
+    counter = 0
+    for n_rows in (3, 0, 5, 12, 1, 7):
+        rows = np.arange(counter, counter + 12)
+        valid = np.zeros(12, bool)
+        valid[:n_rows] = True
+        rng.shuffle(valid)  # valid rows need not be contiguous
+        buf = add(buf, {"x": rows.astype(np.float32), "i": rows.astype(np.int32)}, jnp.asarray(valid))
+        reference.extend(rows[valid].tolist())
+        counter += 12
+        stored = np.asarray(buf.data["i"])[: int(buf.size)]
+        assert int(buf.size) == len(reference)
+        assert sorted(stored.tolist()) == sorted(reference)
+        # The slot at ptr holds the oldest entry once the buffer is full.
+        if len(reference) == capacity:
+            assert int(buf.data["i"][int(buf.ptr)]) == reference[0]
+
+
+def test_epoch_indices_cover_filled_slots():
+    buf = rb.init_replay({"x": 0.0}, 16)
+    buf = rb.add(buf, {"x": jnp.arange(16.0)}, jnp.arange(16) < 16)
+    idx = np.asarray(rb.epoch_indices(jax.random.PRNGKey(0), buf, 4))
+    assert idx.shape == (4, 4) and sorted(idx.ravel().tolist()) == list(range(16))  # one exact pass
+    partial = rb.add(rb.init_replay({"x": 0.0}, 16), {"x": jnp.arange(16.0)}, jnp.arange(16) < 5)
+    idx = np.asarray(rb.epoch_indices(jax.random.PRNGKey(1), partial, 4))
+    assert set(idx.ravel().tolist()) == set(range(5))  # only filled slots, each used

@@ -135,3 +135,26 @@ def pdis_returns(rewards, terminated, done, log_ratio, *, gamma, rho_bar=jnp.inf
         rewards, zeros, zeros, terminated, done, log_ratio, gamma=gamma, lam=1.0, rho_bar=rho_bar, c_bar=c_bar,
         traj=traj,
     )
+
+
+def tis_advantages(
+    rewards, values, next_values, terminated, done, log_ratio, *, gamma, lam, rho_bar, c_bar,
+    traj: bool | TrajMode = False, current_rho: bool = False,
+):
+    """Advantages and value targets for BPO-PPO from the truncated IS-TD(lambda) returns G.
+
+    Returns ``(advantages, G)``. ``current_rho=True`` is the paper's eq. (11), ``A_t = G_t - V(s_t)``,
+    whose first TD error carries rho_t. The default is the authors' form (BPO_NOTES):
+    ``A_t = r_t + gamma (1 - terminated_t) ((1 - lam) V(s_{t+1}) + lam G_{t+1}) - V(s_t)``, without
+    rho_t because the PPO ratio pi_theta/mu already corrects the current action. ``G_{t+1}`` is
+    replaced by ``V(s_{t+1})`` after an episode end and at the end of the batch. On-policy both
+    reduce to GAE(lambda) advantages.
+    """
+    returns = tis_lambda_returns(rewards, values, next_values, terminated, done, log_ratio, gamma=gamma, lam=lam,
+                                 rho_bar=rho_bar, c_bar=c_bar, traj=traj)
+    if current_rho:
+        return returns - values, returns
+    following = jnp.concatenate([returns[1:], next_values[-1:]], axis=0)
+    next_return = jnp.where(done > 0, next_values, following)
+    bootstrap = (1.0 - lam) * next_values + lam * next_return
+    return rewards + gamma * (1.0 - terminated) * bootstrap - values, returns

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bpo.returns import gae_returns, pdis_returns, tis_lambda_returns
+from bpo.returns import gae_returns, pdis_returns, tis_advantages, tis_lambda_returns
 from bpo.transforms import symexp, symlog
 
 INF = math.inf
@@ -202,3 +202,25 @@ def test_symexp_inverts_symlog():
     x = jnp.array([-1e6, -123.4, -1.0, -1e-4, 0.0, 1e-4, 0.5, 7.0, 1e6], dtype=jnp.float64)
     np.testing.assert_allclose(symexp(symlog(x)), x, rtol=1e-12)
     np.testing.assert_allclose(symlog(x), np.sign(x) * np.log(np.abs(x) + 1), rtol=1e-12)
+
+
+@pytest.mark.parametrize("current_rho", [False, True])
+def test_tis_advantages_match_loop_and_reduce_to_gae(current_rho):
+    rng = np.random.default_rng(4)
+    r, v, nv, term, done, lr = random_batch(rng, batch=(3,))
+    gamma, lam, kw = 0.95, 0.9, dict(rho_bar=1.5, c_bar=1.0)
+    adv, ret = tis_advantages(r, v, nv, term, done, lr, gamma=gamma, lam=lam, current_rho=current_rho, **kw)
+    for j in range(r.shape[1]):
+        g = reference_returns(r[:, j], v[:, j], nv[:, j], term[:, j], done[:, j], lr[:, j], gamma, lam, 1.5, 1.0)
+        np.testing.assert_allclose(ret[:, j], g, rtol=1e-9)
+        for t in range(r.shape[0]):
+            if current_rho:
+                want = g[t] - v[t, j]
+            else:
+                g_next = nv[t, j] if (done[t, j] or t == r.shape[0] - 1) else g[t + 1]
+                want = r[t, j] + gamma * (1 - term[t, j]) * ((1 - lam) * nv[t, j] + lam * g_next) - v[t, j]
+            assert adv[t, j] == pytest.approx(want, rel=1e-9, abs=1e-9)
+    # On-policy (log ratio 0) both forms are the GAE(lambda) advantage.
+    zeros = np.zeros_like(r)
+    adv0, _ = tis_advantages(r, v, nv, term, done, zeros, gamma=gamma, lam=lam, current_rho=current_rho, **kw)
+    np.testing.assert_allclose(adv0, gae_returns(r, v, nv, term, done, gamma=gamma, lam=lam) - v, rtol=1e-9, atol=1e-12)

@@ -1,6 +1,6 @@
 """Wall time of `bpo reproduce fig2` (compilation included) and its parts.
 
-    python benchmarks/fig2_speed.py [--seeds 100] [--seed-chunk 20]
+    python benchmarks/fig2_speed.py [--seeds 100] [--seed-chunk N]
 
 Prints per algorithm: compile time, run time, environment steps per second, and the cost of
 BPO-REINFORCE relative to REINFORCE measured in the same process.
@@ -30,7 +30,8 @@ def main():
             write(out, Path(tmp) / algo)
             rows[algo] = (out, summarize(out))
     total = time.perf_counter() - start
-    print(f"fig2: {args.seeds} seeds x {base.episodes} episodes per algorithm, seed_chunk={args.seed_chunk}")
+    chunk = rows["bpo"][0].seed_chunk
+    print(f"fig2: {args.seeds} seeds x {base.episodes} episodes per algorithm, seed_chunk={chunk}")
     print(f"{'algo':<10}{'compile s':>10}{'run s':>8}{'env steps':>11}{'steps/s':>10}{'final':>9}")
     for algo, (out, s) in rows.items():
         print(f"{algo:<10}{out.compile_time_s:>10.1f}{out.run_time_s:>8.1f}{s['env_steps']:>11.0f}"

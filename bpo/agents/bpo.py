@@ -121,9 +121,7 @@ def make_behaviour(cfg: BehaviourConfig, n_actions: int, pi_init_logits, hp) -> 
         (mu_params, mu_opt_state), mu_losses = jax.lax.scan(
             mu_epoch, (state.mu_params, state.mu_opt_state), jax.random.split(k_mu, cfg.n_mu_epochs)
         )
-        bound_dtype = state.r_min.dtype  # keep the carry's dtype when x64 is enabled
-        new_state = BehaviourState(q, q_hat, mu_params, mu_opt_state, r_min.astype(bound_dtype),
-                                   r_max.astype(bound_dtype), r_hat_max.astype(bound_dtype))
+        new_state = BehaviourState(q, q_hat, mu_params, mu_opt_state, r_min, r_max, r_hat_max)
         metrics = {
             "q_loss": q_metrics["loss"],
             "q_clip_frac": q_metrics["clip_frac"],

@@ -114,8 +114,9 @@ def make_train(cfg: EpisodicTrainConfig, progress: Callable | None = None):
         if use_bpo:
             behaviour = make_behaviour(cfg.bpo, env.n_actions, init_logits, hp)
             bstate = behaviour.init(k_beh, obs0)
-            example = {"obs": obs0, "action": jnp.int32(0), "reward": 0.0, "terminated": 0.0, "truncated": 0.0,
-                       "next_obs": obs0, "log_mu": 0.0}
+            zero = jnp.float32(0.0)  # explicit dtypes: Python floats would become float64 under x64
+            example = {"obs": obs0, "action": jnp.int32(0), "reward": zero, "terminated": zero, "truncated": zero,
+                       "next_obs": obs0, "log_mu": zero}
             replay = rb.init_replay(example, cfg.bpo.replay_size)
 
         def behaviour_logits(carry):

@@ -85,16 +85,17 @@ def take_action(values, actions):
     return jnp.take_along_axis(values, actions[..., None], axis=-1)[..., 0]
 
 
-def fqe_step(state: QState, batch, next_pi_probs, log_pi, *, apply_fn, tx, gamma, bounds, tau, reg_coef,
+def fqe_step(state: QState, batch, log_pi, *, predict, next_values, tx, gamma, bounds, tau, reg_coef,
              settings: FQESettings):
     """One gradient step of FQE on a minibatch (one element of an FQE epoch, Algorithm 1 l.11/14).
 
-    ``batch`` holds obs, action, reward, terminated, next_obs and log_mu. ``next_pi_probs`` is
-    pi(.|s') and ``log_pi`` is log pi(a|s) for the weighted-TD weights.
+    ``batch`` holds at least reward, terminated and log_mu. ``predict(params, batch)`` is the
+    network output at (s, a) (symlog scale with symlog targets); ``next_values(params, batch)`` is
+    E_{a'~pi} Q(s', a') in real scale (exact for discrete actions, one sample for continuous ones).
+    ``log_pi`` is log pi(a|s) for the weighted-TD weights.
     """
     bootstrap_params = state.target_params if settings.bootstrap_from_target else state.params
-    next_q = to_real(apply_fn(bootstrap_params, batch["next_obs"]), settings.symlog_targets)
-    targets = bellman_targets(batch["reward"], batch["terminated"], expected_next_value(next_q, next_pi_probs), gamma)
+    targets = bellman_targets(batch["reward"], batch["terminated"], next_values(bootstrap_params, batch), gamma)
     if settings.clip_targets:
         clipped = jnp.clip(targets, bounds[0], bounds[1])
         clip_frac = jnp.mean(clipped != targets)
@@ -104,14 +105,12 @@ def fqe_step(state: QState, batch, next_pi_probs, log_pi, *, apply_fn, tx, gamma
     targets = jax.lax.stop_gradient(symlog(targets) if settings.symlog_targets else targets)
     weights = td_weights(log_pi, batch["log_mu"]) if settings.weight_td else jnp.ones_like(targets)
     if settings.symlog_targets:
-        reg_target = take_action(apply_fn(state.target_params, batch["obs"]), batch["action"])
-        coef = reg_coef
+        reg_target, coef = predict(state.target_params, batch), reg_coef
     else:
         reg_target, coef = jnp.zeros_like(targets), 0.0
 
     def loss_fn(params):
-        pred = take_action(apply_fn(params, batch["obs"]), batch["action"])
-        return fqe_loss(pred, targets, weights, jax.lax.stop_gradient(reg_target), coef)
+        return fqe_loss(predict(params, batch), targets, weights, jax.lax.stop_gradient(reg_target), coef)
 
     (loss, td), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
     updates, opt_state = tx.update(grads, state.opt_state, state.params)

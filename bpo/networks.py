@@ -66,3 +66,69 @@ def two_action_logits(p_second: float) -> tuple[float, float]:
     """Centred logits of a two-action softmax that picks action 1 with probability p_second."""
     z = float(np.log(p_second) - np.log1p(-p_second))
     return (-z / 2.0, z / 2.0)
+
+
+def _ortho(gain):
+    return nn.initializers.orthogonal(gain)
+
+
+class Torso(nn.Module):
+    """Hidden layers of the PPO actor and critic (SB3's orthogonal init, gain sqrt 2)."""
+
+    hidden: Sequence[int]
+    activation: str = "relu"
+    ortho_init: bool = True
+
+    @nn.compact
+    def __call__(self, x):
+        act = nn.relu if self.activation == "relu" else nn.tanh
+        for width in self.hidden:
+            init = _ortho(np.sqrt(2.0)) if self.ortho_init else nn.initializers.lecun_normal()
+            x = act(nn.Dense(width, kernel_init=init)(x))
+        return x
+
+
+class Actor(nn.Module):
+    """Policy network: returns ``(Dist, latent)``.
+
+    Discrete: logits. Continuous: Gaussian mean and a state-independent ``log_std`` parameter
+    initialised to ``log_std_init``; with ``use_sde`` the log std is a [latent, action] matrix and
+    the std depends on the last hidden layer (``latent``), see ``bpo.distributions``.
+    """
+
+    hidden: Sequence[int]
+    n_out: int
+    discrete: bool
+    use_sde: bool = False
+    log_std_init: float = 0.0
+    activation: str = "relu"
+    ortho_init: bool = True
+
+    @nn.compact
+    def __call__(self, obs):
+        from bpo.distributions import Dist, sde_scale
+
+        latent = Torso(self.hidden, self.activation, self.ortho_init)(obs)
+        head_init = _ortho(0.01) if self.ortho_init else nn.initializers.lecun_normal()
+        loc = nn.Dense(self.n_out, kernel_init=head_init)(latent)
+        if self.discrete:
+            return Dist(loc, jnp.zeros_like(loc)), latent
+        if self.use_sde:
+            log_std = self.param("log_std", nn.initializers.constant(self.log_std_init), (latent.shape[-1], self.n_out))
+            return Dist(loc, sde_scale(latent, log_std)), latent
+        log_std = self.param("log_std", nn.initializers.constant(self.log_std_init), (self.n_out,))
+        return Dist(loc, jnp.broadcast_to(jnp.exp(log_std), loc.shape)), latent
+
+
+class Critic(nn.Module):
+    """State-value network V(s) (separate from the actor, as in the paper's tables)."""
+
+    hidden: Sequence[int]
+    activation: str = "relu"
+    ortho_init: bool = True
+
+    @nn.compact
+    def __call__(self, obs):
+        x = Torso(self.hidden, self.activation, self.ortho_init)(obs)
+        init = _ortho(1.0) if self.ortho_init else nn.initializers.lecun_normal()
+        return nn.Dense(1, kernel_init=init)(x)[..., 0]

@@ -1,14 +1,28 @@
-"""Environments for bpo. Importing this package registers ``ShortCorridor-v0`` with Gymnasium."""
+"""Environments for bpo. Importing this package registers ``ShortCorridor-v0`` with Gymnasium.
+
+* ``JAX_ENVS``: ShortCorridor's pure-JAX twin for the episodic (REINFORCE) runner.
+* ``FUNCTIONAL_ENVS``: environments behind the auto-resetting functional interface of
+  ``envs.functional`` for the vectorised on-policy (PPO) runner.
+"""
 
 import gymnasium as gym
 
+from envs.functional import ContinuousCartPole, GymnaxEnv, ShortCorridorFunctional
 from envs.short_corridor import ShortCorridorEnv, ShortCorridorJax
 
 if "ShortCorridor-v0" not in gym.registry:
     gym.register(id="ShortCorridor-v0", entry_point="envs.short_corridor:ShortCorridorEnv")
 
-# Pure-JAX environments usable by the jitted runners, by Gymnasium id.
 JAX_ENVS = {"ShortCorridor-v0": ShortCorridorJax}
+
+FUNCTIONAL_ENVS = {
+    "CartPole-v1": lambda: GymnaxEnv("CartPole-v1"),
+    "Acrobot-v1": lambda: GymnaxEnv("Acrobot-v1"),
+    "Pendulum-v1": lambda: GymnaxEnv("Pendulum-v1"),
+    "MountainCarContinuous-v0": lambda: GymnaxEnv("MountainCarContinuous-v0"),
+    "ContinuousCartPole-v0": ContinuousCartPole,
+    "ShortCorridor-v0": ShortCorridorFunctional,
+}
 
 
 def make_jax_env(env_id: str, **kwargs):
@@ -18,4 +32,11 @@ def make_jax_env(env_id: str, **kwargs):
     return JAX_ENVS[env_id](**kwargs)
 
 
-__all__ = ["JAX_ENVS", "ShortCorridorEnv", "ShortCorridorJax", "make_jax_env"]
+def make_env(env_id: str):
+    """Build a functional (auto-resettable) environment; raises ValueError naming the known ids."""
+    if env_id not in FUNCTIONAL_ENVS:
+        raise ValueError(f"env: unknown environment {env_id!r}; allowed: {sorted(FUNCTIONAL_ENVS)}")
+    return FUNCTIONAL_ENVS[env_id]()
+
+
+__all__ = ["FUNCTIONAL_ENVS", "JAX_ENVS", "ShortCorridorEnv", "ShortCorridorJax", "make_env", "make_jax_env"]

@@ -8,7 +8,7 @@ import optax
 import pytest
 
 from bpo.fqe import (
-    FQESettings, QState, fqe_loss, fqe_step, polyak_update, q_bounds, q_hat_bounds, r_hat, td_weights, to_real,
+    FQESettings, QState, expected_next_value, fqe_loss, fqe_step, polyak_update, q_bounds, q_hat_bounds, r_hat, take_action, td_weights, to_real,
 )
 
 N_S, N_A, GAMMA = 3, 2, 0.9
@@ -64,8 +64,14 @@ def train_fqe(batch, gamma, bounds, settings, steps=4000):
     pi_next = jnp.asarray(batch["next_obs"] @ PI)  # rows of zeros at terminal states: no bootstrap anyway
     log_pi = jnp.log(jnp.asarray(PI)[batch["obs"].argmax(-1), batch["action"]])
 
+    def predict(params, b):
+        return take_action(tabular_apply(params, b["obs"]), b["action"])
+
+    def next_values(params, b):
+        return expected_next_value(to_real(tabular_apply(params, b["next_obs"]), settings.symlog_targets), pi_next)
+
     def body(state, _):
-        state, metrics = fqe_step(state, batch, pi_next, log_pi, apply_fn=tabular_apply, tx=tx, gamma=gamma,
+        state, metrics = fqe_step(state, batch, log_pi, predict=predict, next_values=next_values, tx=tx, gamma=gamma,
                                   bounds=bounds, tau=0.02, reg_coef=1.0, settings=settings)
         return state, metrics["loss"]
 

@@ -20,7 +20,8 @@ from bpo.agents.bpo import make_behaviour
 from bpo.agents.reinforce import make_optimizer, reinforce_update
 from bpo.config import EpisodicTrainConfig, Hyperparams, validate
 from bpo.fqe import take_action
-from bpo.networks import SHORT_CORRIDOR_FEATURES, LinearSoftmax, two_action_logits
+from bpo.distributions import logits_dist
+from bpo.networks import MLP, SHORT_CORRIDOR_FEATURES, LinearSoftmax, two_action_logits
 from bpo.returns import tis_lambda_returns
 from envs import make_jax_env
 
@@ -112,8 +113,11 @@ def make_train(cfg: EpisodicTrainConfig, progress: Callable | None = None):
         pi_params = policy.init(k_pi, obs0)
         behaviour, bstate, replay = None, (), None
         if use_bpo:
-            behaviour = make_behaviour(cfg.bpo, env.n_actions, init_logits, hp)
-            bstate = behaviour.init(k_beh, obs0)
+            mu_net = MLP(cfg.bpo.mu_hidden, env.n_actions, zero_head=True, head_bias=init_logits)
+            mu_apply = lambda p, o: logits_dist(mu_net.apply(p, o))  # noqa: E731
+            behaviour = make_behaviour(cfg.bpo, True, env.n_actions, mu_apply, hp)
+            mu_params = mu_net.init(jax.random.split(k_beh, 3)[2], obs0)
+            bstate = behaviour.init(k_beh, obs0, jnp.int32(0), mu_params)
             zero = jnp.float32(0.0)  # explicit dtypes: Python floats would become float64 under x64
             example = {"obs": obs0, "action": jnp.int32(0), "reward": zero, "terminated": zero, "truncated": zero,
                        "next_obs": obs0, "log_mu": zero}
@@ -121,7 +125,7 @@ def make_train(cfg: EpisodicTrainConfig, progress: Callable | None = None):
 
         def behaviour_logits(carry):
             if use_bpo:
-                return lambda o: behaviour.mu_apply(carry.behaviour.mu_params, o)
+                return lambda o: behaviour.mu_apply(carry.behaviour.mu_params, o).loc
             return lambda o: policy.apply(carry.pi_params, o)
 
         def one_episode(carry: Carry, _):
@@ -146,8 +150,8 @@ def make_train(cfg: EpisodicTrainConfig, progress: Callable | None = None):
                 carry.pi_params, carry.pi_opt_state, tx, policy.apply, ep.obs, ep.action, returns, valid
             )
             if use_bpo:
-                pi_logits_fn = lambda o: policy.apply(pi_params, o)  # noqa: E731
-                bstate, metrics = behaviour.step(k_beh, bstate, replay, pi_logits_fn, hp.gamma)
+                pi_dist_fn = lambda o: logits_dist(policy.apply(pi_params, o))  # noqa: E731
+                bstate, metrics = behaviour.step(k_beh, bstate, replay, pi_dist_fn, hp.gamma)
             metrics = {**metrics, "train_return": jnp.sum(ep.reward * valid), "episode_length": jnp.sum(valid),
                        "pg_loss": loss}
             return Carry(key, pi_params, opt_state, bstate, replay, carry.episode + 1), metrics

@@ -109,6 +109,19 @@ class BehaviourConfig:
     'reverse_kl' is KL(mu || q). Both are minimised at mu = q, q ∝ pi sqrt(Q-hat)."""
     use_q_hat: bool = True
     """False is the 'no Q-hat' ablation (Figure 4): mu's target drops the Q-hat term and tracks pi."""
+    clip_actions: bool = True
+    """Continuous actions: Q and Q-hat see actions clipped to the action bounds (what the
+    environment executes), for the stored actions, the sampled a' ~ pi and mu's samples in eq. (16).
+    Log-probabilities always use the unclipped sample."""
+    advantage: Literal["authors", "eq11"] = "authors"
+    """BPO-PPO advantage: 'authors' is r_t + gamma((1-lam)V(s') + lam G_{t+1}) - V(s_t), without
+    rho_t because the ratio pi_theta/mu corrects the current action; 'eq11' is G_t - V(s_t)."""
+    weight_on_advantage: bool = False
+    """Decoupled-PPO form: the clipped ratio is pi_theta/pi_old and the advantage is multiplied
+    by rho_t = min(rho_bar, pi_old/mu). Off: the ratio is pi_theta/mu (paper Section 5.1)."""
+    ppo_ent_coef: float = 0.0
+    """Entropy coefficient of the PPO update inside BPO-PPO (0 in the authors' code); plain PPO
+    uses ppo.ent_coef."""
 
 
 @dataclass(frozen=True)
@@ -142,6 +155,106 @@ class EpisodicTrainConfig:
     """Behaviour step (algo = bpo only)."""
 
 
+@dataclass(frozen=True)
+class PPOConfig:
+    """PPO target update (paper Listing 1, eqs. 10 and 12) with Stable-Baselines3 field names.
+    Defaults are Table 4's (MuJoCo default)."""
+
+    learning_rate: float = 3e-4
+    """Adam learning rate of the actor and of the critic (separate optimisers, Tables 3-4). Traced."""
+    lr_schedule: Literal["constant", "linear"] = "constant"
+    """'linear' decays the learning rate to 0 over the run (SB3's linear schedule of the
+    remaining progress, evaluated once per update)."""
+    n_steps: int = 2048
+    """Steps per environment per rollout (T)."""
+    n_envs: int = 1
+    """Parallel environments; a rollout has n_steps * n_envs transitions."""
+    batch_size: int = 64
+    """Minibatch size of the PPO epochs; must divide n_steps * n_envs."""
+    n_epochs: int = 10
+    """Passes over the rollout per update."""
+    gamma: float = 0.99
+    """Discount factor. Traced."""
+    gae_lambda: float = 0.95
+    """lambda of GAE (PPO) and of the truncated IS-TD(lambda) returns (BPO-PPO). Traced."""
+    clip_range: float = 0.2
+    """epsilon of the clipped surrogate, eq. (10). Traced."""
+    clip_range_schedule: Literal["constant", "linear"] = "constant"
+    """'linear' decays the clip range to 0 over the run like the learning rate."""
+    ent_coef: float = 0.0
+    """beta_ent, weight of the entropy bonus (PPO; BPO-PPO uses bpo.ppo_ent_coef). Traced."""
+    vf_coef: float = 0.5
+    """beta_value, weight of the value loss 0.5 mean((V - G)^2), eq. (12). Traced."""
+    max_grad_norm: float = 0.5
+    """Global gradient-norm clip, applied to the actor and the critic separately."""
+    adam_eps: float = 1e-5
+    """Adam epsilon."""
+    normalize_advantage: bool = True
+    """Standardise advantages per minibatch (SB3)."""
+    normalize_observations: bool = True
+    """Running mean/std observation normalisation (SB3 VecNormalize, clip 10), shared by every
+    network, updated on training data only and frozen during evaluation."""
+    use_sde: bool = False
+    """Generalised state-dependent exploration (continuous actions)."""
+    sde_sample_freq: int = -1
+    """Resample the gSDE exploration matrices every this many steps; -1: once per rollout."""
+    log_std_init: float = 0.0
+    """Initial log standard deviation of the Gaussian policy."""
+    pi_hidden: tuple[int, ...] = (64, 64)
+    """Hidden widths of the actor MLP."""
+    vf_hidden: tuple[int, ...] = (64, 64)
+    """Hidden widths of the critic MLP."""
+    activation: Literal["relu", "tanh"] = "relu"
+    """Hidden activation of actor and critic (the paper's tables: ReLU)."""
+    ortho_init: bool = True
+    """SB3's orthogonal initialisation (gains sqrt 2, 0.01 for the policy head, 1 for the value head)."""
+
+
+@dataclass(frozen=True)
+class OnPolicyTrainConfig:
+    """A training run of PPO or BPO-PPO on a JAX environment: vectorised auto-resetting envs, the
+    whole run one jitted function (rollout, returns, PPO epochs, FQE, mu), seeds vmapped."""
+
+    preset: str = "cartpole_ppo"
+    """Label of the preset this configuration came from (recorded in the results)."""
+    env: str = "CartPole-v1"
+    """Environment id from ``envs.FUNCTIONAL_ENVS``."""
+    algo: Literal["ppo", "bpo"] = "bpo"
+    """ppo: data from pi (Listing 1); bpo: data from the behaviour policy mu (Listing 4)."""
+    seeds: int = 1
+    """Number of independent runs, vmapped in one jitted call."""
+    seed: int = 0
+    """Base seed; run i uses jax.random.fold_in(PRNGKey(seed), i)."""
+    total_timesteps: int = 100_000
+    """Training budget in environment steps, rounded up to whole rollouts as SB3 does."""
+    eval_every: int = 5_000
+    """Evaluate every this many environment steps (rounded down to whole rollouts, at least one)
+    and once at the end."""
+    eval_episodes: int = 10
+    """Episodes per evaluation with the deterministic policy (argmax / Gaussian mean)."""
+    ppo: PPOConfig = field(default_factory=PPOConfig)
+    """Target-policy update."""
+    bpo: BehaviourConfig = field(default_factory=BehaviourConfig)
+    """Behaviour step (algo = bpo only)."""
+
+
+class PPOHyperparams(NamedTuple):
+    """Traced hyperparameters of an on-policy run; every leaf may carry a vmapped axis."""
+
+    learning_rate: jnp.ndarray
+    clip_range: jnp.ndarray
+    ent_coef: jnp.ndarray
+    vf_coef: jnp.ndarray
+    gamma: jnp.ndarray
+    gae_lambda: jnp.ndarray
+    rho_bar: jnp.ndarray
+    c_bar: jnp.ndarray
+    q_lr: jnp.ndarray
+    mu_lr: jnp.ndarray
+    polyak_tau: jnp.ndarray
+    symlog_reg_coef: jnp.ndarray
+
+
 class Hyperparams(NamedTuple):
     """Traced hyperparameters of an episodic run; every leaf may carry a vmapped axis."""
 
@@ -157,7 +270,17 @@ class Hyperparams(NamedTuple):
     symlog_reg_coef: jnp.ndarray
 
 
-def traced_hyperparams(cfg: EpisodicTrainConfig) -> Hyperparams:
+def traced_hyperparams(cfg):
+    """The traced fields of ``cfg`` as float32 arrays: Hyperparams or PPOHyperparams."""
+    if isinstance(cfg, OnPolicyTrainConfig):
+        p, b = cfg.ppo, cfg.bpo
+        ent_coef = b.ppo_ent_coef if cfg.algo == "bpo" else p.ent_coef
+        values = dict(
+            learning_rate=p.learning_rate, clip_range=p.clip_range, ent_coef=ent_coef, vf_coef=p.vf_coef,
+            gamma=p.gamma, gae_lambda=p.gae_lambda, rho_bar=b.rho_bar, c_bar=b.c_bar, q_lr=b.q_lr, mu_lr=b.mu_lr,
+            polyak_tau=b.polyak_tau, symlog_reg_coef=b.symlog_reg_coef,
+        )
+        return PPOHyperparams(**{k: jnp.asarray(v, dtype=jnp.float32) for k, v in values.items()})
     r, b = cfg.reinforce, cfg.bpo
     values = dict(
         lr_start=r.lr_start, lr_end=r.lr_end, gamma=r.gamma, rho_bar=b.rho_bar, c_bar=b.c_bar, lam=b.lam,
@@ -206,8 +329,10 @@ def _choice(name, value, allowed):
         raise ConfigError(name, f"must be one of {list(allowed)}, got {value!r}")
 
 
-def validate(cfg: EpisodicTrainConfig) -> EpisodicTrainConfig:
+def validate(cfg):
     """Check every field and cross-field constraint; raise ConfigError before anything compiles."""
+    if isinstance(cfg, OnPolicyTrainConfig):
+        return _validate_onpolicy(cfg)
     from envs import JAX_ENVS
 
     _choice("env", cfg.env, sorted(JAX_ENVS))
@@ -227,10 +352,17 @@ def validate(cfg: EpisodicTrainConfig) -> EpisodicTrainConfig:
     if not (isinstance(r.init_right_prob, float) and 0.0 < r.init_right_prob < 1.0):
         raise ConfigError("reinforce.init_right_prob", f"must be in (0, 1), got {r.init_right_prob!r}")
 
+    _validate_behaviour(cfg.bpo)
     b = cfg.bpo
+    _in_unit_interval("bpo.lam", b.lam)
+    if cfg.algo == "bpo" and b.clip_targets and r.gamma >= 1.0:
+        raise ConfigError("reinforce.gamma", "must be < 1 when bpo.clip_targets bounds targets by r/(1-gamma)")
+    return cfg
+
+
+def _validate_behaviour(b: BehaviourConfig) -> None:
     _positive("bpo.rho_bar", b.rho_bar, allow_inf=True)
     _positive("bpo.c_bar", b.c_bar, allow_inf=True)
-    _in_unit_interval("bpo.lam", b.lam)
     _choice("bpo.traj", b.traj, ("per_decision", "traj", "traj_shifted"))
     for name in ("replay_size", "q_batch_size", "mu_batch_size", "n_qvf_epochs", "n_mu_epochs"):
         _positive_int(f"bpo.{name}", getattr(b, name))
@@ -254,8 +386,49 @@ def validate(cfg: EpisodicTrainConfig) -> EpisodicTrainConfig:
     _choice("bpo.bootstrap_net", b.bootstrap_net, ("online", "target"))
     _choice("bpo.mu_loss", b.mu_loss, ("cross_entropy", "reverse_kl"))
     _positive("bpo.q_hat_floor", b.q_hat_floor)
-    if cfg.algo == "bpo" and b.clip_targets and r.gamma >= 1.0:
-        raise ConfigError("reinforce.gamma", "must be < 1 when bpo.clip_targets bounds targets by r/(1-gamma)")
+    _choice("bpo.advantage", b.advantage, ("authors", "eq11"))
+    if not (isinstance(b.ppo_ent_coef, (int, float)) and b.ppo_ent_coef >= 0):
+        raise ConfigError("bpo.ppo_ent_coef", f"must be a number >= 0, got {b.ppo_ent_coef!r}")
+
+
+def _validate_onpolicy(cfg: OnPolicyTrainConfig) -> OnPolicyTrainConfig:
+    from envs import FUNCTIONAL_ENVS, make_env
+
+    _choice("env", cfg.env, sorted(FUNCTIONAL_ENVS))
+    _choice("algo", cfg.algo, ("ppo", "bpo"))
+    for name in ("seeds", "total_timesteps", "eval_every", "eval_episodes"):
+        _positive_int(name, getattr(cfg, name))
+    if not isinstance(cfg.seed, int) or cfg.seed < 0:
+        raise ConfigError("seed", f"must be an integer >= 0, got {cfg.seed!r}")
+    p = cfg.ppo
+    for name in ("n_steps", "n_envs", "batch_size", "n_epochs"):
+        _positive_int(f"ppo.{name}", getattr(p, name))
+    rollout = p.n_steps * p.n_envs
+    if rollout % p.batch_size:
+        raise ConfigError("ppo.batch_size", f"must divide n_steps * n_envs = {rollout}, got {p.batch_size}")
+    _positive("ppo.learning_rate", p.learning_rate)
+    _choice("ppo.lr_schedule", p.lr_schedule, ("constant", "linear"))
+    _choice("ppo.clip_range_schedule", p.clip_range_schedule, ("constant", "linear"))
+    _in_unit_interval("ppo.gamma", p.gamma, open_right=True)
+    _in_unit_interval("ppo.gae_lambda", p.gae_lambda)
+    _positive("ppo.clip_range", p.clip_range)
+    for name in ("ent_coef", "vf_coef"):
+        value = getattr(p, name)
+        if not (isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0):
+            raise ConfigError(f"ppo.{name}", f"must be a number >= 0, got {value!r}")
+    _positive("ppo.max_grad_norm", p.max_grad_norm, allow_inf=True)
+    _positive("ppo.adam_eps", p.adam_eps)
+    if not isinstance(p.sde_sample_freq, int) or p.sde_sample_freq == 0 or p.sde_sample_freq < -1:
+        raise ConfigError("ppo.sde_sample_freq", f"must be -1 (once per rollout) or an integer >= 1, got {p.sde_sample_freq!r}")
+    _choice("ppo.activation", p.activation, ("relu", "tanh"))
+    for name in ("pi_hidden", "vf_hidden"):
+        widths = getattr(p, name)
+        if not widths or any(not isinstance(w, int) or w < 1 for w in widths):
+            raise ConfigError(f"ppo.{name}", f"must be a non-empty tuple of positive integers, got {widths!r}")
+    spec = make_env(cfg.env).spec
+    if p.use_sde and spec.discrete:
+        raise ConfigError("ppo.use_sde", f"needs continuous actions; {cfg.env} has discrete actions")
+    _validate_behaviour(cfg.bpo)
     return cfg
 
 

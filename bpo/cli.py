@@ -16,12 +16,13 @@ from typing import Annotated, Literal
 
 import tyro
 
-from bpo.config import ConfigError, EpisodicTrainConfig, validate
+from bpo.config import ConfigError, EpisodicTrainConfig, OnPolicyTrainConfig, validate
 from bpo.presets import PRESETS, get_preset
 
 USAGE = """usage: bpo {train,reproduce} ...
 
-  bpo train PRESET [--algo reinforce|bpo] [--seeds N] [--episodes N] [--out DIR] [overrides]
+  bpo train PRESET [--algo ppo|bpo|reinforce] [--seeds N] [--total-timesteps N | --episodes N]
+                   [--out DIR] [overrides]
       Train one configuration; N seeds run vmapped in one jitted call.
       Presets: %s. `bpo train PRESET --help` lists every field.
   bpo reproduce fig2 [--out DIR]
@@ -47,6 +48,21 @@ class TrainArgs:
 
 
 @dataclass(frozen=True)
+class OnPolicyTrainArgs:
+    """Train one configuration and write a run directory (config.json, curve.csv, train_metrics.csv,
+    summary.json)."""
+
+    config: Annotated[OnPolicyTrainConfig, tyro.conf.arg(name="")] = field(default_factory=OnPolicyTrainConfig)
+    out: Path | None = None
+    """Run directory to write; default runs/PRESET/ALGO."""
+    seed_chunk: int | None = None
+    """Seeds vmapped together; chunks run one after another inside the same jitted call (0 = all
+    at once). Default: 20 on a CPU, 0 on a GPU."""
+    progress: bool = True
+    """Show a progress bar with the latest evaluation return and steps/s."""
+
+
+@dataclass(frozen=True)
 class ReproduceArgs:
     """Reproduce a figure of the paper."""
 
@@ -69,16 +85,18 @@ def train_main(argv: list[str]) -> int:
     if not argv or argv[0].startswith("-"):
         if argv and argv[0] in ("-h", "--help"):
             print(USAGE)
-            tyro.cli(TrainArgs, args=["--help"], prog="bpo train PRESET")
+            tyro.cli(OnPolicyTrainArgs, args=["--help"], prog="bpo train PRESET")
             return 0
         return _fail(f"preset: missing; allowed: {sorted(PRESETS)}")
     try:
         preset = get_preset(argv[0])
     except ConfigError as e:
         return _fail(str(e))
-    args = tyro.cli(TrainArgs, default=TrainArgs(config=preset), args=argv[1:], prog=f"bpo train {argv[0]}")
+    on_policy = isinstance(preset, OnPolicyTrainConfig)
+    args_cls = OnPolicyTrainArgs if on_policy else TrainArgs
+    args = tyro.cli(args_cls, default=args_cls(config=preset), args=argv[1:], prog=f"bpo train {argv[0]}")
     try:
-        if args.total_timesteps is not None:
+        if not on_policy and args.total_timesteps is not None:
             raise ConfigError("total_timesteps", f"preset {preset.preset!r} is episodic; set --episodes instead")
         if args.seed_chunk is not None and args.seed_chunk < 0:
             raise ConfigError("seed_chunk", f"must be an integer >= 0, got {args.seed_chunk}")
@@ -90,7 +108,14 @@ def train_main(argv: list[str]) -> int:
     from bpo.train import run, write
 
     out_dir = args.out or Path("runs") / cfg.preset / cfg.algo
-    with EvalProgress(f"{cfg.preset}/{cfg.algo}", cfg.seeds * (cfg.episodes // cfg.eval_every + 1), args.progress) as bar:
+    if on_policy:
+        from bpo.runners.onpolicy import eval_schedule, n_updates
+
+        n_evals = int(eval_schedule(cfg).sum()) + 1
+        total_steps = cfg.seeds * n_updates(cfg) * cfg.ppo.n_steps * cfg.ppo.n_envs
+    else:
+        n_evals, total_steps = cfg.episodes // cfg.eval_every + 1, None
+    with EvalProgress(f"{cfg.preset}/{cfg.algo}", cfg.seeds * n_evals, args.progress, total_steps) as bar:
         out = run(cfg, progress=bar.update, seed_chunk=args.seed_chunk)
     summary = write(out, out_dir)
     print(

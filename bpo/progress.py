@@ -1,24 +1,40 @@
 """Progress display fed from inside jitted runs through ``jax.debug.callback``."""
 
+import time
+
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 
 class EvalProgress:
-    """Counts evaluation callbacks (one per seed per evaluation) and shows the latest return."""
+    """Counts evaluation callbacks (one per seed per evaluation) and shows the latest return and,
+    when ``total_env_steps`` is given, the training throughput in environment steps per second
+    (the share of evaluations done times the run's steps, over the time since the first one)."""
 
-    def __init__(self, label: str, total_calls: int, enabled: bool = True):
+    def __init__(self, label: str, total_calls: int, enabled: bool = True, total_env_steps: float | None = None):
         self.enabled = enabled
         self.latest = float("nan")
-        self._progress = Progress(
-            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-            TextColumn("eval return {task.fields[latest]:.2f}"), disable=not enabled,
-        )
-        self._task = self._progress.add_task(label, total=total_calls, latest=float("nan"))
+        self.total_calls = total_calls
+        self.total_env_steps = total_env_steps
+        self._calls = 0
+        self._start = None
+        columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                   TextColumn("eval return {task.fields[latest]:.2f}")]
+        if total_env_steps:
+            columns.append(TextColumn("{task.fields[rate]:,.0f} steps/s"))
+        self._progress = Progress(*columns, disable=not enabled)
+        self._task = self._progress.add_task(label, total=total_calls, latest=float("nan"), rate=0.0)
 
-    def update(self, episode, eval_return) -> None:
-        del episode
+    def update(self, step, eval_return) -> None:
+        del step
+        now = time.perf_counter()
+        if self._start is None:
+            self._start = now  # the first evaluation happens before training: time counts from it
+        self._calls += 1
         self.latest = float(eval_return)
-        self._progress.update(self._task, advance=1, latest=self.latest)
+        rate = 0.0
+        if self.total_env_steps and now > self._start:
+            rate = self._calls / self.total_calls * self.total_env_steps / (now - self._start)
+        self._progress.update(self._task, advance=1, latest=self.latest, rate=rate)
 
     def __enter__(self):
         self._progress.__enter__()

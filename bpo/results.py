@@ -47,10 +47,12 @@ def atomic_write_csv(path: Path, rows: list[dict]) -> None:
     atomic_write_text(path, buf.getvalue())
 
 
-def write_run_dir(run_dir: Path, config, curve: list[dict], summary: dict) -> None:
+def write_run_dir(run_dir: Path, config, curve: list[dict], summary: dict, train_metrics: list[dict] | None = None):
     run_dir = Path(run_dir)
     atomic_write_json(run_dir / "config.json", to_dict(config))
     atomic_write_csv(run_dir / "curve.csv", curve)
+    if train_metrics is not None:
+        atomic_write_csv(run_dir / "train_metrics.csv", train_metrics)
     atomic_write_json(run_dir / "summary.json", summary)
 
 

@@ -12,13 +12,21 @@ import jax.numpy as jnp
 import numpy as np
 
 from bpo import results
-from bpo.config import EpisodicTrainConfig, traced_hyperparams, validate
-from bpo.runners.episodic import make_train
+from bpo.config import EpisodicTrainConfig, OnPolicyTrainConfig, traced_hyperparams, validate
+
+
+def make_train(cfg, progress: Callable | None = None):
+    """The runner's ``train(key, hparams)`` for this kind of config."""
+    if isinstance(cfg, OnPolicyTrainConfig):
+        from bpo.runners.onpolicy import make_train as make
+    else:
+        from bpo.runners.episodic import make_train as make
+    return make(cfg, progress=progress)
 
 
 @dataclass
 class RunOutput:
-    config: EpisodicTrainConfig
+    config: EpisodicTrainConfig | OnPolicyTrainConfig
     metrics: dict  # numpy arrays with a leading seed axis
     compile_time_s: float
     wall_time_s: float
@@ -38,7 +46,7 @@ def default_seed_chunk() -> int:
     return 20 if jax.default_backend() == "cpu" else 0
 
 
-def run(cfg: EpisodicTrainConfig, progress: Callable | None = None, seed_chunk: int | None = None) -> RunOutput:
+def run(cfg, progress: Callable | None = None, seed_chunk: int | None = None) -> RunOutput:
     """Train ``cfg.seeds`` independent runs in one jitted call.
 
     Seeds are vmapped in chunks of ``seed_chunk`` that ``lax.map`` runs one after another inside
@@ -73,21 +81,27 @@ def run(cfg: EpisodicTrainConfig, progress: Callable | None = None, seed_chunk: 
     )
 
 
+def env_steps_per_seed(out: RunOutput) -> float:
+    cfg = out.config
+    if isinstance(cfg, OnPolicyTrainConfig):
+        return float(out.metrics["eval"]["eval_step"][0, -1])
+    return float(np.mean(np.sum(out.metrics["train"]["episode_length"], axis=1)))
+
+
 def summarize(out: RunOutput) -> dict:
     cfg = out.config
     final = out.metrics["eval"]["eval_return"][:, -1].astype(float)
-    env_steps = float(np.sum(out.metrics["train"]["episode_length"]))
-    return {
+    on_policy = isinstance(cfg, OnPolicyTrainConfig)
+    env_steps = env_steps_per_seed(out) * cfg.seeds
+    summary = {
         "preset": cfg.preset,
         "algo": cfg.algo,
         "env": cfg.env,
         "seeds": cfg.seeds,
-        "episodes": cfg.episodes,
-        "step_unit": "episode",
+        "step_unit": "env_step" if on_policy else "episode",
         "final_eval_returns": final.tolist(),
         "final_mean": float(final.mean()),
         "final_se": float(final.std(ddof=1) / np.sqrt(len(final))) if len(final) > 1 else float("nan"),
-        "final_exact_return_mean": _maybe_mean(out.metrics["eval"].get("exact_return")),
         "env_steps": env_steps,
         "wall_time_s": out.wall_time_s,
         "compile_time_s": out.compile_time_s,
@@ -95,6 +109,12 @@ def summarize(out: RunOutput) -> dict:
         "seed_chunk": out.seed_chunk,
         "backend": out.backend,
     }
+    if on_policy:
+        summary["total_timesteps"] = env_steps_per_seed(out)
+    else:
+        summary["episodes"] = cfg.episodes
+        summary["final_exact_return_mean"] = _maybe_mean(out.metrics["eval"].get("exact_return"))
+    return summary
 
 
 def _maybe_mean(values):
@@ -102,11 +122,15 @@ def _maybe_mean(values):
 
 
 def curve_rows(out: RunOutput) -> list[dict]:
-    """One row per evaluation per seed: step (episodes done), seed, eval_return, extras."""
+    """One row per evaluation per seed: step (episodes done, or env steps for on-policy runs),
+    seed, eval_return, extras."""
     ev = out.metrics["eval"]
+    n_seeds, n_evals = ev["eval_return"].shape
+    if isinstance(out.config, OnPolicyTrainConfig):
+        return [{"step": int(ev["eval_step"][s, i]), "seed": s, "eval_return": float(ev["eval_return"][s, i])}
+                for s in range(n_seeds) for i in range(n_evals)]
     env_steps = np.cumsum(out.metrics["train"]["episode_length"], axis=1)
     rows = []
-    n_seeds, n_evals = ev["eval_return"].shape
     for s in range(n_seeds):
         for i in range(n_evals):
             step = int(ev["eval_episode"][s, i])
@@ -124,7 +148,15 @@ def curve_rows(out: RunOutput) -> list[dict]:
     return rows
 
 
+def train_metric_rows(out: RunOutput) -> list[dict]:
+    """Per-update (or per-episode) training metrics averaged over seeds: one row per update."""
+    train = out.metrics["train"]
+    n = next(iter(train.values())).shape[1]
+    means = {k: np.nanmean(v.reshape(v.shape[0], n, -1), axis=(0, 2)) for k, v in train.items()}
+    return [{"update": i, **{k: float(v[i]) for k, v in sorted(means.items())}} for i in range(n)]
+
+
 def write(out: RunOutput, run_dir: Path) -> dict:
     summary = summarize(out)
-    results.write_run_dir(run_dir, out.config, curve_rows(out), summary)
+    results.write_run_dir(run_dir, out.config, curve_rows(out), summary, train_metric_rows(out))
     return summary

@@ -79,3 +79,11 @@ def resample_due(step_in_rollout, sde_sample_freq: int):
     if sde_sample_freq > 0:
         return step_in_rollout % sde_sample_freq == 0
     return step_in_rollout == 0
+
+
+def gsde_action(key, dist: Dist, latent, matrices, log_std, step_in_rollout, sde_sample_freq: int):
+    """One rollout step of gSDE for ``n`` environments: resample the exploration matrices when
+    due, then act ``mean + latent @ E``. Returns ``(action, matrices)``."""
+    fresh = sample_exploration_matrices(key, log_std, latent.shape[0])
+    matrices = jnp.where(resample_due(step_in_rollout, sde_sample_freq), fresh, matrices)
+    return dist.loc + sde_noise(latent, matrices), matrices

@@ -7,7 +7,7 @@
 
 import gymnasium as gym
 
-from envs.functional import ContinuousCartPole, GymnaxEnv, ShortCorridorFunctional
+from envs.functional import ContinuousCartPole, GymnaxEnv, ShortCorridorFunctional, TruncationProbe
 from envs.short_corridor import ShortCorridorEnv, ShortCorridorJax
 
 if "ShortCorridor-v0" not in gym.registry:
@@ -22,6 +22,7 @@ FUNCTIONAL_ENVS = {
     "MountainCarContinuous-v0": lambda: GymnaxEnv("MountainCarContinuous-v0"),
     "ContinuousCartPole-v0": ContinuousCartPole,
     "ShortCorridor-v0": ShortCorridorFunctional,
+    "TruncationProbe-v0": TruncationProbe,  # a probe for tests: bootstrapping at truncation
 }
 
 

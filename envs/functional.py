@@ -140,3 +140,24 @@ class ContinuousCartPole:
         terminated = (jnp.abs(new.x) > self.x_threshold) | (jnp.abs(new.theta) > self.theta_threshold)
         truncated = new.t >= self.spec.max_episode_steps
         return new, self._obs(new), jnp.float32(1.0), terminated, truncated
+
+
+class TruncationProbe:
+    """Probe environment for bootstrapping at truncation. Observation [0] in the start state A,
+    [1] in every later state B; reward 1 in B, 0 in A; never terminates; truncated after
+    ``max_steps`` steps. With correct bootstrapping from the final observation,
+    v(B) = 1/(1-gamma) and v(A) = gamma/(1-gamma); treating truncation as termination, or
+    bootstrapping from the reset observation A, gives smaller values of B."""
+
+    def __init__(self, max_steps: int = 4):
+        self.spec = EnvSpec(1, True, 2, None, None, max_steps)
+
+    def reset(self, key):
+        del key
+        return jnp.zeros((), jnp.int32), jnp.zeros(1, jnp.float32)
+
+    def step_env(self, key, t, action):
+        del key, action
+        t = t + 1
+        reward = jnp.where(t > 1, 1.0, 0.0).astype(jnp.float32)  # the reward of leaving state B
+        return t, jnp.ones(1, jnp.float32), reward, jnp.array(False), t >= self.spec.max_episode_steps

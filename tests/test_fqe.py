@@ -140,3 +140,78 @@ def test_bounds_loss_and_polyak():
     assert float(total) == pytest.approx(float(td) + 0.3 * (0.25 + 1.0) / 2)
     new = polyak_update({"w": jnp.array([0.0, 10.0])}, {"w": jnp.array([1.0, 0.0])}, 0.02)
     np.testing.assert_allclose(new["w"], [0.02, 9.8], rtol=1e-6)
+
+
+def _symlog(x):
+    return np.sign(x) * np.log1p(np.abs(x))
+
+
+def _symexp(x):
+    return np.sign(x) * np.expm1(np.abs(x))
+
+
+@pytest.mark.parametrize("symlog,weight_td,clip,bootstrap_target", [
+    (False, False, False, False),  # plain FQE, eq. (13)
+    (True, False, False, False),  # symlog targets + symlog regulariser towards the Polyak net
+    (False, True, False, False),  # weighted TD
+    (False, False, True, False),  # clipped targets
+    (False, False, False, True),  # bootstrap from the Polyak target network
+    (True, True, True, True),  # everything at once
+])
+def test_one_fqe_step_matches_numpy_reference(symlog, weight_td, clip, bootstrap_target):
+    """One SGD step of a linear Q(s, .) = s @ W against a NumPy re-derivation of every stabiliser:
+    targets (bootstrap net, clip, symlog), weights, the loss, its gradient and the Polyak update."""
+    rng = np.random.default_rng(3)
+    n, d, k = 16, 3, 2
+    obs = rng.normal(size=(n, d)).astype(np.float32)
+    next_obs = rng.normal(size=(n, d)).astype(np.float32)
+    action = rng.integers(0, k, n)
+    reward = rng.normal(size=n).astype(np.float32) * 3
+    terminated = (rng.random(n) < 0.2).astype(np.float32)
+    log_mu = np.log(rng.uniform(0.1, 0.9, n)).astype(np.float32)
+    log_pi = np.log(rng.uniform(0.1, 0.9, n)).astype(np.float32)
+    pi_next = rng.dirichlet(np.ones(k), n).astype(np.float32)
+    w_online = rng.normal(size=(d, k)).astype(np.float32)
+    w_target = rng.normal(size=(d, k)).astype(np.float32)
+    gamma, lr, tau, coef, bounds = 0.9, 0.1, 0.05, 0.7, (-2.0, 2.5)
+
+    # NumPy reference.
+    w_boot = w_target if bootstrap_target else w_online
+    next_q = next_obs @ w_boot
+    next_q = _symexp(next_q) if symlog else next_q
+    y = reward + gamma * (1 - terminated) * (pi_next * next_q).sum(1)
+    y = np.clip(y, *bounds) if clip else y
+    y = _symlog(y) if symlog else y
+    w = np.clip(np.exp(np.clip(log_pi - log_mu, -10, 10)), 0.1, 10) if weight_td else np.ones(n)
+    w = w / w.mean()
+    pred = (obs @ w_online)[np.arange(n), action]
+    reg_target = (obs @ w_target)[np.arange(n), action]
+    c = coef if symlog else 0.0
+    loss = 0.5 * np.mean(w * (pred - y) ** 2) + c * np.mean((pred - reg_target) ** 2)
+    dpred = (w * (pred - y) + 2 * c * (pred - reg_target)) / n
+    grad = np.zeros_like(w_online)
+    for i in range(n):
+        grad[:, action[i]] += dpred[i] * obs[i]
+    w_new = w_online - lr * grad
+    target_new = (1 - tau) * w_target + tau * w_new
+
+    tx = optax.sgd(lr)
+    state = QState({"W": jnp.asarray(w_online)}, {"W": jnp.asarray(w_target)}, tx.init({"W": jnp.asarray(w_online)}))
+    batch = {"obs": jnp.asarray(obs), "action": jnp.asarray(action), "reward": jnp.asarray(reward),
+             "terminated": jnp.asarray(terminated), "next_obs": jnp.asarray(next_obs), "log_mu": jnp.asarray(log_mu)}
+
+    def predict(params, b):
+        return take_action(b["obs"] @ params["W"], b["action"])
+
+    def next_values(params, b):
+        return expected_next_value(to_real(b["next_obs"] @ params["W"], symlog), jnp.asarray(pi_next))
+
+    settings = FQESettings(symlog, weight_td, clip, bootstrap_target)
+    new_state, metrics = fqe_step(state, batch, jnp.asarray(log_pi), predict=predict, next_values=next_values, tx=tx,
+                                  gamma=gamma, bounds=bounds, tau=tau, reg_coef=coef, settings=settings)
+    assert float(metrics["loss"]) == pytest.approx(loss, rel=1e-5)
+    np.testing.assert_allclose(new_state.params["W"], w_new, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(new_state.target_params["W"], target_new, rtol=1e-5, atol=1e-6)
+    if clip:
+        raw = reward + gamma * (1 - terminated) * (pi_next * next_q).sum(1)
+        assert float(metrics["clip_frac"]) == pytest.approx(np.mean((raw < bounds[0]) | (raw > bounds[1])))

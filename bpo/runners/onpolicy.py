@@ -124,9 +124,8 @@ def make_train(cfg: OnPolicyTrainConfig, progress: Callable | None = None):
                 obs_n = norm(stats, obs)
                 dist, latent = actor.apply(params, obs_n)
                 if use_sde:
-                    fresh = D.sample_exploration_matrices(k_sde, params["params"]["log_std"], n_envs)
-                    sde = jnp.where(D.resample_due(step_index, p.sde_sample_freq), fresh, sde)
-                    action = dist.loc + D.sde_noise(latent, sde)
+                    action, sde = D.gsde_action(k_sde, dist, latent, sde, params["params"]["log_std"], step_index,
+                                                p.sde_sample_freq)
                 else:
                     action = D.sample(k_act, dist, discrete)
                 step = vec_step(jax.random.split(k_env, n_envs), env_state, env_action(action))
@@ -248,9 +247,11 @@ def make_train(cfg: OnPolicyTrainConfig, progress: Callable | None = None):
             return carry, (ev, metrics)
 
         first = evaluate(carry0)
-        _, (evals, train_metrics) = jax.lax.scan(update_and_maybe_evaluate, carry0, jnp.arange(total_updates))
+        carry, (evals, train_metrics) = jax.lax.scan(update_and_maybe_evaluate, carry0, jnp.arange(total_updates))
         picked = jax.tree.map(lambda x: x[np.flatnonzero(eval_after)], evals)
         evals = jax.tree.map(lambda a, b: jnp.concatenate([a[None], b]), first, picked)
-        return {"eval": evals, "train": train_metrics}
+        final = {"actor_params": carry.ppo.actor_params, "critic_params": carry.ppo.critic_params,
+                 "obs_stats": carry.stats}
+        return {"eval": evals, "train": train_metrics, "final": final}
 
     return train

@@ -119,6 +119,11 @@ class BehaviourConfig:
     weight_on_advantage: bool = False
     """Decoupled-PPO form: the clipped ratio is pi_theta/pi_old and the advantage is multiplied
     by rho_t = min(rho_bar, pi_old/mu). Off: the ratio is pi_theta/mu (paper Section 5.1)."""
+    lr_schedule: Literal["constant", "linear"] = "constant"
+    """BPO-PPO: 'linear' decays the Q, Q-hat and mu learning rates to 0 over the run, with the
+    same remaining-progress factor as the PPO learning rate. (The authors' code gives every
+    network the PPO optimiser, whose schedule counts each network's own steps, so mu's rate
+    reaches 0 after about a quarter of a CartPole run; here the decay follows the run's progress.)"""
     ppo_ent_coef: float = 0.0
     """Entropy coefficient of the PPO update inside BPO-PPO (0 in the authors' code); plain PPO
     uses ppo.ent_coef."""
@@ -387,6 +392,7 @@ def _validate_behaviour(b: BehaviourConfig) -> None:
     _choice("bpo.mu_loss", b.mu_loss, ("cross_entropy", "reverse_kl"))
     _positive("bpo.q_hat_floor", b.q_hat_floor)
     _choice("bpo.advantage", b.advantage, ("authors", "eq11"))
+    _choice("bpo.lr_schedule", b.lr_schedule, ("constant", "linear"))
     if not (isinstance(b.ppo_ent_coef, (int, float)) and b.ppo_ent_coef >= 0):
         raise ConfigError("bpo.ppo_ent_coef", f"must be a number >= 0, got {b.ppo_ent_coef!r}")
 

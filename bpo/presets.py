@@ -24,7 +24,7 @@ _CARTPOLE_BPO = BehaviourConfig(
     rho_bar=1.5, c_bar=1.5, traj="per_decision", replay_size=1024, q_batch_size=256, mu_batch_size=128,
     n_qvf_epochs=10, n_mu_epochs=10, q_lr=1e-3, mu_lr=1e-3, q_max_grad_norm=0.5, mu_max_grad_norm=0.5,
     q_hidden=(64, 64), mu_hidden=(64, 64), layer_norm=True, zero_init_head=True, symlog_targets=True,
-    symlog_reg_coef=1.0, polyak_tau=0.02, weight_td=True, clip_targets=True, clip_actions=True,
+    symlog_reg_coef=1.0, polyak_tau=0.02, weight_td=True, clip_targets=True, clip_actions=True, lr_schedule="linear",
 )
 
 PRESETS = {
@@ -61,7 +61,7 @@ PRESETS = {
         ppo=PPOConfig(learning_rate=1e-3, n_steps=1024, n_envs=4, batch_size=64, n_epochs=10, gamma=0.9,
                       gae_lambda=0.95, clip_range=0.2, ent_coef=0.0, use_sde=True, sde_sample_freq=4,
                       log_std_init=0.0, activation="tanh"),
-        bpo=replace(_CARTPOLE_BPO, replay_size=4096, n_qvf_epochs=5, n_mu_epochs=5),
+        bpo=replace(_CARTPOLE_BPO, replay_size=4096, n_qvf_epochs=5, n_mu_epochs=5, lr_schedule="constant"),
     ),
     "mountaincar_continuous_ppo": OnPolicyTrainConfig(
         preset="mountaincar_continuous_ppo", env="MountainCarContinuous-v0", total_timesteps=50_000,
@@ -69,13 +69,13 @@ PRESETS = {
         ppo=PPOConfig(learning_rate=7.77e-5, n_steps=64, n_envs=8, batch_size=256, n_epochs=10, gamma=0.9999,
                       gae_lambda=0.9, clip_range=0.1, ent_coef=0.00429, vf_coef=0.19, max_grad_norm=5.0,
                       use_sde=True, sde_sample_freq=-1, log_std_init=-3.29, ortho_init=False, activation="tanh"),
-        bpo=replace(_CARTPOLE_BPO, replay_size=2048, n_qvf_epochs=5, n_mu_epochs=5),
+        bpo=replace(_CARTPOLE_BPO, replay_size=2048, n_qvf_epochs=5, n_mu_epochs=5, lr_schedule="constant"),
     ),
     "short_corridor_ppo": OnPolicyTrainConfig(
         preset="short_corridor_ppo", env="ShortCorridor-v0", total_timesteps=20_480, eval_every=2_048,
         ppo=PPOConfig(learning_rate=1e-3, n_steps=64, n_envs=8, batch_size=256, n_epochs=10, gamma=0.99,
                       gae_lambda=0.95, ent_coef=0.01, normalize_observations=False),
-        bpo=replace(_CARTPOLE_BPO, c_bar=1.0),
+        bpo=replace(_CARTPOLE_BPO, c_bar=1.0, lr_schedule="constant"),
     ),
 }
 

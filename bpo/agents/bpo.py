@@ -60,6 +60,8 @@ def make_behaviour(cfg: BehaviourConfig, discrete: bool, n_actions: int, mu_appl
     architecture as pi). ``hp`` holds the traced q_lr, mu_lr, polyak_tau, symlog_reg_coef.
     ``n_actions`` is the number of actions (discrete) or the action dimension (continuous)."""
     q_net = MLP(cfg.q_hidden, n_actions if discrete else 1, layer_norm=cfg.layer_norm, zero_head=cfg.zero_init_head)
+    # The learning rates may be scaled per call of ``step`` (a decay schedule); Adam's state does
+    # not depend on the rate, so optimisers built with different rates share one state.
     q_tx = adam(hp.q_lr, cfg.adam_eps, cfg.q_max_grad_norm)
     mu_tx = adam(hp.mu_lr, cfg.adam_eps, cfg.mu_max_grad_norm)
     settings = FQESettings(cfg.symlog_targets, cfg.weight_td, cfg.clip_targets, cfg.bootstrap_net == "target")
@@ -106,7 +108,7 @@ def make_behaviour(cfg: BehaviourConfig, discrete: bool, n_actions: int, mu_appl
 
         return next_values
 
-    def run_fqe(key, q_state, replay, rewards_field, gamma, bounds, pi_next, log_pi):
+    def run_fqe(key, q_state, replay, rewards_field, gamma, bounds, pi_next, log_pi, q_tx):
         next_values = next_value_fn(pi_next)
 
         def minibatch(state, xs):
@@ -151,8 +153,11 @@ def make_behaviour(cfg: BehaviourConfig, discrete: bool, n_actions: int, mu_appl
         values = to_real(q_net.apply(q_hat_params, obs), cfg.symlog_targets)
         return floored_q_hat(values, cfg.q_hat_floor, hat_cap if cfg.clip_targets else None)
 
-    def step(key, state: BehaviourState, replay: rb.Replay, pi_dist_fn: Callable, gamma):
+    def step(key, state: BehaviourState, replay: rb.Replay, pi_dist_fn: Callable, gamma, lr_scale=1.0):
+        """One behaviour step on D; ``lr_scale`` multiplies the Q, Q-hat and mu learning rates."""
         k_q, k_qh, k_mu = jax.random.split(key, 3)
+        q_tx = adam(hp.q_lr * lr_scale, cfg.adam_eps, cfg.q_max_grad_norm)
+        mu_tx = adam(hp.mu_lr * lr_scale, cfg.adam_eps, cfg.mu_max_grad_norm)
         data = replay.data
         filled = jnp.arange(replay.capacity) < replay.size
         # pi is fixed during the behaviour step: evaluate it once on the whole buffer.
@@ -163,7 +168,7 @@ def make_behaviour(cfg: BehaviourConfig, discrete: bool, n_actions: int, mu_appl
         r_min = jnp.minimum(state.r_min, jnp.min(jnp.where(filled, data["reward"], jnp.inf)))
         r_max = jnp.maximum(state.r_max, jnp.max(jnp.where(filled, data["reward"], -jnp.inf)))
         bounds = q_bounds(r_min, r_max, gamma)
-        q, q_metrics = run_fqe(k_q, state.q, replay, "reward", gamma, bounds, pi_next, log_pi)
+        q, q_metrics = run_fqe(k_q, state.q, replay, "reward", gamma, bounds, pi_next, log_pi, q_tx)
 
         q_sa = q_value(q.params, data["obs"], data["action"])
         if cfg.clip_targets:
@@ -171,7 +176,8 @@ def make_behaviour(cfg: BehaviourConfig, discrete: bool, n_actions: int, mu_appl
         replay = replay.replace(data={**data, "r_hat": r_hat(data["reward"], q_sa)})
         r_hat_max = jnp.maximum(state.r_hat_max, jnp.max(jnp.where(filled, replay.data["r_hat"], -jnp.inf)))
         hat_bounds = q_hat_bounds(r_hat_max, gamma)
-        q_hat, q_hat_metrics = run_fqe(k_qh, state.q_hat, replay, "r_hat", gamma**2, hat_bounds, pi_next, log_pi)
+        q_hat, q_hat_metrics = run_fqe(k_qh, state.q_hat, replay, "r_hat", gamma**2, hat_bounds, pi_next, log_pi,
+                                       q_tx)
 
         q_hat_all = discrete_q_hat(q_hat.params, data["obs"], hat_bounds[1]) if discrete else None
 

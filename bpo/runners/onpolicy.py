@@ -200,7 +200,9 @@ def make_train(cfg: OnPolicyTrainConfig, progress: Callable | None = None):
             if use_bpo:
                 normed = replay.replace(data={**replay.data, "obs": norm(carry.stats, replay.data["obs"]),
                                               "next_obs": norm(carry.stats, replay.data["next_obs"])})
-                bstate, beh_metrics = behaviour.step(k_beh, bstate, normed, dist_fn(ppo_state.actor_params), hp.gamma)
+                lr_scale = linear_schedule(1.0, progress_remaining, b.lr_schedule)
+                bstate, beh_metrics = behaviour.step(k_beh, bstate, normed, dist_fn(ppo_state.actor_params), hp.gamma,
+                                                     lr_scale)
             finished = rows["finished_return"]
             n_finished = jnp.sum(~jnp.isnan(finished))
             metrics = {**ppo_metrics, **beh_metrics, **diagnostics,

@@ -27,6 +27,8 @@ USAGE = """usage: bpo {train,reproduce} ...
       Presets: %s. `bpo train PRESET --help` lists every field.
   bpo reproduce fig2 [--out DIR]
       Figure 2: 100 runs each of REINFORCE and BPO-REINFORCE on ShortCorridor.
+  bpo reproduce classic [--presets cartpole_ppo pendulum_ppo] [--seeds 10] [--out DIR]
+      PPO vs BPO-PPO on classic-control presets: table of final returns and learning curves.
 """ % ", ".join(sorted(PRESETS))
 
 
@@ -66,12 +68,15 @@ class OnPolicyTrainArgs:
 class ReproduceArgs:
     """Reproduce a figure of the paper."""
 
-    figure: tyro.conf.Positional[Literal["fig2"]]
-    """Which figure: fig2 (ShortCorridor, REINFORCE vs BPO-REINFORCE)."""
+    figure: tyro.conf.Positional[Literal["fig2", "classic"]]
+    """fig2: ShortCorridor, REINFORCE vs BPO-REINFORCE (Figure 2). classic: PPO vs BPO-PPO on
+    classic-control presets (final-return table and learning curves)."""
     out: Path | None = None
-    """Output directory; default results/short_corridor."""
-    seeds: int = 100
-    """Independent runs per algorithm (the paper uses 100)."""
+    """Output directory; default results/short_corridor (fig2) or results/classic_control (classic)."""
+    seeds: int | None = None
+    """Independent runs per algorithm; default 100 for fig2 (as in the paper), 10 for classic."""
+    presets: tuple[str, ...] = ("cartpole_ppo", "pendulum_ppo")
+    """classic only: the on-policy presets to run."""
     progress: bool = True
     """Show a progress bar."""
 
@@ -128,11 +133,22 @@ def train_main(argv: list[str]) -> int:
 
 def reproduce_main(argv: list[str]) -> int:
     args = tyro.cli(ReproduceArgs, args=argv, prog="bpo reproduce")
-    if args.seeds < 1:
+    if args.seeds is not None and args.seeds < 1:
         return _fail(f"seeds: must be an integer >= 1, got {args.seeds}")
-    from experiments.fig2 import reproduce_fig2
+    if args.figure == "fig2":
+        from experiments.fig2 import reproduce_fig2
 
-    reproduce_fig2(args.out or Path("results/short_corridor"), seeds=args.seeds, show_progress=args.progress)
+        reproduce_fig2(args.out or Path("results/short_corridor"), seeds=args.seeds or 100,
+                       show_progress=args.progress)
+        return 0
+    for name in args.presets:
+        if not isinstance(PRESETS.get(name), OnPolicyTrainConfig):
+            on_policy = sorted(n for n, c in PRESETS.items() if isinstance(c, OnPolicyTrainConfig))
+            return _fail(f"presets: {name!r} is not an on-policy preset; allowed: {on_policy}")
+    from experiments.classic_control import reproduce_classic
+
+    reproduce_classic(args.out or Path("results/classic_control"), presets=args.presets, seeds=args.seeds or 10,
+                      show_progress=args.progress)
     return 0
 
 

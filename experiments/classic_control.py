@@ -1,0 +1,74 @@
+"""PPO vs BPO-PPO on classic-control presets: run directories, a table of final returns and
+learning curves (mean ± standard error over seeds).
+
+    bpo reproduce classic [--presets cartpole_ppo pendulum_ppo] [--seeds 10] [--out results/classic_control]
+
+Writes ``OUT/PRESET/{ppo,bpo}/`` run directories, ``OUT/summary.md`` and ``OUT/curves.png``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bpo import results
+from bpo.config import replace
+from bpo.presets import get_preset
+from bpo.progress import EvalProgress
+from bpo.runners.onpolicy import eval_schedule, n_updates
+from bpo.train import run, write
+from experiments.fig2 import mean_se_by_step
+
+ALGOS = (("ppo", "PPO"), ("bpo", "BPO (PPO)"))
+
+
+def reproduce_classic(out: Path, presets=("cartpole_ppo", "pendulum_ppo"), seeds: int = 10,
+                      show_progress: bool = True) -> dict:
+    out = Path(out)
+    summaries: dict = {}
+    for name in presets:
+        for algo, _ in ALGOS:
+            cfg = replace(get_preset(name), algo=algo, seeds=seeds)
+            calls = seeds * (int(eval_schedule(cfg).sum()) + 1)
+            steps = seeds * n_updates(cfg) * cfg.ppo.n_steps * cfg.ppo.n_envs
+            with EvalProgress(f"{name}/{algo}", calls, show_progress, steps) as bar:
+                summaries.setdefault(name, {})[algo] = write(run(cfg, progress=bar.update), out / name / algo)
+    table = format_table(summaries)
+    results.atomic_write_text(out / "summary.md", table + "\n")
+    plot_curves(out, presets)
+    print(table)
+    return summaries
+
+
+def format_table(summaries: dict) -> str:
+    lines = ["| preset | env | algorithm | seeds | final return (mean ± SE) | per-seed final returns | wall s |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for name, by_algo in summaries.items():
+        for algo, label in ALGOS:
+            s = by_algo[algo]
+            per_seed = ", ".join(f"{x:.1f}" for x in s["final_eval_returns"])
+            lines.append(f"| {name} | {s['env']} | {label} | {s['seeds']} | {s['final_mean']:.1f} ± {s['final_se']:.1f} "
+                         f"| {per_seed} | {s['wall_time_s']:.0f} |")
+    return "\n".join(lines)
+
+
+def plot_curves(out: Path, presets) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(presets), figsize=(5 * len(presets), 3.6), squeeze=False)
+    for ax, name in zip(axes[0], presets):
+        for algo, label in ALGOS:
+            steps, mean, se = mean_se_by_step(results.read_curve(out / name / algo))
+            ax.plot(steps, mean, label=label)
+            ax.fill_between(steps, mean - se, mean + se, alpha=0.25)
+        ax.set_title(name)
+        ax.set_xlabel("environment steps")
+        ax.set_ylabel("evaluation return")
+        ax.legend()
+    fig.tight_layout()
+    path = Path(out) / "curves.png"
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

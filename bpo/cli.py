@@ -152,8 +152,26 @@ def reproduce_main(argv: list[str]) -> int:
     return 0
 
 
+def enable_compile_cache() -> str | None:
+    """Keep compiled programs on disk so a repeated run of the same configuration (any seed: keys
+    are arguments, not constants) skips XLA compilation. ``BPO_COMPILE_CACHE`` names the folder
+    (default ~/.cache/bpo/xla); set it empty to turn the cache off."""
+    import os
+
+    folder = os.environ.get("BPO_COMPILE_CACHE", str(Path.home() / ".cache" / "bpo" / "xla"))
+    if not folder:
+        return None
+    import jax
+
+    jax.config.update("jax_compilation_cache_dir", folder)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
+    return folder
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] in ("train", "reproduce"):
+        enable_compile_cache()
     if not argv or argv[0] in ("-h", "--help"):
         print(USAGE)
         return 0 if argv else 2

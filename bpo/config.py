@@ -329,6 +329,11 @@ def _in_unit_interval(name, value, open_right=False):
         raise ConfigError(name, f"must be in [0, 1{')' if open_right else ']'}, got {value!r}")
 
 
+def _widths(name, widths):
+    if not widths or any(not isinstance(w, int) or w < 1 for w in widths):
+        raise ConfigError(name, f"must be a non-empty tuple of positive integers, got {widths!r}")
+
+
 def _choice(name, value, allowed):
     if value not in allowed:
         raise ConfigError(name, f"must be one of {list(allowed)}, got {value!r}")
@@ -382,9 +387,7 @@ def _validate_behaviour(b: BehaviourConfig) -> None:
     _positive("bpo.q_max_grad_norm", b.q_max_grad_norm, allow_inf=True)
     _positive("bpo.mu_max_grad_norm", b.mu_max_grad_norm, allow_inf=True)
     for name in ("q_hidden", "mu_hidden"):
-        widths = getattr(b, name)
-        if not widths or any(not isinstance(w, int) or w < 1 for w in widths):
-            raise ConfigError(f"bpo.{name}", f"must be a non-empty tuple of positive integers, got {widths!r}")
+        _widths(f"bpo.{name}", getattr(b, name))
     if not (isinstance(b.symlog_reg_coef, (int, float)) and b.symlog_reg_coef >= 0):
         raise ConfigError("bpo.symlog_reg_coef", f"must be a number >= 0, got {b.symlog_reg_coef!r}")
     _in_unit_interval("bpo.polyak_tau", b.polyak_tau)
@@ -428,9 +431,7 @@ def _validate_onpolicy(cfg: OnPolicyTrainConfig) -> OnPolicyTrainConfig:
         raise ConfigError("ppo.sde_sample_freq", f"must be -1 (once per rollout) or an integer >= 1, got {p.sde_sample_freq!r}")
     _choice("ppo.activation", p.activation, ("relu", "tanh"))
     for name in ("pi_hidden", "vf_hidden"):
-        widths = getattr(p, name)
-        if not widths or any(not isinstance(w, int) or w < 1 for w in widths):
-            raise ConfigError(f"ppo.{name}", f"must be a non-empty tuple of positive integers, got {widths!r}")
+        _widths(f"ppo.{name}", getattr(p, name))
     spec = make_env(cfg.env).spec
     if p.use_sde and spec.discrete:
         raise ConfigError("ppo.use_sde", f"needs continuous actions; {cfg.env} has discrete actions")

@@ -121,7 +121,8 @@ def train_main(argv: list[str]) -> int:
     else:
         n_evals, total_steps = cfg.episodes // cfg.eval_every + 1, None
     with EvalProgress(f"{cfg.preset}/{cfg.algo}", cfg.seeds * n_evals, args.progress, total_steps) as bar:
-        out = run(cfg, progress=bar.update, seed_chunk=args.seed_chunk)
+        # Without a progress bar the program has no host callback, so it can be kept in the compile cache.
+        out = run(cfg, progress=bar.update if args.progress else None, seed_chunk=args.seed_chunk)
     summary = write(out, out_dir)
     print(
         f"{cfg.algo} on {cfg.env}: final eval return {summary['final_mean']:.2f} ± {summary['final_se']:.2f} (SE, "

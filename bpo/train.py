@@ -64,6 +64,8 @@ def run(cfg, progress: Callable | None = None, seed_chunk: int | None = None) ->
     chunk = cfg.seeds if seed_chunk <= 0 else min(seed_chunk, cfg.seeds)
 
     def train_all(keys, hp):
+        if chunk == 1:  # a vmap of size 1 turns every matmul into a batched one, slower on a CPU
+            return jax.lax.map(lambda k: train(k, hp), keys)
         return jax.lax.map(lambda k: train(k, hp), keys, batch_size=chunk)
 
     compiled = jax.jit(train_all).lower(keys, hp).compile()

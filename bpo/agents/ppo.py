@@ -81,7 +81,7 @@ def ppo_update(key, state: PPOState, batch: dict, *, actor_apply, critic_apply, 
     n_minibatches = n // batch_size
 
     def minibatch(state: PPOState, idx):
-        mb = jax.tree.map(lambda x: x[idx], batch)
+        mb = batch if n_minibatches == 1 else jax.tree.map(lambda x: x[idx], batch)
         (_, actor_metrics), actor_grads = jax.value_and_grad(actor_loss, has_aux=True)(
             state.actor_params, actor_apply, mb, clip_range, ent_coef, discrete, normalize_advantage
         )
@@ -102,6 +102,9 @@ def ppo_update(key, state: PPOState, batch: dict, *, actor_apply, critic_apply, 
         return new_state, {**actor_metrics, "value_loss": v_loss}
 
     def epoch(state, k):
+        if n_minibatches == 1:  # one full-batch step: the order of the rows does not matter
+            new_state, metrics = minibatch(state, jnp.arange(n))
+            return new_state, jax.tree.map(lambda x: x[None], metrics)
         idx = jax.random.permutation(k, n)[: n_minibatches * batch_size].reshape(n_minibatches, batch_size)
         return jax.lax.scan(minibatch, state, idx)
 

@@ -84,7 +84,8 @@ def rejax_ppo(seeds: int, repeats: int = 1):
     preset = get_preset("cartpole_ppo")
     p = preset.ppo
     algo = PPO.create(
-        env=FiveTupleGymnax("CartPole-v1"), num_envs=p.n_envs, num_steps=p.n_steps, num_minibatches=p.n_steps * p.n_envs // p.batch_size,
+        env=FiveTupleGymnax("CartPole-v1"), num_envs=p.n_envs, num_steps=p.n_steps,
+        num_minibatches=p.n_steps * p.n_envs // p.batch_size,
         num_epochs=p.n_epochs, total_timesteps=preset.total_timesteps, eval_freq=preset.total_timesteps,
         learning_rate=p.learning_rate, max_grad_norm=p.max_grad_norm, gamma=p.gamma, gae_lambda=p.gae_lambda,
         clip_eps=p.clip_range, vf_coef=p.vf_coef, ent_coef=p.ent_coef,

@@ -51,8 +51,8 @@ class BehaviourConfig:
     c_bar: float = 1.0
     """'Trace cutting' truncation c_bar of eq. (6); inf disables it. Traced."""
     lam: float = 1.0
-    """lambda of eq. (6). Listing 3 uses 1 with no value function (the PDIS-style return); below 1
-    it shortens the effective horizon. Traced."""
+    """lambda of eq. (6) for BPO-REINFORCE. Listing 3 uses 1 with no value function (the PDIS-style
+    return); below 1 it shortens the effective horizon. Traced. BPO-PPO uses ppo.gae_lambda."""
     traj: Literal["per_decision", "traj", "traj_shifted"] = "per_decision"
     """Truncation mode: per-decision (eq. 6), trajectory-level 'traj' (min(c_bar, prod of
     ratios)), or the authors' shifted trajectory variant 'traj_shifted'."""
@@ -428,7 +428,8 @@ def _validate_onpolicy(cfg: OnPolicyTrainConfig) -> OnPolicyTrainConfig:
     _positive("ppo.max_grad_norm", p.max_grad_norm, allow_inf=True)
     _positive("ppo.adam_eps", p.adam_eps)
     if not isinstance(p.sde_sample_freq, int) or p.sde_sample_freq == 0 or p.sde_sample_freq < -1:
-        raise ConfigError("ppo.sde_sample_freq", f"must be -1 (once per rollout) or an integer >= 1, got {p.sde_sample_freq!r}")
+        raise ConfigError("ppo.sde_sample_freq",
+                          f"must be -1 (once per rollout) or an integer >= 1, got {p.sde_sample_freq!r}")
     _choice("ppo.activation", p.activation, ("relu", "tanh"))
     for name in ("pi_hidden", "vf_hidden"):
         _widths(f"ppo.{name}", getattr(p, name))

@@ -8,6 +8,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from bpo.distributions import Dist, logits_dist, sde_scale
+
 
 class LayerNorm(nn.Module):
     """Layer normalisation (Ba et al. 2016) with learned scale and bias, as flax's LayerNorm
@@ -123,13 +125,11 @@ class Actor(nn.Module):
 
     @nn.compact
     def __call__(self, obs):
-        from bpo.distributions import Dist, sde_scale
-
         latent = Torso(self.hidden, self.activation, self.ortho_init)(obs)
         head_init = _ortho(0.01) if self.ortho_init else nn.initializers.lecun_normal()
         loc = nn.Dense(self.n_out, kernel_init=head_init)(latent)
         if self.discrete:
-            return Dist(loc, jnp.zeros_like(loc)), latent
+            return logits_dist(loc), latent
         if self.use_sde:
             log_std = self.param("log_std", nn.initializers.constant(self.log_std_init), (latent.shape[-1], self.n_out))
             return Dist(loc, sde_scale(latent, log_std)), latent

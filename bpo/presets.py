@@ -10,7 +10,9 @@ are sensible settings for environments the paper does not use.
 
 from dataclasses import replace
 
-from bpo.config import BehaviourConfig, ConfigError, EpisodicTrainConfig, OnPolicyTrainConfig, PPOConfig, ReinforceConfig
+from bpo.config import (
+    BehaviourConfig, ConfigError, EpisodicTrainConfig, OnPolicyTrainConfig, PPOConfig, ReinforceConfig,
+)
 
 # The authors' CartPole settings (8 envs x 32 steps, batch 256, 20 epochs, decayed lr and clip; tanh
 # 64-unit actor and critic with LeCun-normal init; no observation normalisation).

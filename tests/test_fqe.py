@@ -8,7 +8,8 @@ import optax
 import pytest
 
 from bpo.fqe import (
-    FQESettings, QState, expected_next_value, fqe_loss, fqe_step, polyak_update, q_bounds, q_hat_bounds, r_hat, take_action, td_weights, to_real,
+    FQESettings, QState, expected_next_value, fqe_loss, fqe_step, polyak_update, q_bounds, q_hat_bounds, r_hat,
+    take_action, td_weights, to_real,
 )
 
 N_S, N_A, GAMMA = 3, 2, 0.9

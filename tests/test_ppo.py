@@ -92,7 +92,8 @@ def test_gsde_noise_shapes_and_resampling_frequency():
 
     # sde_sample_freq = -1: one draw at the start of the rollout only.
     matrices = jnp.zeros_like(matrices)
-    firsts = [D.gsde_action(k, dist, latent, matrices, log_std, t, -1) for t, k in enumerate(jax.random.split(jax.random.PRNGKey(2), 3))]
+    keys = jax.random.split(jax.random.PRNGKey(2), 3)
+    firsts = [D.gsde_action(k, dist, latent, matrices, log_std, t, -1) for t, k in enumerate(keys)]
     assert not np.allclose(firsts[0][1], 0.0) and np.allclose(firsts[1][1], 0.0)
 
 

@@ -110,17 +110,11 @@ def train_main(argv: list[str]) -> int:
         return _fail(str(e))
 
     from bpo.progress import EvalProgress
-    from bpo.train import run, write
+    from bpo.train import progress_totals, run, write
 
     out_dir = args.out or Path("runs") / cfg.preset / cfg.algo
-    if on_policy:
-        from bpo.runners.onpolicy import eval_schedule, n_updates
-
-        n_evals = int(eval_schedule(cfg).sum()) + 1
-        total_steps = cfg.seeds * n_updates(cfg) * cfg.ppo.n_steps * cfg.ppo.n_envs
-    else:
-        n_evals, total_steps = cfg.episodes // cfg.eval_every + 1, None
-    with EvalProgress(f"{cfg.preset}/{cfg.algo}", cfg.seeds * n_evals, args.progress, total_steps) as bar:
+    calls, steps = progress_totals(cfg)
+    with EvalProgress(f"{cfg.preset}/{cfg.algo}", calls, args.progress, steps) as bar:
         # Without a progress bar the program has no host callback, so it can be kept in the compile cache.
         out = run(cfg, progress=bar.update if args.progress else None, seed_chunk=args.seed_chunk)
     summary = write(out, out_dir)

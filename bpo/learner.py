@@ -48,7 +48,6 @@ class Learner(NamedTuple):
     update: Callable  # (state, k_ppo, k_beh, rows, hp) -> (state, metrics)
     greedy_action: Callable  # (state, obs) -> deterministic environment action
     sde_init: Callable  # () -> initial gSDE exploration matrices (zeros; a dummy without gSDE)
-    pi_dist: Callable  # (actor_params) -> (obs -> Dist)
     critic_apply: Callable  # (critic_params, obs) -> V(s)
 
 
@@ -175,4 +174,4 @@ def make_learner(cfg: OnPolicyTrainConfig, spec: EnvSpec) -> Learner:
         return new_state, {**ppo_metrics, **beh_metrics, **diagnostics}
 
     return Learner(init=init, act=act, observe=observe, normalize=norm, update=update, greedy_action=greedy_action,
-                   sde_init=sde_init, pi_dist=dist_fn, critic_apply=critic_fn)
+                   sde_init=sde_init, critic_apply=critic_fn)

@@ -46,6 +46,17 @@ def default_seed_chunk() -> int:
     return 20 if jax.default_backend() == "cpu" else 0
 
 
+def progress_totals(cfg) -> tuple[int, float | None]:
+    """(evaluation callbacks, environment steps) of a whole run over all seeds, for a progress
+    bar; environment steps are None for episodic runs, whose episode lengths are not known ahead."""
+    if isinstance(cfg, OnPolicyTrainConfig):
+        from bpo.runners.onpolicy import eval_schedule, n_updates
+
+        evaluations = int(eval_schedule(cfg).sum()) + 1
+        return cfg.seeds * evaluations, cfg.seeds * n_updates(cfg) * cfg.ppo.n_steps * cfg.ppo.n_envs
+    return cfg.seeds * (cfg.episodes // cfg.eval_every + 1), None
+
+
 def run(cfg, progress: Callable | None = None, seed_chunk: int | None = None) -> RunOutput:
     """Train ``cfg.seeds`` independent runs in one jitted call.
 

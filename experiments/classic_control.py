@@ -14,8 +14,7 @@ from bpo import results
 from bpo.config import replace
 from bpo.presets import get_preset
 from bpo.progress import EvalProgress
-from bpo.runners.onpolicy import eval_schedule, n_updates
-from bpo.train import run, write
+from bpo.train import progress_totals, run, write
 from experiments.fig2 import mean_se_by_step
 
 ALGOS = (("ppo", "PPO"), ("bpo", "BPO (PPO)"))
@@ -28,10 +27,11 @@ def reproduce_classic(out: Path, presets=("cartpole_ppo", "pendulum_ppo"), seeds
     for name in presets:
         for algo, _ in ALGOS:
             cfg = replace(get_preset(name), algo=algo, seeds=seeds)
-            calls = seeds * (int(eval_schedule(cfg).sum()) + 1)
-            steps = seeds * n_updates(cfg) * cfg.ppo.n_steps * cfg.ppo.n_envs
+            calls, steps = progress_totals(cfg)
             with EvalProgress(f"{name}/{algo}", calls, show_progress, steps) as bar:
-                summaries.setdefault(name, {})[algo] = write(run(cfg, progress=bar.update), out / name / algo)
+                # No host callback without a bar, so the program can be kept in the compile cache.
+                out_run = run(cfg, progress=bar.update if show_progress else None)
+                summaries.setdefault(name, {})[algo] = write(out_run, out / name / algo)
     table = format_table(summaries)
     results.atomic_write_text(out / "summary.md", table + "\n")
     plot_curves(out, presets)

@@ -14,7 +14,7 @@ from bpo import results
 from bpo.config import replace
 from bpo.presets import get_preset
 from bpo.progress import EvalProgress
-from bpo.train import run, write
+from bpo.train import progress_totals, run, write
 from envs.short_corridor import expected_return, optimal_right_probability
 
 OPTIMAL_RETURN = float(expected_return(optimal_right_probability()))  # about -11.66
@@ -24,7 +24,7 @@ ALGOS = (("reinforce", "REINFORCE"), ("bpo", "BPO (REINFORCE)"))
 def reproduce_fig2(out: Path, seeds: int = 100, show_progress: bool = True) -> dict:
     out = Path(out)
     base = replace(get_preset("short_corridor"), seeds=seeds)
-    calls = sum(seeds * (base.episodes // base.eval_every + 1) for _ in ALGOS)
+    calls = len(ALGOS) * progress_totals(base)[0]
     summaries = {}
     with EvalProgress("fig2", calls, show_progress) as bar:
         for algo, _ in ALGOS:

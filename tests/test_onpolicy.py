@@ -11,7 +11,7 @@ import pytest
 
 from bpo.cli import main
 from bpo.config import ConfigError, OnPolicyTrainConfig, PPOConfig, replace, traced_hyperparams, validate
-from bpo.networks import Critic
+from bpo.learner import make_learner
 from bpo.presets import PRESETS
 from bpo.runners.onpolicy import make_train
 from bpo.train import run
@@ -54,8 +54,8 @@ def test_truncated_episodes_bootstrap_from_the_final_observation(algo):
     )
     cfg = replace(base, **{"bpo.replay_size": 256, "bpo.q_batch_size": 64, "bpo.mu_batch_size": 64})
     out = jax.jit(make_train(cfg))(jax.random.PRNGKey(0), traced_hyperparams(cfg))
-    critic = Critic(cfg.ppo.vf_hidden, cfg.ppo.activation, cfg.ppo.ortho_init)
-    values = critic.apply(out["final"]["critic_params"], jnp.array([[0.0], [1.0]]))
+    learner = make_learner(cfg, make_env(cfg.env).spec)
+    values = learner.critic_apply(out["final"]["critic_params"], jnp.array([[0.0], [1.0]]))
     np.testing.assert_allclose(values, [1.0, 2.0], atol=0.1)
 
 

@@ -46,7 +46,6 @@ class Behaviour(NamedTuple):
     init: Callable  # (key, obs_example, action_example, mu_params) -> BehaviourState
     step: Callable  # (key, state, replay, pi_dist_fn, gamma) -> (state, metrics)
     mu_apply: Callable  # (mu_params, obs) -> Dist
-    q_value: Callable  # (q_params, obs, action) -> Q(s, a) in real scale
 
 
 def adam(lr, eps, max_grad_norm):
@@ -208,4 +207,4 @@ def make_behaviour(cfg: BehaviourConfig, discrete: bool, n_actions: int, mu_appl
         }
         return new_state, metrics
 
-    return Behaviour(init=init, step=step, mu_apply=mu_apply, q_value=q_value)
+    return Behaviour(init=init, step=step, mu_apply=mu_apply)

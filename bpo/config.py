@@ -223,7 +223,17 @@ class OnPolicyTrainConfig:
     preset: str = "cartpole_ppo"
     """Label of the preset this configuration came from (recorded in the results)."""
     env: str = "CartPole-v1"
-    """Environment id from ``envs.FUNCTIONAL_ENVS``."""
+    """Environment id: from ``envs.FUNCTIONAL_ENVS`` (backend jax) or ``envs.GYMNASIUM_ENVS``
+    (backend gymnasium)."""
+    backend: Literal["jax", "gymnasium"] = "jax"
+    """jax: functional environments, the whole run one jitted program. gymnasium: Gymnasium
+    vector environments stepped on the host, one jitted call per vector step and per update."""
+    vector_mode: Literal["sync", "async"] = "sync"
+    """Gymnasium backend: step the environments in this process (sync) or in one worker process
+    each (async, worth it when an environment step costs more than the transfer)."""
+    variant: str = ""
+    """Label of the named algorithm variant applied (``bpo.presets.VARIANTS``; recorded in the
+    results). Empty when the algorithm was set field by field."""
     algo: Literal["ppo", "bpo"] = "bpo"
     """ppo: data from pi (Listing 1); bpo: data from the behaviour policy mu (Listing 4)."""
     seeds: int = 1
@@ -402,8 +412,15 @@ def _validate_behaviour(b: BehaviourConfig) -> None:
 
 def _validate_onpolicy(cfg: OnPolicyTrainConfig) -> OnPolicyTrainConfig:
     from envs import FUNCTIONAL_ENVS, make_env
+    from envs.gymnasium_envs import GYMNASIUM_ENVS, gym_spec
 
-    _choice("env", cfg.env, sorted(FUNCTIONAL_ENVS))
+    _choice("backend", cfg.backend, ("jax", "gymnasium"))
+    _choice("vector_mode", cfg.vector_mode, ("sync", "async"))
+    if cfg.backend == "jax" and cfg.env not in FUNCTIONAL_ENVS:
+        hint = " (a Gymnasium environment: add --backend gymnasium)" if cfg.env in GYMNASIUM_ENVS else ""
+        raise ConfigError("env", f"must be one of {sorted(FUNCTIONAL_ENVS)} with backend jax{hint}, got {cfg.env!r}")
+    if cfg.backend == "gymnasium":
+        _choice("env", cfg.env, sorted(GYMNASIUM_ENVS))
     _choice("algo", cfg.algo, ("ppo", "bpo"))
     for name in ("seeds", "total_timesteps", "eval_every", "eval_episodes"):
         _positive_int(name, getattr(cfg, name))
@@ -433,7 +450,7 @@ def _validate_onpolicy(cfg: OnPolicyTrainConfig) -> OnPolicyTrainConfig:
     _choice("ppo.activation", p.activation, ("relu", "tanh"))
     for name in ("pi_hidden", "vf_hidden"):
         _widths(f"ppo.{name}", getattr(p, name))
-    spec = make_env(cfg.env).spec
+    spec = make_env(cfg.env).spec if cfg.backend == "jax" else gym_spec(cfg.env)
     if p.use_sde and spec.discrete:
         raise ConfigError("ppo.use_sde", f"needs continuous actions; {cfg.env} has discrete actions")
     _validate_behaviour(cfg.bpo)

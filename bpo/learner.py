@@ -43,10 +43,13 @@ class LearnerState(NamedTuple):
 class Learner(NamedTuple):
     init: Callable  # (keys (actor, critic, behaviour), hp, obs0 [n_envs, obs]) -> LearnerState
     act: Callable  # (state, k_act, k_sde, obs, sde, step_index) -> (action, env_action, log_prob, obs_n, sde)
+    act_with: Callable  # (acting params, stats, k_act, k_sde, obs, sde, step_index) -> as act
+    acting_params: Callable  # (state) -> parameters of the collecting policy (mu for bpo, pi for ppo)
     observe: Callable  # (stats, obs) -> stats
     normalize: Callable  # (stats, obs) -> network input
     update: Callable  # (state, k_ppo, k_beh, rows, hp) -> (state, metrics)
     greedy_action: Callable  # (state, obs) -> deterministic environment action
+    greedy_with: Callable  # (actor params, stats, obs) -> deterministic environment action
     sde_init: Callable  # () -> initial gSDE exploration matrices (zeros; a dummy without gSDE)
     critic_apply: Callable  # (critic_params, obs) -> V(s)
 
@@ -101,9 +104,16 @@ def make_learner(cfg: OnPolicyTrainConfig, spec: EnvSpec) -> Learner:
     def sde_init():
         return jnp.zeros((n_envs, p.pi_hidden[-1], spec.n_actions) if use_sde else (n_envs,))
 
+    def acting_params(state: LearnerState):
+        return state.behaviour.mu_params if use_bpo else state.ppo.actor_params
+
     def act(state: LearnerState, k_act, k_sde, obs, sde, step_index):
-        params = state.behaviour.mu_params if use_bpo else state.ppo.actor_params
-        obs_n = norm(state.stats, obs)
+        return act_with(acting_params(state), state.stats, k_act, k_sde, obs, sde, step_index)
+
+    def act_with(params, stats, k_act, k_sde, obs, sde, step_index):
+        """``act`` from just the acting parameters and the statistics: a host runner calls this
+        every vector step, and passing the whole learner state would cost a dispatch per leaf."""
+        obs_n = norm(stats, obs)
         dist, latent = actor.apply(params, obs_n)
         if use_sde:
             action, sde = D.gsde_action(k_sde, dist, latent, sde, params["params"]["log_std"], step_index,
@@ -113,7 +123,10 @@ def make_learner(cfg: OnPolicyTrainConfig, spec: EnvSpec) -> Learner:
         return action, env_action(action), D.log_prob(dist, action, discrete), obs_n, sde
 
     def greedy_action(state: LearnerState, obs):
-        return env_action(D.mode(dist_fn(state.ppo.actor_params)(norm(state.stats, obs)), discrete))
+        return greedy_with(state.ppo.actor_params, state.stats, obs)
+
+    def greedy_with(actor_params, stats, obs):
+        return env_action(D.mode(dist_fn(actor_params)(norm(stats, obs)), discrete))
 
     def returns_and_batch(state: LearnerState, rows, hp):
         values = critic_fn(state.ppo.critic_params, rows["obs"])
@@ -173,5 +186,14 @@ def make_learner(cfg: OnPolicyTrainConfig, spec: EnvSpec) -> Learner:
         new_state = LearnerState(ppo_state, bstate, replay, state.stats, state.update + 1)
         return new_state, {**ppo_metrics, **beh_metrics, **diagnostics}
 
-    return Learner(init=init, act=act, observe=observe, normalize=norm, update=update, greedy_action=greedy_action,
+    return Learner(init=init, act=act, act_with=act_with, acting_params=acting_params, observe=observe,
+                   normalize=norm, update=update, greedy_action=greedy_action, greedy_with=greedy_with,
                    sde_init=sde_init, critic_apply=critic_fn)
+
+
+def keyed_update(learner: Learner, state: LearnerState, key, rows, hp: PPOHyperparams):
+    """One learner update from a run's key: ``(key, state, rows, hp) -> (key, state, metrics)``.
+    Both runners call this, so given the same rollout they perform the same update."""
+    key, k_ppo, k_beh = jax.random.split(key, 3)
+    state, metrics = learner.update(state, k_ppo, k_beh, rows, hp)
+    return key, state, metrics

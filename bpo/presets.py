@@ -6,6 +6,11 @@ are sensible settings for environments the paper does not use.
 * ``cartpole_continuous_ppo``, ``acrobot_ppo``, ``pendulum_ppo``, ``mountaincar_continuous_ppo``,
   ``short_corridor_ppo``: classic control with PPO/BPO-PPO (rl-zoo-like PPO settings; the BPO part
   follows ``cartpole_ppo`` scaled to the rollout size).
+* ``mujoco_default``: Table 4, Gymnasium MuJoCo v5, 1.5M steps.
+* ``mujoco_gsde``: Table 3 with the per-environment overrides of Table 5 (``ENV_OVERRIDES``), 2M steps.
+
+``VARIANTS`` are the algorithm rows of Table 1 and the ablations of Figures 4-5, applied on top
+of a preset with ``apply_variant`` (``bpo train PRESET --variant NAME``).
 """
 
 from dataclasses import replace
@@ -13,6 +18,7 @@ from dataclasses import replace
 from bpo.config import (
     BehaviourConfig, ConfigError, EpisodicTrainConfig, OnPolicyTrainConfig, PPOConfig, ReinforceConfig,
 )
+from bpo.config import replace as replace_dotted
 
 # The authors' CartPole settings (8 envs x 32 steps, batch 256, 20 epochs, decayed lr and clip; tanh
 # 64-unit actor and critic with LeCun-normal init; no observation normalisation).
@@ -27,6 +33,32 @@ _CARTPOLE_BPO = BehaviourConfig(
     n_qvf_epochs=10, n_mu_epochs=10, q_lr=1e-3, mu_lr=1e-3, q_max_grad_norm=0.5, mu_max_grad_norm=0.5,
     q_hidden=(64, 64), mu_hidden=(64, 64), layer_norm=True, zero_init_head=True, symlog_targets=True,
     symlog_reg_coef=1.0, polyak_tau=0.02, weight_td=True, clip_targets=True, clip_actions=True, lr_schedule="linear",
+)
+
+# Table 4 (MuJoCo, default): SB3's PPO defaults for MuJoCo with lr 3e-4, obs + advantage
+# normalisation, 64-unit ReLU networks, initial log std -1, entropy 0.001, constant schedules.
+_MUJOCO_DEFAULT_PPO = PPOConfig(
+    learning_rate=3e-4, lr_schedule="constant", n_steps=2048, n_envs=1, batch_size=64, n_epochs=10, gamma=0.99,
+    gae_lambda=0.95, clip_range=0.2, ent_coef=0.001, vf_coef=0.5, max_grad_norm=0.5, adam_eps=1e-5,
+    normalize_advantage=True, normalize_observations=True, use_sde=False, log_std_init=-1.0, pi_hidden=(64, 64),
+    vf_hidden=(64, 64), activation="relu", ortho_init=True,
+)
+_MUJOCO_DEFAULT_BPO = BehaviourConfig(
+    rho_bar=1.5, c_bar=1.0, traj="per_decision", replay_size=8192, q_batch_size=256, mu_batch_size=128,
+    n_qvf_epochs=20, n_mu_epochs=20, q_lr=3e-4, mu_lr=3e-4, q_max_grad_norm=0.5, mu_max_grad_norm=0.5,
+    q_hidden=(64, 64), mu_hidden=(64, 64), symlog_targets=True, symlog_reg_coef=1.0, polyak_tau=0.02,
+    weight_td=True, clip_targets=True, clip_actions=True, zero_init_head=True, layer_norm=True,
+)
+# Table 3 (MuJoCo, gSDE): rl-zoo's gSDE settings, 16 envs x 512 steps, 256-unit networks, lr 3e-5.
+_MUJOCO_GSDE_PPO = PPOConfig(
+    learning_rate=3e-5, lr_schedule="constant", n_steps=512, n_envs=16, batch_size=128, n_epochs=20, gamma=0.99,
+    gae_lambda=0.9, clip_range=0.4, ent_coef=0.0, vf_coef=0.5, max_grad_norm=0.5, adam_eps=1e-5,
+    normalize_advantage=True, normalize_observations=True, use_sde=True, sde_sample_freq=4, log_std_init=-1.0,
+    pi_hidden=(256, 256), vf_hidden=(256, 256), activation="relu", ortho_init=True,
+)
+_MUJOCO_GSDE_BPO = replace(
+    _MUJOCO_DEFAULT_BPO, q_batch_size=128, mu_batch_size=128, n_qvf_epochs=40, n_mu_epochs=40, q_lr=3e-5,
+    mu_lr=3e-5, q_hidden=(256, 256), mu_hidden=(256, 256), weight_td=False, clip_targets=False,
 )
 
 PRESETS = {
@@ -79,10 +111,88 @@ PRESETS = {
                       gae_lambda=0.95, ent_coef=0.01, normalize_observations=False),
         bpo=replace(_CARTPOLE_BPO, c_bar=1.0, lr_schedule="constant"),
     ),
+    "mujoco_default": OnPolicyTrainConfig(
+        preset="mujoco_default", env="HalfCheetah-v5", backend="gymnasium", variant="bpo_c1.0_rho1.5",
+        total_timesteps=1_500_000, eval_every=8_192, eval_episodes=10, ppo=_MUJOCO_DEFAULT_PPO,
+        bpo=_MUJOCO_DEFAULT_BPO,
+    ),
+    "mujoco_gsde": OnPolicyTrainConfig(
+        preset="mujoco_gsde", env="HalfCheetah-v5", backend="gymnasium", variant="bpo_c1.0_rho1.5",
+        total_timesteps=2_000_000, eval_every=8_192, eval_episodes=10, ppo=_MUJOCO_GSDE_PPO, bpo=_MUJOCO_GSDE_BPO,
+    ),
 }
 
+# Table 5: per-environment changes to a preset, applied when the environment is chosen.
+ENV_OVERRIDES = {
+    "mujoco_gsde": {
+        "Ant-v5": {"ppo.normalize_observations": False},  # "Normalize: advantages" only
+        "HalfCheetah-v5": {"ppo.log_std_init": -2.0},
+    },
+}
 
-def get_preset(name: str):
+# Table 1's rows: (c_bar, rho_bar) per decision, and trajectory-level truncation with c_bar = 1.
+_ROWS = {
+    "ppo": {"algo": "ppo"},
+    "bpo_c1.5_rho1.5": {"algo": "bpo", "bpo.c_bar": 1.5, "bpo.rho_bar": 1.5, "bpo.traj": "per_decision"},
+    "bpo_c1.0_rho1.0": {"algo": "bpo", "bpo.c_bar": 1.0, "bpo.rho_bar": 1.0, "bpo.traj": "per_decision"},
+    "bpo_c1.0_rho1.5": {"algo": "bpo", "bpo.c_bar": 1.0, "bpo.rho_bar": 1.5, "bpo.traj": "per_decision"},
+    # rho_bar does not enter 'traj' returns; it stays 1.5 for the diagnostics that report it.
+    "bpo_traj_c1.0": {"algo": "bpo", "bpo.c_bar": 1.0, "bpo.rho_bar": 1.5, "bpo.traj": "traj"},
+}
+TABLE1_ROWS = tuple(_ROWS)
+ABLATIONS = {"bpo_no_qhat": {"bpo.use_q_hat": False}, "bpo_no_symlog": {"bpo.symlog_targets": False}}
+VARIANTS = TABLE1_ROWS + tuple(ABLATIONS)
+
+# The paper's Table 1 (mean ± SE over 10 runs, 10 evaluation episodes after training), by
+# (environment, preset) and row; used to pick the ablations' base and to compare reproductions.
+PAPER_TABLE1 = {
+    ("Ant-v5", "mujoco_gsde"): {"ppo": (1106, 111), "bpo_c1.5_rho1.5": (1287, 148), "bpo_c1.0_rho1.0": (1592, 126),
+                                "bpo_c1.0_rho1.5": (1690, 125), "bpo_traj_c1.0": (1400, 122)},
+    ("HalfCheetah-v5", "mujoco_gsde"): {"ppo": (3425, 468), "bpo_c1.5_rho1.5": (3742, 408),
+                                        "bpo_c1.0_rho1.0": (3674, 321), "bpo_c1.0_rho1.5": (3431, 431),
+                                        "bpo_traj_c1.0": (3477, 356)},
+    ("HalfCheetah-v5", "mujoco_default"): {"ppo": (3527, 670), "bpo_c1.5_rho1.5": (3999, 320),
+                                           "bpo_c1.0_rho1.0": (3449, 550), "bpo_c1.0_rho1.5": (4749, 419),
+                                           "bpo_traj_c1.0": (3656, 588)},
+    ("Hopper-v5", "mujoco_default"): {"ppo": (2126, 492), "bpo_c1.5_rho1.5": (2143, 422),
+                                      "bpo_c1.0_rho1.0": (2373, 377), "bpo_c1.0_rho1.5": (2316, 326),
+                                      "bpo_traj_c1.0": (2770, 296)},
+    ("Walker2d-v5", "mujoco_default"): {"ppo": (2091, 408), "bpo_c1.5_rho1.5": (2782, 456),
+                                        "bpo_c1.0_rho1.0": (2805, 470), "bpo_c1.0_rho1.5": (2898, 513),
+                                        "bpo_traj_c1.0": (3044, 332)},
+}
+DEFAULT_ABLATION_BASE = "bpo_c1.0_rho1.5"
+
+
+def best_bpo_row(env: str, preset: str) -> str:
+    """The best BPO row of Table 1 for (env, preset): the base of the ablations ("we simply
+    picked the best performing configuration of BPO", Appendix B). Settings outside Table 1
+    use ``DEFAULT_ABLATION_BASE``."""
+    rows = PAPER_TABLE1.get((env, preset))
+    if rows is None:
+        return DEFAULT_ABLATION_BASE
+    return max((r for r in rows if r != "ppo"), key=lambda r: rows[r][0])
+
+
+def apply_variant(cfg: OnPolicyTrainConfig, name: str) -> OnPolicyTrainConfig:
+    """``cfg`` with the named variant: a Table 1 row, or an ablation of the best BPO row for the
+    config's environment and preset."""
+    if name not in VARIANTS:
+        raise ConfigError("variant", f"unknown variant {name!r}; allowed: {list(VARIANTS)}")
+    if not isinstance(cfg, OnPolicyTrainConfig):
+        raise ConfigError("variant", f"applies to PPO presets only; preset {cfg.preset!r} is episodic")
+    changes = dict(_ROWS.get(name) or {**_ROWS[best_bpo_row(cfg.env, cfg.preset)], **ABLATIONS[name]})
+    return replace_dotted(cfg, variant=name, **changes)
+
+
+def get_preset(name: str, env: str | None = None):
+    """The preset ``name``, on ``env`` when given (with the preset's Table 5 overrides for it)."""
     if name not in PRESETS:
         raise ConfigError("preset", f"unknown preset {name!r}; allowed: {sorted(PRESETS)}")
-    return PRESETS[name]
+    cfg = PRESETS[name]
+    if env is None or env == cfg.env:
+        overrides = ENV_OVERRIDES.get(name, {}).get(cfg.env, {})
+    else:
+        cfg = replace(cfg, env=env)
+        overrides = ENV_OVERRIDES.get(name, {}).get(env, {})
+    return replace_dotted(cfg, **overrides)

@@ -24,17 +24,18 @@ class EvalProgress:
         self._progress = Progress(*columns, disable=not enabled)
         self._task = self._progress.add_task(label, total=total_calls, latest=float("nan"), rate=0.0)
 
-    def update(self, step, eval_return) -> None:
+    def update(self, step, eval_return, rate: float | None = None) -> None:
+        """One evaluation of one seed. ``rate``: training steps/s measured by the caller (the host
+        runner, which excludes evaluation time); estimated from the call count otherwise."""
         del step
         now = time.perf_counter()
         if self._start is None:
             self._start = now  # the first evaluation happens before training: time counts from it
         self._calls += 1
         self.latest = float(eval_return)
-        rate = 0.0
-        if self.total_env_steps and now > self._start:
+        if rate is None and self.total_env_steps and now > self._start:
             rate = self._calls / self.total_calls * self.total_env_steps / (now - self._start)
-        self._progress.update(self._task, advance=1, latest=self.latest, rate=rate)
+        self._progress.update(self._task, advance=1, latest=self.latest, rate=rate or 0.0)
 
     def __enter__(self):
         self._progress.__enter__()

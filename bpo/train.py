@@ -33,6 +33,7 @@ class RunOutput:
     run_time_s: float
     seed_chunk: int
     backend: str
+    eval_time_s: float = 0.0  # host runner: time spent evaluating, excluded from training throughput
 
 
 def seed_keys(seed: int, n: int):
@@ -57,8 +58,9 @@ def progress_totals(cfg) -> tuple[int, float | None]:
     return cfg.seeds * (cfg.episodes // cfg.eval_every + 1), None
 
 
-def run(cfg, progress: Callable | None = None, seed_chunk: int | None = None) -> RunOutput:
-    """Train ``cfg.seeds`` independent runs in one jitted call.
+def run(cfg, progress: Callable | None = None, seed_chunk: int | None = None, logger=None) -> RunOutput:
+    """Train ``cfg.seeds`` independent runs: in one jitted call (JAX environments), or on the
+    host runner with the seeds vmapped in every call (Gymnasium environments).
 
     Seeds are vmapped in chunks of ``seed_chunk`` that ``lax.map`` runs one after another inside
     the same program: on a CPU, chunks that fit in cache are faster than one huge vmap.
@@ -67,6 +69,8 @@ def run(cfg, progress: Callable | None = None, seed_chunk: int | None = None) ->
     changes floating-point reduction order, and a single flipped action sample changes a run.
     """
     validate(cfg)
+    if isinstance(cfg, OnPolicyTrainConfig) and cfg.backend == "gymnasium":
+        return _run_host(cfg, progress, logger)
     start = time.perf_counter()
     train = make_train(cfg, progress=progress)
     hp = traced_hyperparams(cfg)
@@ -94,6 +98,20 @@ def run(cfg, progress: Callable | None = None, seed_chunk: int | None = None) ->
     )
 
 
+def _run_host(cfg: OnPolicyTrainConfig, progress, logger) -> RunOutput:
+    from bpo.runners.host import HostRunner
+
+    start = time.perf_counter()
+    runner = HostRunner(cfg, progress=progress, logger=logger)
+    metrics = runner.run()
+    wall = time.perf_counter() - start
+    return RunOutput(
+        config=cfg, metrics=jax.tree.map(np.asarray, metrics), compile_time_s=runner.compile_time_s,
+        wall_time_s=wall, run_time_s=wall - runner.compile_time_s, seed_chunk=cfg.seeds,
+        backend=f"gymnasium-{cfg.vector_mode}+{jax.default_backend()}", eval_time_s=runner.eval_time_s,
+    )
+
+
 def env_steps_per_seed(out: RunOutput) -> float:
     cfg = out.config
     if isinstance(cfg, OnPolicyTrainConfig):
@@ -118,12 +136,15 @@ def summarize(out: RunOutput) -> dict:
         "env_steps": env_steps,
         "wall_time_s": out.wall_time_s,
         "compile_time_s": out.compile_time_s,
-        "train_steps_per_s": env_steps / out.run_time_s,
+        # The JAX runner's evaluations happen inside its single program: its throughput includes them.
+        "train_steps_per_s": env_steps / (out.run_time_s - out.eval_time_s),
+        "eval_time_s": out.eval_time_s,
         "seed_chunk": out.seed_chunk,
         "backend": out.backend,
     }
     if on_policy:
         summary["total_timesteps"] = env_steps_per_seed(out)
+        summary["variant"] = cfg.variant
     else:
         summary["episodes"] = cfg.episodes
         summary["final_exact_return_mean"] = _maybe_mean(out.metrics["eval"].get("exact_return"))

@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from bpo.config import OnPolicyTrainConfig, PPOHyperparams, validate
-from bpo.learner import LearnerState, make_learner
+from bpo.learner import LearnerState, keyed_update, make_learner
 from envs import make_env
 from envs.functional import auto_reset_step
 
@@ -92,8 +92,7 @@ def make_train(cfg: OnPolicyTrainConfig, progress: Callable | None = None):
 
         def one_update(carry: Carry):
             carry, rows = rollout(carry)
-            key, k_ppo, k_beh = jax.random.split(carry.key, 3)
-            state, metrics = learner.update(carry.learner, k_ppo, k_beh, rows, hp)
+            key, state, metrics = keyed_update(learner, carry.learner, carry.key, rows, hp)
             finished = rows["finished_return"]
             n_finished = jnp.sum(~jnp.isnan(finished))
             metrics = {**metrics, "train_return": jnp.nansum(finished) / jnp.maximum(n_finished, 1),

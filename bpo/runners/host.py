@@ -1,0 +1,238 @@
+"""Host runner for PPO (Listing 1) and BPO-PPO (Listing 4) on Gymnasium environments.
+
+The environments step on the host; everything else is the learner of ``bpo.learner``, jitted,
+with the seeds of the config vmapped (one Gymnasium vector env holds ``seeds x n_envs``
+sub-environments). Per vector step there is one compiled call; per rollout one more:
+
+    step call:    row t-1's next observation, normalised with the statistics that row t-1 saw;
+                  statistics updated with the new observations; act with pi (ppo) or mu (bpo)
+    update call:  keyed_update: add the rollout to D, returns, PPO epochs, behaviour step
+
+These are the calls the JAX runner makes inside its scan, so the semantics (observation
+normalisation, truncation bootstrapping from the real final observation, key streams per seed)
+are the same. Evaluation runs ``eval_episodes`` deterministic episodes per seed on separate
+vector environments, one compiled call per vector step for all of them, and is timed apart so
+that training throughput excludes it.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from bpo.config import OnPolicyTrainConfig, traced_hyperparams, validate
+from bpo.learner import keyed_update, make_learner
+from bpo.runners.onpolicy import eval_schedule, n_updates
+from envs.gymnasium_envs import EVAL_STREAM, TRAIN_STREAM, env_seeds, final_observations, gym_spec, make_vector_env
+
+
+def _aot(fn, *args):
+    """Compile ``fn`` for these arguments now, so that compilation is timed apart and each later
+    call skips jit's cache lookup."""
+    return jax.jit(fn).lower(*args).compile()
+
+
+class HostRunner:
+    """One configuration, all its seeds. ``run()`` trains and returns the JAX runner's output
+    layout: ``{"eval": {eval_return, eval_step}, "train": {metric: [seeds, updates]}, "final": ...}``."""
+
+    def __init__(self, cfg: OnPolicyTrainConfig, progress: Callable | None = None, logger=None):
+        validate(cfg)
+        self.cfg, self.progress, self.logger = cfg, progress, logger
+        self.spec = gym_spec(cfg.env)
+        self.learner = make_learner(cfg, self.spec)
+        self.n_seeds, self.n_envs, self.n_steps = cfg.seeds, cfg.ppo.n_envs, cfg.ppo.n_steps
+        self.hp = traced_hyperparams(cfg)
+        self.compile_time_s = 0.0
+        self.eval_time_s = 0.0
+
+    # -- compiled pieces -------------------------------------------------------------------------
+    def _build(self, obs0):
+        learner, hp = self.learner, self.hp
+        S = self.n_seeds
+        base = jax.random.PRNGKey(self.cfg.seed)
+        keys = jax.vmap(lambda i: jax.random.fold_in(base, i))(jnp.arange(S))
+
+        def init(key, obs0):
+            key, k_actor, k_critic, k_beh = jax.random.split(key, 4)
+            return key, learner.init((k_actor, k_critic, k_beh), hp, obs0)
+
+        n_act = 1 if self.spec.discrete else self.spec.n_actions
+
+        def pack(env_action, action, log_prob, obs_n, prev_next_obs):
+            """Every per-step output the host needs in one float32 array [seeds, envs, k]: one
+            transfer instead of five."""
+            def col(x):
+                x = x.astype(jnp.float32)
+                return x[..., None] if x.ndim == 1 else x  # discrete actions: [envs]
+            return jnp.concatenate([col(env_action), col(action), log_prob[..., None], obs_n, prev_next_obs], axis=-1)
+
+        def step(params, stats, key, prev_final_obs, obs, sde, step_index):
+            # Row t-1's next observation is normalised with the statistics row t-1 was acted on
+            # with; then the statistics take in the new observations, as the JAX runner does.
+            prev_next_obs = learner.normalize(stats, prev_final_obs)
+            stats = learner.observe(stats, obs)
+            key, k_act, k_sde = jax.random.split(key, 3)
+            action, env_action, log_prob, obs_n, sde = learner.act_with(params, stats, k_act, k_sde, obs, sde,
+                                                                        step_index)
+            return pack(env_action, action, log_prob, obs_n, prev_next_obs), stats, key, sde
+
+        def first_step(params, stats, key, obs, sde, step_index):
+            # The statistics already hold obs (from init or from the end of the previous rollout).
+            key, k_act, k_sde = jax.random.split(key, 3)
+            action, env_action, log_prob, obs_n, sde = learner.act_with(params, stats, k_act, k_sde, obs, sde,
+                                                                        step_index)
+            return pack(env_action, action, log_prob, obs_n, obs_n), key, sde
+
+        def close_rollout(stats, final_obs, obs):
+            return learner.normalize(stats, final_obs), learner.observe(stats, obs)
+
+        def update(state, key, rows):
+            key, state, metrics = keyed_update(learner, state, key, rows, hp)
+            return key, state, metrics, learner.acting_params(state)
+
+        start = time.perf_counter()
+        key, state = jax.jit(jax.vmap(init))(keys, jnp.asarray(obs0))
+        params, stats, sde = learner.acting_params(state), state.stats, jax.vmap(lambda _: learner.sde_init())(keys)
+        obs = jnp.asarray(obs0)
+        # Per-step calls go through jit's C++ dispatch (a third faster than calling an AOT-compiled
+        # executable); a first call compiles them. The update, once per rollout, is compiled ahead.
+        self._first_step = jax.jit(jax.vmap(first_step, in_axes=(0, 0, 0, 0, 0, None)))
+        self._step = jax.jit(jax.vmap(step, in_axes=(0, 0, 0, 0, 0, 0, None)))
+        self._close = jax.jit(jax.vmap(close_rollout))
+        eval_obs = np.zeros((S, self.cfg.eval_episodes, self.spec.obs_dim), np.float32)
+        self._greedy = jax.jit(jax.vmap(learner.greedy_with))
+        jax.block_until_ready((self._first_step(params, stats, key, obs, sde, np.int32(0)),
+                               self._step(params, stats, key, obs, obs, sde, np.int32(0)),
+                               self._close(stats, obs, obs), self._greedy(state.ppo.actor_params, stats, eval_obs)))
+        self._update = _aot(jax.vmap(update), state, key, jax.tree.map(jnp.asarray, self._empty_rows()))
+        self.compile_time_s = time.perf_counter() - start
+        o = self.spec.obs_dim
+        self._cols = {"env_action": slice(0, n_act), "action": slice(n_act, 2 * n_act),
+                      "log_prob": 2 * n_act, "obs": slice(2 * n_act + 1, 2 * n_act + 1 + o),
+                      "next_obs": slice(2 * n_act + 1 + o, 2 * n_act + 1 + 2 * o)}
+        return key, state, params, stats, sde
+
+    def _empty_rows(self) -> dict:
+        S, T, E, spec = self.n_seeds, self.n_steps, self.n_envs, self.spec
+        obs = (S, T, E, spec.obs_dim)
+        action = (S, T, E) if spec.discrete else (S, T, E, spec.n_actions)
+        f32 = np.float32
+        return {"obs": np.zeros(obs, f32), "raw_obs": np.zeros(obs, f32),
+                "action": np.zeros(action, np.int32 if spec.discrete else f32), "log_prob": np.zeros((S, T, E), f32),
+                "reward": np.zeros((S, T, E), f32), "terminated": np.zeros((S, T, E), f32),
+                "truncated": np.zeros((S, T, E), f32), "next_obs": np.zeros(obs, f32),
+                "raw_next_obs": np.zeros(obs, f32)}
+
+    # -- evaluation ------------------------------------------------------------------------------
+    def _evaluate(self, eval_env, actor_params, stats, eval_index: int) -> np.ndarray:
+        """Mean return of ``eval_episodes`` deterministic episodes per seed, statistics frozen."""
+        start = time.perf_counter()
+        S, N = self.n_seeds, self.cfg.eval_episodes
+        seeds = [s for run in range(S) for s in env_seeds(self.cfg.seed, run, EVAL_STREAM + eval_index, N)]
+        obs, _ = eval_env.reset(seed=seeds)
+        returns = np.zeros(S * N)
+        running = np.ones(S * N, bool)
+        while running.any():
+            action = np.asarray(self._greedy(actor_params, stats, obs.reshape(S, N, -1).astype(np.float32)))
+            obs, reward, terminated, truncated, _ = eval_env.step(action.reshape((S * N,) + action.shape[2:]))
+            returns += np.where(running, reward, 0.0)
+            running &= ~(terminated | truncated)
+        self.eval_time_s += time.perf_counter() - start
+        return returns.reshape(S, N).mean(axis=1)
+
+    def _report(self, eval_step: int, eval_returns: np.ndarray, train_time: float, train_steps: int):
+        rate = train_steps / train_time if train_time > 0 else 0.0
+        if self.progress is not None:
+            for r in eval_returns:
+                self.progress(eval_step, float(r), rate)
+        if self.logger is not None:
+            self.logger.log_eval(eval_step, eval_returns)
+
+    # -- the run ---------------------------------------------------------------------------------
+    def run(self) -> dict:
+        cfg, S, E = self.cfg, self.n_seeds, self.n_envs
+        env = make_vector_env(cfg.env, S * E, cfg.vector_mode)
+        eval_env = make_vector_env(cfg.env, S * cfg.eval_episodes, cfg.vector_mode)
+        # The per-step programs are fastest with synchronous CPU dispatch, set in bpo/__init__.py.
+        try:
+            return self._run(env, eval_env)
+        finally:
+            env.close()
+            eval_env.close()
+
+    def _run(self, env, eval_env) -> dict:
+        cfg, S, E, T = self.cfg, self.n_seeds, self.n_envs, self.n_steps
+        seeds = [s for run in range(S) for s in env_seeds(cfg.seed, run, TRAIN_STREAM, E)]
+        obs, _ = env.reset(seed=seeds)
+        obs = obs.astype(np.float32).reshape(S, E, -1)
+        key, state, params, stats, sde = self._build(obs)
+        rows = self._empty_rows()
+        discrete, cols = self.spec.discrete, self._cols
+        batch = T * E
+
+        eval_after = eval_schedule(cfg)
+        evals = [(0, self._evaluate(eval_env, state.ppo.actor_params, stats, 0))]
+        self._report(0, evals[0][1], 0.0, 0)
+        train_metrics, train_start = [], time.perf_counter()
+        episode_return = np.zeros(S * E)
+        for update_index in range(n_updates(cfg)):
+            finished_sum, finished_n = np.zeros(S), np.zeros(S)
+            final = None
+            for t in range(T):
+                if final is None:
+                    packed, key, sde = self._first_step(params, stats, key, obs, sde, np.int32(t))
+                    packed = np.asarray(packed)
+                else:
+                    packed, stats, key, sde = self._step(params, stats, key, final, obs, sde, np.int32(t))
+                    packed = np.asarray(packed)
+                    rows["next_obs"][:, t - 1] = packed[..., cols["next_obs"]]
+                rows["obs"][:, t], rows["raw_obs"][:, t] = packed[..., cols["obs"]], obs
+                rows["log_prob"][:, t] = packed[..., cols["log_prob"]]
+                if discrete:
+                    rows["action"][:, t] = packed[..., cols["action"]][..., 0]
+                    env_action = packed[..., cols["env_action"]][..., 0].astype(np.int64).reshape(S * E)
+                else:
+                    rows["action"][:, t] = packed[..., cols["action"]]
+                    env_action = packed[..., cols["env_action"]].reshape(S * E, -1)
+                next_obs, reward, terminated, truncated, info = env.step(env_action)
+                truncated = truncated & ~terminated
+                done = terminated | truncated
+                final = final_observations(next_obs, done, info).astype(np.float32).reshape(S, E, -1)
+                rows["reward"][:, t] = reward.reshape(S, E)
+                rows["terminated"][:, t] = terminated.reshape(S, E)
+                rows["truncated"][:, t] = truncated.reshape(S, E)
+                rows["raw_next_obs"][:, t] = final
+                episode_return += reward
+                if done.any():
+                    by_seed = done.reshape(S, E)
+                    finished_sum += np.where(by_seed, episode_return.reshape(S, E), 0.0).sum(axis=1)
+                    finished_n += by_seed.sum(axis=1)
+                    episode_return[done] = 0.0
+                obs = next_obs.astype(np.float32).reshape(S, E, -1)
+            last_next, stats = self._close(stats, final, obs)
+            rows["next_obs"][:, T - 1] = last_next
+            state = state._replace(stats=stats)
+            key, state, metrics, params = self._update(state, key, rows)
+            metrics = {k: np.asarray(v) for k, v in metrics.items()}
+            metrics["train_return"] = np.where(finished_n > 0, finished_sum / np.maximum(finished_n, 1), np.nan)
+            metrics["train_episodes"] = finished_n
+            train_metrics.append(metrics)
+            if self.logger is not None:
+                self.logger.log_update(update_index, (update_index + 1) * batch, metrics)
+            if eval_after[update_index]:
+                pause = time.perf_counter()
+                step = (update_index + 1) * batch
+                evals.append((step, self._evaluate(eval_env, state.ppo.actor_params, stats, len(evals))))
+                train_start += time.perf_counter() - pause
+                self._report(step, evals[-1][1], time.perf_counter() - train_start, step)
+        train = {k: np.stack([m[k] for m in train_metrics], axis=1) for k in train_metrics[0]}
+        eval_out = {"eval_return": np.stack([r for _, r in evals], axis=1).astype(np.float32),
+                    "eval_step": np.tile(np.array([s for s, _ in evals], np.int32), (S, 1))}
+        final_out = {"actor_params": state.ppo.actor_params, "critic_params": state.ppo.critic_params,
+                     "obs_stats": stats}
+        return {"eval": eval_out, "train": train, "final": final_out}

@@ -1,0 +1,103 @@
+"""Gymnasium environments for the host runner: the MuJoCo v5 tasks of the paper's Table 1, a few
+classic-control tasks, and a probe for bootstrapping at truncation.
+
+Vector environments use Gymnasium's same-step auto-reset: when an episode ends, ``step`` returns
+the reset observation and puts the real final observation in ``info["final_obs"]``, which
+truncated episodes bootstrap from (Stable-Baselines3's semantics).
+
+Every sub-environment gets its own seed from ``env_seeds``, a function of (base seed, run,
+stream, index) only, so adding seeds to a run or evaluations to a schedule never changes the
+environments of the existing ones.
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector import AutoresetMode
+
+from envs.functional import EnvSpec
+
+MUJOCO_ENVS = ("Ant-v5", "HalfCheetah-v5", "Hopper-v5", "Walker2d-v5")
+GYMNASIUM_ENVS = MUJOCO_ENVS + ("CartPole-v1", "Pendulum-v1", "ShortCorridor-v0", "TruncationProbe-v0")
+TRAIN_STREAM, EVAL_STREAM = 0, 1
+
+
+class TruncationProbeEnv(gym.Env):
+    """Gymnasium twin of ``envs.functional.TruncationProbe``: observation [0] in the start state
+    A and [1] in every later state B, reward 1 for each step taken from B, never terminates,
+    truncated after ``max_steps`` steps (by Gymnasium's TimeLimit). The final observation of an
+    episode (B) differs from the reset observation (A), so bootstrapping from the wrong one shows."""
+
+    metadata = {"render_modes": []}
+
+    def __init__(self):
+        self.observation_space = gym.spaces.Box(0.0, 1.0, (1,), np.float32)
+        self.action_space = gym.spaces.Discrete(2)
+        self._t = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self._t = 0
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action):
+        self._t += 1
+        reward = 1.0 if self._t > 1 else 0.0
+        return np.ones(1, np.float32), reward, False, False, {}
+
+
+if "TruncationProbe-v0" not in gym.registry:
+    gym.register(id="TruncationProbe-v0", entry_point="envs.gymnasium_envs:TruncationProbeEnv", max_episode_steps=4)
+
+
+def _make(env_id: str) -> gym.Env:
+    import envs  # noqa: F401  (registers ShortCorridor-v0)
+
+    return gym.make(env_id, disable_env_checker=True)
+
+
+def gym_spec(env_id: str) -> EnvSpec:
+    """Observation size, action space and step limit of a Gymnasium environment."""
+    if env_id not in GYMNASIUM_ENVS:
+        raise ValueError(f"env: unknown Gymnasium environment {env_id!r}; allowed: {sorted(GYMNASIUM_ENVS)}")
+    env = _make(env_id)
+    try:
+        obs_dim = int(np.prod(env.observation_space.shape))
+        space = env.action_space
+        steps = int(env.spec.max_episode_steps or 0)
+        if isinstance(space, gym.spaces.Discrete):
+            return EnvSpec(obs_dim, True, int(space.n), None, None, steps)
+        return EnvSpec(obs_dim, False, int(space.shape[0]), tuple(float(x) for x in space.low),
+                       tuple(float(x) for x in space.high), steps)
+    finally:
+        env.close()
+
+
+def env_seeds(base_seed: int, run: int, stream: int, n: int, start: int = 0) -> list[int]:
+    """Seeds of sub-environments ``start .. start + n - 1`` of ``run`` (a seed of the config) in
+    ``stream`` (TRAIN_STREAM, or EVAL_STREAM + evaluation index)."""
+    return [int(np.random.SeedSequence([base_seed, run, stream, start + i]).generate_state(1)[0]) for i in range(n)]
+
+
+def make_vector_env(env_id: str, n: int, mode: str = "sync") -> gym.vector.VectorEnv:
+    """``n`` copies of ``env_id`` stepped together (``sync`` in this process, ``async`` in
+    worker processes), auto-resetting in the same step."""
+    if mode not in ("sync", "async"):
+        raise ValueError(f"vector_mode: must be one of ['async', 'sync'], got {mode!r}")
+    fns = [lambda: _make(env_id) for _ in range(n)]
+    kwargs = {"autoreset_mode": AutoresetMode.SAME_STEP}
+    if mode == "async":
+        return gym.vector.AsyncVectorEnv(fns, context="spawn", **kwargs)
+    return gym.vector.SyncVectorEnv(fns, **kwargs)
+
+
+def final_observations(obs: np.ndarray, done: np.ndarray, info: dict) -> np.ndarray:
+    """The real next observations of a same-step auto-reset vector step: ``obs`` where the episode
+    goes on, ``info['final_obs']`` where it ended."""
+    if not done.any():
+        return obs
+    final = obs.copy()
+    for i in np.flatnonzero(done):
+        final[i] = info["final_obs"][i]
+    return final

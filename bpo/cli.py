@@ -1,7 +1,7 @@
 """The ``bpo`` command.
 
-    bpo train PRESET [--algo reinforce|bpo] [--seeds N] [--episodes N] [--out DIR] [overrides]
-    bpo reproduce fig2 [--out DIR]
+    bpo train PRESET [--env ENV] [--variant NAME] [--algo ppo|bpo|reinforce] [--seeds N] [--out DIR] [overrides]
+    bpo reproduce fig2|classic|mujoco-small [--out DIR]
 
 Every config field is a flag (``--bpo.c-bar 1.5``); ``--help`` after a subcommand lists them
 with their documentation. Invalid values stop before anything is compiled.
@@ -17,19 +17,22 @@ from typing import Annotated, Literal
 import tyro
 
 from bpo.config import ConfigError, EpisodicTrainConfig, OnPolicyTrainConfig, validate
-from bpo.presets import PRESETS, get_preset
+from bpo.presets import PRESETS, VARIANTS, apply_variant, get_preset
 
 USAGE = """usage: bpo {train,reproduce} ...
 
-  bpo train PRESET [--algo ppo|bpo|reinforce] [--seeds N] [--total-timesteps N | --episodes N]
-                   [--out DIR] [overrides]
-      Train one configuration; N seeds run vmapped in one jitted call.
+  bpo train PRESET [--env ENV] [--variant NAME] [--algo ppo|bpo|reinforce] [--seeds N]
+                   [--total-timesteps N | --episodes N] [--out DIR] [--tensorboard] [overrides]
+      Train one configuration; N seeds run vmapped. --env applies the preset's per-environment
+      overrides (Table 5); --variant applies a Table 1 row or ablation: %s.
       Presets: %s. `bpo train PRESET --help` lists every field.
   bpo reproduce fig2 [--out DIR]
       Figure 2: 100 runs each of REINFORCE and BPO-REINFORCE on ShortCorridor.
   bpo reproduce classic [--presets cartpole_ppo pendulum_ppo] [--seeds 10] [--out DIR]
       PPO vs BPO-PPO on classic-control presets: table of final returns and learning curves.
-""" % ", ".join(sorted(PRESETS))
+  bpo reproduce mujoco-small [--envs HalfCheetah-v5 Hopper-v5] [--seeds 3] [--total-timesteps 300000] [--out DIR]
+      Scaled-down Table 1: PPO vs BPO (c_bar 1.0, rho_bar 1.5), mujoco_default, compared with the paper.
+""" % (", ".join(VARIANTS), ", ".join(sorted(PRESETS)))
 
 
 @dataclass(frozen=True)
@@ -56,7 +59,9 @@ class OnPolicyTrainArgs:
 
     config: Annotated[OnPolicyTrainConfig, tyro.conf.arg(name="")] = field(default_factory=OnPolicyTrainConfig)
     out: Path | None = None
-    """Run directory to write; default runs/PRESET/ALGO."""
+    """Run directory to write; default runs/PRESET/ENV/VARIANT (or ALGO without a variant)."""
+    tensorboard: bool = False
+    """Also write TensorBoard event files to OUT/tb (live for Gymnasium environments)."""
     seed_chunk: int | None = None
     """Seeds vmapped together; chunks run one after another inside the same jitted call (0 = all
     at once). Default: 20 on a CPU, 0 on a GPU."""
@@ -68,15 +73,22 @@ class OnPolicyTrainArgs:
 class ReproduceArgs:
     """Reproduce a figure of the paper."""
 
-    figure: tyro.conf.Positional[Literal["fig2", "classic"]]
+    figure: tyro.conf.Positional[Literal["fig2", "classic", "mujoco-small"]]
     """fig2: ShortCorridor, REINFORCE vs BPO-REINFORCE (Figure 2). classic: PPO vs BPO-PPO on
-    classic-control presets (final-return table and learning curves)."""
+    classic-control presets (final-return table and learning curves). mujoco-small: Table 1
+    scaled down to this machine (PPO vs BPO (1.0, 1.5), mujoco_default)."""
     out: Path | None = None
-    """Output directory; default results/short_corridor (fig2) or results/classic_control (classic)."""
+    """Output directory; default results/short_corridor (fig2), results/classic_control (classic)
+    or results/mujoco_small (mujoco-small)."""
     seeds: int | None = None
-    """Independent runs per algorithm; default 100 for fig2 (as in the paper), 10 for classic."""
+    """Independent runs per algorithm; default 100 for fig2 (as in the paper), 10 for classic,
+    3 for mujoco-small."""
     presets: tuple[str, ...] = ("cartpole_ppo", "pendulum_ppo")
     """classic only: the on-policy presets to run."""
+    envs: tuple[str, ...] = ("HalfCheetah-v5", "Hopper-v5")
+    """mujoco-small only: the MuJoCo environments."""
+    total_timesteps: int = 300_000
+    """mujoco-small only: training budget per run in environment steps."""
     progress: bool = True
     """Show a progress bar."""
 
@@ -94,7 +106,11 @@ def train_main(argv: list[str]) -> int:
             return 0
         return _fail(f"preset: missing; allowed: {sorted(PRESETS)}")
     try:
-        preset = get_preset(argv[0])
+        env, variant = _preparse(argv[1:], "--env"), _preparse(argv[1:], "--variant")
+        preset = get_preset(argv[0], env)
+        if variant:
+            # The variant's values become the defaults; flags given explicitly still win.
+            preset = apply_variant(preset, variant)
     except ConfigError as e:
         return _fail(str(e))
     on_policy = isinstance(preset, OnPolicyTrainConfig)
@@ -112,11 +128,21 @@ def train_main(argv: list[str]) -> int:
     from bpo.progress import EvalProgress
     from bpo.train import progress_totals, run, write
 
-    out_dir = args.out or Path("runs") / cfg.preset / cfg.algo
+    label = getattr(cfg, "variant", "") or cfg.algo
+    out_dir = args.out or Path("runs") / cfg.preset / cfg.env / label
     calls, steps = progress_totals(cfg)
-    with EvalProgress(f"{cfg.preset}/{cfg.algo}", calls, args.progress, steps) as bar:
+    logger = None
+    if getattr(args, "tensorboard", False):
+        from bpo.tensorboard import TensorBoardLogger
+
+        logger = TensorBoardLogger(out_dir / "tb")
+    with EvalProgress(f"{cfg.preset}/{cfg.env}/{label}", calls, args.progress, steps) as bar:
         # Without a progress bar the program has no host callback, so it can be kept in the compile cache.
-        out = run(cfg, progress=bar.update if args.progress else None, seed_chunk=args.seed_chunk)
+        out = run(cfg, progress=bar.update if args.progress else None, seed_chunk=args.seed_chunk, logger=logger)
+    if logger is not None:
+        if cfg.backend != "gymnasium":
+            logger.log_run(out.metrics, cfg.ppo.n_steps * cfg.ppo.n_envs)
+        logger.close()
     summary = write(out, out_dir)
     print(
         f"{cfg.algo} on {cfg.env}: final eval return {summary['final_mean']:.2f} ± {summary['final_se']:.2f} (SE, "
@@ -126,10 +152,34 @@ def train_main(argv: list[str]) -> int:
     return 0
 
 
+def _preparse(argv: list[str], flag: str) -> str | None:
+    """The value of ``flag`` (``--flag V`` or ``--flag=V``) before tyro parses the rest: the
+    environment and the variant choose the defaults the other flags apply to."""
+    value = None
+    for i, arg in enumerate(argv):
+        if arg == flag and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif arg.startswith(flag + "="):
+            value = arg.split("=", 1)[1]
+    return value
+
+
 def reproduce_main(argv: list[str]) -> int:
     args = tyro.cli(ReproduceArgs, args=argv, prog="bpo reproduce")
     if args.seeds is not None and args.seeds < 1:
         return _fail(f"seeds: must be an integer >= 1, got {args.seeds}")
+    if args.figure == "mujoco-small":
+        from envs.gymnasium_envs import MUJOCO_ENVS
+        from experiments.mujoco_small import reproduce_mujoco_small
+
+        bad = [e for e in args.envs if e not in MUJOCO_ENVS]
+        if bad:
+            return _fail(f"envs: {bad[0]!r} is not a MuJoCo environment; allowed: {list(MUJOCO_ENVS)}")
+        if args.total_timesteps < 1:
+            return _fail(f"total_timesteps: must be an integer >= 1, got {args.total_timesteps}")
+        reproduce_mujoco_small(args.out or Path("results/mujoco_small"), envs=args.envs, seeds=args.seeds or 3,
+                               total_timesteps=args.total_timesteps, show_progress=args.progress)
+        return 0
     if args.figure == "fig2":
         from experiments.fig2 import reproduce_fig2
 

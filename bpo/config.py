@@ -414,7 +414,11 @@ def _validate_onpolicy(cfg: OnPolicyTrainConfig) -> OnPolicyTrainConfig:
     from envs import FUNCTIONAL_ENVS, make_env
     from envs.gymnasium_envs import GYMNASIUM_ENVS, gym_spec
 
+    from bpo.presets import VARIANTS
+
     _choice("backend", cfg.backend, ("jax", "gymnasium"))
+    if cfg.variant:
+        _choice("variant", cfg.variant, VARIANTS)
     _choice("vector_mode", cfg.vector_mode, ("sync", "async"))
     if cfg.backend == "jax" and cfg.env not in FUNCTIONAL_ENVS:
         hint = " (a Gymnasium environment: add --backend gymnasium)" if cfg.env in GYMNASIUM_ENVS else ""

@@ -57,8 +57,10 @@ class HostRunner:
         base = jax.random.PRNGKey(self.cfg.seed)
         keys = jax.vmap(lambda i: jax.random.fold_in(base, i))(jnp.arange(S))
 
+        # Keys are split exactly as in the JAX runner (k_env unused here: Gymnasium environments
+        # have their own seeds), so on twin environments both runners train identically.
         def init(key, obs0):
-            key, k_actor, k_critic, k_beh = jax.random.split(key, 4)
+            _, k_actor, k_critic, k_beh, key = jax.random.split(key, 5)
             return key, learner.init((k_actor, k_critic, k_beh), hp, obs0)
 
         n_act = 1 if self.spec.discrete else self.spec.n_actions
@@ -76,14 +78,14 @@ class HostRunner:
             # with; then the statistics take in the new observations, as the JAX runner does.
             prev_next_obs = learner.normalize(stats, prev_final_obs)
             stats = learner.observe(stats, obs)
-            key, k_act, k_sde = jax.random.split(key, 3)
+            key, k_act, _, k_sde = jax.random.split(key, 4)
             action, env_action, log_prob, obs_n, sde = learner.act_with(params, stats, k_act, k_sde, obs, sde,
                                                                         step_index)
             return pack(env_action, action, log_prob, obs_n, prev_next_obs), stats, key, sde
 
         def first_step(params, stats, key, obs, sde, step_index):
             # The statistics already hold obs (from init or from the end of the previous rollout).
-            key, k_act, k_sde = jax.random.split(key, 3)
+            key, k_act, _, k_sde = jax.random.split(key, 4)
             action, env_action, log_prob, obs_n, sde = learner.act_with(params, stats, k_act, k_sde, obs, sde,
                                                                         step_index)
             return pack(env_action, action, log_prob, obs_n, obs_n), key, sde

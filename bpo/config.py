@@ -231,6 +231,9 @@ class OnPolicyTrainConfig:
     vector_mode: Literal["sync", "async"] = "sync"
     """Gymnasium backend: step the environments in this process (sync) or in one worker process
     each (async, worth it when an environment step costs more than the transfer)."""
+    eval_in_background: bool = True
+    """Gymnasium backend: evaluate in a worker process while training goes on, with a copy of the
+    parameters (results are the same either way); False evaluates in the training loop."""
     variant: str = ""
     """Label of the named algorithm variant applied (``bpo.presets.VARIANTS``; recorded in the
     results). Empty when the algorithm was set field by field."""

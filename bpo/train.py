@@ -33,7 +33,8 @@ class RunOutput:
     run_time_s: float
     seed_chunk: int
     backend: str
-    eval_time_s: float = 0.0  # host runner: time spent evaluating, excluded from training throughput
+    eval_time_s: float = 0.0  # host runner: time the training loop spent on evaluation, excluded from throughput
+    eval_worker_time_s: float = 0.0  # host runner: time evaluation took, in a worker process when in the background
 
 
 def seed_keys(seed: int, n: int):
@@ -109,6 +110,7 @@ def _run_host(cfg: OnPolicyTrainConfig, progress, logger) -> RunOutput:
         config=cfg, metrics=jax.tree.map(np.asarray, metrics), compile_time_s=runner.compile_time_s,
         wall_time_s=wall, run_time_s=wall - runner.compile_time_s, seed_chunk=cfg.seeds,
         backend=f"gymnasium-{cfg.vector_mode}+{jax.default_backend()}", eval_time_s=runner.eval_time_s,
+        eval_worker_time_s=runner.eval_worker_time_s,
     )
 
 
@@ -139,6 +141,7 @@ def summarize(out: RunOutput) -> dict:
         # The JAX runner's evaluations happen inside its single program: its throughput includes them.
         "train_steps_per_s": env_steps / (out.run_time_s - out.eval_time_s),
         "eval_time_s": out.eval_time_s,
+        "eval_worker_time_s": out.eval_worker_time_s,
         "seed_chunk": out.seed_chunk,
         "backend": out.backend,
     }

@@ -10,9 +10,9 @@ sub-environments). Per vector step there is one compiled call; per rollout one m
 
 These are the calls the JAX runner makes inside its scan, so the semantics (observation
 normalisation, truncation bootstrapping from the real final observation, key streams per seed)
-are the same. Evaluation runs ``eval_episodes`` deterministic episodes per seed on separate
-vector environments, one compiled call per vector step for all of them, and is timed apart so
-that training throughput excludes it.
+are the same. Evaluation (``bpo.runners.evaluation``) runs ``eval_episodes`` deterministic
+episodes per seed on separate vector environments, by default in a worker process while training
+goes on; the time the training loop spends on it is timed apart, so training throughput excludes it.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ import numpy as np
 from bpo.config import OnPolicyTrainConfig, traced_hyperparams, validate
 from bpo.learner import keyed_update, make_learner
 from bpo.runners.onpolicy import eval_schedule, n_updates
-from envs.gymnasium_envs import EVAL_STREAM, TRAIN_STREAM, env_seeds, final_observations, gym_spec, make_vector_env
+from bpo.runners.evaluation import Evaluations
+from envs.gymnasium_envs import TRAIN_STREAM, env_seeds, final_observations, gym_spec, make_vector_env
 
 
 def _aot(fn, *args):
@@ -49,6 +50,9 @@ class HostRunner:
         self.hp = traced_hyperparams(cfg)
         self.compile_time_s = 0.0
         self.eval_time_s = 0.0
+        self.update_time_s = 0.0  # inside the update calls (a part of the training time)
+        self.eval_worker_time_s = 0.0  # spent evaluating, in the worker process when in the background
+        self._n_evals = 0
 
     # -- compiled pieces -------------------------------------------------------------------------
     def _build(self, obs0):
@@ -106,11 +110,9 @@ class HostRunner:
         self._first_step = jax.jit(jax.vmap(first_step, in_axes=(0, 0, 0, 0, 0, None)))
         self._step = jax.jit(jax.vmap(step, in_axes=(0, 0, 0, 0, 0, 0, None)))
         self._close = jax.jit(jax.vmap(close_rollout))
-        eval_obs = np.zeros((S, self.cfg.eval_episodes, self.spec.obs_dim), np.float32)
-        self._greedy = jax.jit(jax.vmap(learner.greedy_with))
         jax.block_until_ready((self._first_step(params, stats, key, obs, sde, np.int32(0)),
                                self._step(params, stats, key, obs, obs, sde, np.int32(0)),
-                               self._close(stats, obs, obs), self._greedy(state.ppo.actor_params, stats, eval_obs)))
+                               self._close(stats, obs, obs)))
         self._update = _aot(jax.vmap(update), state, key, jax.tree.map(jnp.asarray, self._empty_rows()))
         self.compile_time_s = time.perf_counter() - start
         o = self.spec.obs_dim
@@ -130,25 +132,7 @@ class HostRunner:
                 "truncated": np.zeros((S, T, E), f32), "next_obs": np.zeros(obs, f32),
                 "raw_next_obs": np.zeros(obs, f32)}
 
-    # -- evaluation ------------------------------------------------------------------------------
-    def _evaluate(self, eval_env, actor_params, stats, eval_index: int) -> np.ndarray:
-        """Mean return of ``eval_episodes`` deterministic episodes per seed, statistics frozen."""
-        start = time.perf_counter()
-        S, N = self.n_seeds, self.cfg.eval_episodes
-        seeds = [s for run in range(S) for s in env_seeds(self.cfg.seed, run, EVAL_STREAM + eval_index, N)]
-        obs, _ = eval_env.reset(seed=seeds)
-        returns = np.zeros(S * N)
-        running = np.ones(S * N, bool)
-        while running.any():
-            action = np.asarray(self._greedy(actor_params, stats, obs.reshape(S, N, -1).astype(np.float32)))
-            obs, reward, terminated, truncated, _ = eval_env.step(action.reshape((S * N,) + action.shape[2:]))
-            returns += np.where(running, reward, 0.0)
-            running &= ~(terminated | truncated)
-        self.eval_time_s += time.perf_counter() - start
-        return returns.reshape(S, N).mean(axis=1)
-
-    def _report(self, eval_step: int, eval_returns: np.ndarray, train_time: float, train_steps: int):
-        rate = train_steps / train_time if train_time > 0 else 0.0
+    def _report(self, eval_step: int, eval_returns: np.ndarray, rate: float):
         if self.progress is not None:
             for r in eval_returns:
                 self.progress(eval_step, float(r), rate)
@@ -157,17 +141,30 @@ class HostRunner:
 
     # -- the run ---------------------------------------------------------------------------------
     def run(self) -> dict:
-        cfg, S, E = self.cfg, self.n_seeds, self.n_envs
-        env = make_vector_env(cfg.env, S * E, cfg.vector_mode)
-        eval_env = make_vector_env(cfg.env, S * cfg.eval_episodes, cfg.vector_mode)
+        cfg = self.cfg
+        # Started first: a background evaluator's worker process starts up while this one compiles.
+        evaluations = Evaluations(cfg, background=cfg.eval_in_background)
+        env = make_vector_env(cfg.env, cfg.seeds * cfg.ppo.n_envs, cfg.vector_mode)
         # The per-step programs are fastest with synchronous CPU dispatch, set in bpo/__init__.py.
         try:
-            return self._run(env, eval_env)
+            return self._run(env, evaluations)
         finally:
             env.close()
-            eval_env.close()
+            evaluations.close()
 
-    def _run(self, env, eval_env) -> dict:
+    def _evaluate(self, evaluations: Evaluations, env_step: int, actor_params, stats, rate: float) -> list:
+        """Submit an evaluation and report those that are done; returns them as (step, returns).
+        ``rate``: training steps/s so far, all seeds, evaluation excluded."""
+        start = time.perf_counter()
+        evaluations.submit(env_step, actor_params, stats, self._n_evals)
+        self._n_evals += 1
+        done = evaluations.ready()
+        self.eval_time_s += time.perf_counter() - start
+        for step, returns in done:
+            self._report(step, returns, rate)
+        return done
+
+    def _run(self, env, evaluations: Evaluations) -> dict:
         cfg, S, E, T = self.cfg, self.n_seeds, self.n_envs, self.n_steps
         seeds = [s for run in range(S) for s in env_seeds(cfg.seed, run, TRAIN_STREAM, E)]
         obs, _ = env.reset(seed=seeds)
@@ -178,9 +175,14 @@ class HostRunner:
         batch = T * E
 
         eval_after = eval_schedule(cfg)
-        evals = [(0, self._evaluate(eval_env, state.ppo.actor_params, stats, 0))]
-        self._report(0, evals[0][1], 0.0, 0)
-        train_metrics, train_start = [], time.perf_counter()
+        self._n_evals = 0
+        evals = self._evaluate(evaluations, 0, state.ppo.actor_params, stats, 0.0)
+        train_metrics, train_start, eval_at_start = [], time.perf_counter(), self.eval_time_s
+
+        def train_rate(env_step):
+            seconds = time.perf_counter() - train_start - (self.eval_time_s - eval_at_start)
+            return env_step * S / seconds if seconds > 0 else 0.0
+
         episode_return = np.zeros(S * E)
         for update_index in range(n_updates(cfg)):
             finished_sum, finished_n = np.zeros(S), np.zeros(S)
@@ -219,7 +221,9 @@ class HostRunner:
             last_next, stats = self._close(stats, final, obs)
             rows["next_obs"][:, T - 1] = last_next
             state = state._replace(stats=stats)
-            key, state, metrics, params = self._update(state, key, rows)
+            started = time.perf_counter()
+            key, state, metrics, params = jax.block_until_ready(self._update(state, key, rows))
+            self.update_time_s += time.perf_counter() - started
             metrics = {k: np.asarray(v) for k, v in metrics.items()}
             metrics["train_return"] = np.where(finished_n > 0, finished_sum / np.maximum(finished_n, 1), np.nan)
             metrics["train_episodes"] = finished_n
@@ -227,11 +231,15 @@ class HostRunner:
             if self.logger is not None:
                 self.logger.log_update(update_index, (update_index + 1) * batch, metrics)
             if eval_after[update_index]:
-                pause = time.perf_counter()
                 step = (update_index + 1) * batch
-                evals.append((step, self._evaluate(eval_env, state.ppo.actor_params, stats, len(evals))))
-                train_start += time.perf_counter() - pause
-                self._report(step, evals[-1][1], time.perf_counter() - train_start, step)
+                evals += self._evaluate(evaluations, step, state.ppo.actor_params, stats, train_rate(step))
+        start = time.perf_counter()
+        last = evaluations.ready(wait=True)
+        self.eval_time_s += time.perf_counter() - start
+        for step, returns in last:
+            self._report(step, returns, train_rate(n_updates(cfg) * batch))
+        evals += last
+        self.eval_worker_time_s = evaluations.worker_time_s
         train = {k: np.stack([m[k] for m in train_metrics], axis=1) for k in train_metrics[0]}
         eval_out = {"eval_return": np.stack([r for _, r in evals], axis=1).astype(np.float32),
                     "eval_step": np.tile(np.array([s for s, _ in evals], np.int32), (S, 1))}

@@ -1,0 +1,217 @@
+"""The host runner (Gymnasium environments on the CPU): bootstrapping at truncation on a
+Gymnasium probe, agreement with the JAX runner, smoke runs of every MuJoCo task x {ppo, bpo} x
+{mujoco_default, mujoco_gsde}, presets and variants, and the CLI."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from bpo.cli import main
+from bpo.config import ConfigError, OnPolicyTrainConfig, PPOConfig, replace, traced_hyperparams, validate
+from bpo.learner import keyed_update, make_learner
+from bpo.presets import PAPER_TABLE1, apply_variant, best_bpo_row, get_preset
+from bpo.runners.host import HostRunner
+from bpo.train import run
+from envs.gymnasium_envs import MUJOCO_ENVS, final_observations, gym_spec, make_vector_env
+
+
+def probe_config(algo: str, **changes) -> OnPolicyTrainConfig:
+    cfg = OnPolicyTrainConfig(
+        preset="probe", env="TruncationProbe-v0", backend="gymnasium", algo=algo, total_timesteps=128 * 40,
+        eval_every=128 * 40, eval_episodes=1,
+        ppo=PPOConfig(learning_rate=3e-3, n_steps=32, n_envs=4, batch_size=64, n_epochs=10, gamma=0.5, gae_lambda=1.0,
+                      normalize_observations=False, pi_hidden=(16,), vf_hidden=(16,)),
+    )
+    return replace(cfg, **{"bpo.replay_size": 256, "bpo.q_batch_size": 64, "bpo.mu_batch_size": 64, **changes})
+
+
+def test_same_step_auto_reset_returns_the_real_final_observation():
+    env = make_vector_env("TruncationProbe-v0", 2)
+    env.reset(seed=[0, 1])
+    for t in range(4):
+        obs, _, terminated, truncated, info = env.step(np.zeros(2, np.int64))
+        done = terminated | truncated
+        final = final_observations(obs, done, info)
+    env.close()
+    assert done.all() and not terminated.any()
+    np.testing.assert_array_equal(obs, [[0.0], [0.0]])  # the reset observation A
+    np.testing.assert_array_equal(final, [[1.0], [1.0]])  # the real last observation B
+
+
+@pytest.mark.parametrize("algo", ["ppo", "bpo"])
+def test_truncated_episodes_bootstrap_from_the_final_observation(algo):
+    """v(B) = 1/(1-gamma) = 2 and v(A) = 1 only if a truncated step bootstraps from V(B), the real
+    final observation; the Gymnasium vector env hands back A (the reset observation) instead,
+    and treating truncation as termination gives v(B) ~ 1.4."""
+    cfg = probe_config(algo)
+    out = run(cfg)
+    learner = make_learner(cfg, gym_spec(cfg.env))
+    critic = jax.tree.map(lambda x: x[0], out.metrics["final"]["critic_params"])
+    values = learner.critic_apply(critic, jnp.array([[0.0], [1.0]]))
+    np.testing.assert_allclose(values, [1.0, 2.0], atol=0.1)
+
+
+@pytest.mark.parametrize("algo", ["ppo", "bpo"])
+def test_host_runner_trains_like_the_jax_runner_on_twin_environments(algo):
+    """TruncationProbe-v0 exists as a Gymnasium env and as a functional JAX env with the same
+    dynamics; its transitions do not depend on the actions or keys. The host runner splits keys as
+    the JAX runner does, so both collect the same rollouts (actions, log-probabilities, observation
+    statistics) and make the same updates. Evaluations and statistics agree exactly; parameters to
+    float32 rounding (~1e-8), because XLA fuses the one-program JAX run differently from the
+    host runner's separate calls."""
+    cfg = probe_config(algo, seeds=2, total_timesteps=128 * 3, eval_every=128, **{"ppo.n_epochs": 2,
+                                                                                  "ppo.normalize_observations": True})
+    jax_run = run(replace(cfg, backend="jax"), seed_chunk=2).metrics
+    host_run = run(cfg).metrics
+    jax.tree.map(np.testing.assert_array_equal, jax_run["eval"], host_run["eval"])
+    jax.tree.map(np.testing.assert_array_equal, jax_run["final"]["obs_stats"], host_run["final"]["obs_stats"])
+    np.testing.assert_array_equal(jax_run["train"]["train_episodes"], host_run["train"]["train_episodes"])
+    for part in ("actor_params", "critic_params"):
+        jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7),
+                     jax_run["final"][part], host_run["final"][part])
+    for name in jax_run["train"]:
+        np.testing.assert_allclose(jax_run["train"][name], host_run["train"][name], rtol=1e-4, atol=1e-6,
+                                   err_msg=name)
+
+
+@pytest.mark.parametrize("algo", ["ppo", "bpo"])
+def test_host_update_equals_the_learner_update_on_the_same_batch(algo):
+    """A rollout collected by the host runner on HalfCheetah-v5, then one update. The host runner's
+    compiled update equals, bit for bit, the learner's update as the JAX runner calls it for a
+    chunk of 2 seeds (jitted, vmapped over seeds, time-major rows); a single seed outside vmap
+    agrees to float32 rounding (XLA batches the matrix products differently)."""
+    cfg = replace(apply_variant(get_preset("mujoco_default"), "ppo" if algo == "ppo" else "bpo_c1.5_rho1.5"),
+                  seeds=2, total_timesteps=256, eval_every=256, eval_episodes=1,
+                  **{"ppo.n_steps": 128, "ppo.batch_size": 64, "ppo.n_epochs": 2, "bpo.replay_size": 256,
+                     "bpo.n_qvf_epochs": 2, "bpo.n_mu_epochs": 2})
+    runner = HostRunner(cfg)
+    captured = {}
+
+    def capture_build(obs0, build=runner._build):
+        out = build(obs0)
+        update = runner._update
+
+        def spy(state, key, rows):
+            captured.update(state=state, key=key, rows={k: np.array(v) for k, v in rows.items()})
+            result = update(state, key, rows)
+            captured["host_state"] = result[1]
+            return result
+
+        runner._update = spy
+        return out
+
+    runner._build = capture_build
+    runner.run()
+    state, key, rows, host_state = captured["state"], captured["key"], captured["rows"], captured["host_state"]
+    learner, hp = make_learner(cfg, gym_spec(cfg.env)), traced_hyperparams(cfg)
+    update = lambda st, k, r: keyed_update(learner, st, k, r, hp)  # noqa: E731
+    chunk = jax.jit(jax.vmap(update))(state, key, {k: jnp.asarray(v) for k, v in rows.items()})[1]
+    jax.tree.map(np.testing.assert_array_equal, host_state, chunk)
+    for s in range(cfg.seeds):
+        pick = lambda x: x[s]  # noqa: E731
+        single = jax.jit(update)(jax.tree.map(pick, state), key[s], {k: jnp.asarray(v[s]) for k, v in rows.items()})[1]
+        jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-8),
+                     jax.tree.map(pick, host_state), single)
+
+
+SMOKE = [(env, algo, preset) for env in MUJOCO_ENVS for algo in ("ppo", "bpo")
+         for preset in ("mujoco_default", "mujoco_gsde")]
+
+
+@pytest.mark.parametrize("env,algo,preset", SMOKE)
+def test_every_mujoco_task_runs_a_tiny_budget(env, algo, preset):
+    """One rollout of at most 2,048 steps of the preset on the task (gSDE: 16 envs x 128 steps),
+    with 2 FQE/mu epochs to keep CI short; then one evaluation episode."""
+    cfg = get_preset(preset, env)
+    n_steps = 2048 // cfg.ppo.n_envs
+    cfg = replace(cfg, algo=algo, seeds=1, total_timesteps=n_steps * cfg.ppo.n_envs, eval_every=4096, eval_episodes=1,
+                  **{"ppo.n_steps": n_steps, "bpo.n_qvf_epochs": 2, "bpo.n_mu_epochs": 2})
+    out = run(cfg)
+    ev = out.metrics["eval"]
+    assert ev["eval_return"].shape == (1, 2) and np.all(np.isfinite(ev["eval_return"]))
+    assert ev["eval_step"][0, -1] == 2048
+    for key, value in out.metrics["train"].items():
+        if key != "train_return":  # NaN when no episode ended in the rollout
+            assert np.all(np.isfinite(value)), key
+    assert out.eval_time_s > 0 and out.compile_time_s > 0
+
+
+def test_presets_follow_the_paper_tables():
+    d, g = get_preset("mujoco_default"), get_preset("mujoco_gsde")
+    assert (d.total_timesteps, g.total_timesteps) == (1_500_000, 2_000_000)
+    assert (d.ppo.n_steps, d.ppo.n_envs, d.ppo.batch_size, d.ppo.n_epochs, d.ppo.gae_lambda, d.ppo.ent_coef) == (
+        2048, 1, 64, 10, 0.95, 0.001)
+    assert (g.ppo.n_steps, g.ppo.n_envs, g.ppo.batch_size, g.ppo.n_epochs, g.ppo.clip_range, g.ppo.use_sde) == (
+        512, 16, 128, 20, 0.4, True)
+    assert (d.bpo.q_batch_size, d.bpo.mu_batch_size, d.bpo.n_qvf_epochs, g.bpo.n_qvf_epochs) == (256, 128, 20, 40)
+    assert (g.bpo.weight_td, g.bpo.clip_targets, d.bpo.weight_td, d.bpo.clip_targets) == (False, False, True, True)
+    # Table 5
+    assert not get_preset("mujoco_gsde", "Ant-v5").ppo.normalize_observations
+    assert get_preset("mujoco_gsde", "HalfCheetah-v5").ppo.log_std_init == -2.0
+    assert get_preset("mujoco_gsde", "Hopper-v5").ppo.log_std_init == -1.0
+    assert get_preset("mujoco_default", "Ant-v5").ppo.normalize_observations
+
+
+def test_variants_are_the_rows_of_table_1_and_ablate_the_best_row():
+    cfg = get_preset("mujoco_default", "Hopper-v5")
+    row = apply_variant(cfg, "bpo_c1.0_rho1.5")
+    assert (row.algo, row.bpo.c_bar, row.bpo.rho_bar, row.bpo.traj) == ("bpo", 1.0, 1.5, "per_decision")
+    assert apply_variant(cfg, "bpo_traj_c1.0").bpo.traj == "traj"
+    assert apply_variant(cfg, "ppo").algo == "ppo"
+    # Hopper default: the best BPO row of Table 1 is traj (2770); the ablations start from it.
+    assert best_bpo_row("Hopper-v5", "mujoco_default") == "bpo_traj_c1.0"
+    no_qhat = apply_variant(cfg, "bpo_no_qhat")
+    assert (no_qhat.bpo.traj, no_qhat.bpo.use_q_hat, no_qhat.variant) == ("traj", False, "bpo_no_qhat")
+    no_symlog = apply_variant(get_preset("mujoco_gsde", "HalfCheetah-v5"), "bpo_no_symlog")
+    assert (no_symlog.bpo.c_bar, no_symlog.bpo.rho_bar, no_symlog.bpo.symlog_targets) == (1.5, 1.5, False)
+    assert len(PAPER_TABLE1) == 5 and all(len(rows) == 5 for rows in PAPER_TABLE1.values())
+    with pytest.raises(ConfigError, match="variant"):
+        apply_variant(cfg, "bpo_c2")
+
+
+@pytest.mark.parametrize("changes,field", [
+    ({"env": "HalfCheetah-v5", "backend": "jax"}, "env"),
+    ({"env": "Humanoid-v5"}, "env"),
+    ({"backend": "brax"}, "backend"),
+    ({"vector_mode": "threads"}, "vector_mode"),
+    ({"variant": "bpo_fast"}, "variant"),
+])
+def test_invalid_gymnasium_configs_name_the_field(changes, field):
+    with pytest.raises(ConfigError) as err:
+        validate(replace(get_preset("mujoco_default"), **changes))
+    assert err.value.field_name == field
+
+
+def test_cli_trains_a_mujoco_preset_with_tensorboard(tmp_path):
+    out = tmp_path / "run"
+    assert main(["train", "mujoco_default", "--env", "Hopper-v5", "--variant", "bpo_c1.0_rho1.0", "--seeds", "2",
+                 "--total-timesteps", "256", "--ppo.n-steps", "128", "--eval-every", "128", "--eval-episodes", "1",
+                 "--bpo.n-qvf-epochs", "1", "--bpo.n-mu-epochs", "1", "--tensorboard", "--no-progress",
+                 "--out", str(out)]) == 0
+    from bpo.results import read_curve, read_summary
+
+    summary = read_summary(out)
+    assert (summary["env"], summary["variant"], summary["seeds"], summary["total_timesteps"]) == (
+        "Hopper-v5", "bpo_c1.0_rho1.0", 2, 256)
+    assert summary["train_steps_per_s"] > 0 and summary["eval_time_s"] > 0
+    assert sorted({int(r["step"]) for r in read_curve(out)}) == [0, 128, 256]
+    assert list((out / "tb").glob("events.out.tfevents.*"))
+
+
+def test_cli_env_flag_applies_table_5_and_rejects_unknown_variants(capsys):
+    assert main(["train", "mujoco_gsde", "--env", "Ant-v5", "--variant", "nope"]) == 2
+    assert "error: variant:" in capsys.readouterr().err
+
+
+def test_background_and_inline_evaluation_agree():
+    """Evaluation in a worker process returns exactly what evaluation in the training loop does,
+    in the same order, while the training loop spends less time on it."""
+    cfg = replace(apply_variant(get_preset("mujoco_default", "HalfCheetah-v5"), "ppo"), seeds=2,
+                  total_timesteps=256, eval_every=128, eval_episodes=2, **{"ppo.n_steps": 128})
+    inline = run(replace(cfg, eval_in_background=False))
+    background = run(cfg)
+    np.testing.assert_array_equal(inline.metrics["eval"]["eval_return"], background.metrics["eval"]["eval_return"])
+    np.testing.assert_array_equal(inline.metrics["eval"]["eval_step"], background.metrics["eval"]["eval_step"])
+    assert inline.metrics["eval"]["eval_return"].shape == (2, 3)
+    assert inline.eval_time_s >= inline.eval_worker_time_s > 0 and background.eval_worker_time_s > 0

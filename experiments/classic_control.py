@@ -15,7 +15,7 @@ from bpo.config import replace
 from bpo.presets import get_preset
 from bpo.progress import EvalProgress
 from bpo.train import progress_totals, run, write
-from experiments.fig2 import mean_se_by_step
+from experiments.plotting import plot_curve_panels
 
 ALGOS = (("ppo", "PPO"), ("bpo", "BPO (PPO)"))
 
@@ -52,23 +52,5 @@ def format_table(summaries: dict) -> str:
 
 
 def plot_curves(out: Path, presets) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, len(presets), figsize=(5 * len(presets), 3.6), squeeze=False)
-    for ax, name in zip(axes[0], presets):
-        for algo, label in ALGOS:
-            steps, mean, se = mean_se_by_step(results.read_curve(out / name / algo))
-            ax.plot(steps, mean, label=label)
-            ax.fill_between(steps, mean - se, mean + se, alpha=0.25)
-        ax.set_title(name)
-        ax.set_xlabel("environment steps")
-        ax.set_ylabel("evaluation return")
-        ax.legend()
-    fig.tight_layout()
-    path = Path(out) / "curves.png"
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    panels = [(name, [(label, Path(out) / name / algo) for algo, label in ALGOS]) for name in presets]
+    return plot_curve_panels(Path(out) / "curves.png", panels)

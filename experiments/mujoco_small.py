@@ -20,7 +20,7 @@ from bpo.config import replace, to_dict
 from bpo.presets import PAPER_TABLE1, apply_variant, get_preset
 from bpo.progress import EvalProgress
 from bpo.train import progress_totals, run, write
-from experiments.fig2 import mean_se_by_step
+from experiments.plotting import plot_curve_panels
 
 PRESET = "mujoco_default"
 VARIANTS = (("ppo", "PPO"), ("bpo_c1.0_rho1.5", "BPO (c̄ = 1.0, ρ̄ = 1.5)"))
@@ -87,24 +87,5 @@ def format_table(out: Path, envs) -> str:
 def plot_curves(out: Path, envs) -> Path | None:
     if not envs:
         return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, len(envs), figsize=(5 * len(envs), 3.6), squeeze=False)
-    for ax, env in zip(axes[0], envs):
-        for variant, label in VARIANTS:
-            steps, mean, se = mean_se_by_step(results.read_curve(out / env / variant))
-            ax.plot(steps, mean, label=label)
-            ax.fill_between(steps, mean - se, mean + se, alpha=0.25)
-        ax.set_title(f"{env} ({PRESET})")
-        ax.set_xlabel("environment steps")
-        ax.set_ylabel("evaluation return")
-        ax.legend()
-    fig.tight_layout()
-    path = out / "curves.png"
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
-
+    panels = [(f"{env} ({PRESET})", [(label, out / env / variant) for variant, label in VARIANTS]) for env in envs]
+    return plot_curve_panels(out / "curves.png", panels)

@@ -215,3 +215,10 @@ def test_background_and_inline_evaluation_agree():
     np.testing.assert_array_equal(inline.metrics["eval"]["eval_step"], background.metrics["eval"]["eval_step"])
     assert inline.metrics["eval"]["eval_return"].shape == (2, 3)
     assert inline.eval_time_s >= inline.eval_worker_time_s > 0 and background.eval_worker_time_s > 0
+
+
+def test_async_vector_envs_give_the_same_run_as_sync_ones():
+    cfg = probe_config("ppo", seeds=2, total_timesteps=128 * 2, eval_every=128, eval_in_background=False,
+                       **{"ppo.n_epochs": 2})
+    sync, async_ = run(cfg).metrics, run(replace(cfg, vector_mode="async")).metrics
+    jax.tree.map(np.testing.assert_array_equal, sync, async_)

@@ -235,8 +235,10 @@ class OnPolicyTrainConfig:
     """Gymnasium backend: evaluate in a worker process while training goes on, with a copy of the
     parameters (results are the same either way); False evaluates in the training loop."""
     variant: str = ""
-    """Label of the named algorithm variant applied (``bpo.presets.VARIANTS``; recorded in the
-    results). Empty when the algorithm was set field by field."""
+    """Named algorithm variant (``bpo.presets.VARIANTS``): a row of Table 1 (ppo, bpo_c1.5_rho1.5,
+    bpo_c1.0_rho1.0, bpo_c1.0_rho1.5, bpo_traj_c1.0) or an ablation of the best row for the env and
+    preset (bpo_no_qhat, bpo_no_symlog). On the command line it sets its fields first, so other
+    flags still override them. Recorded in the results; empty when no variant was applied."""
     algo: Literal["ppo", "bpo"] = "bpo"
     """ppo: data from pi (Listing 1); bpo: data from the behaviour policy mu (Listing 4)."""
     seeds: int = 1

@@ -19,7 +19,7 @@ from envs.gymnasium_envs import MUJOCO_ENVS, final_observations, gym_spec, make_
 def probe_config(algo: str, **changes) -> OnPolicyTrainConfig:
     cfg = OnPolicyTrainConfig(
         preset="probe", env="TruncationProbe-v0", backend="gymnasium", algo=algo, total_timesteps=128 * 40,
-        eval_every=128 * 40, eval_episodes=1,
+        eval_every=128 * 40, eval_episodes=1, eval_in_background=False,
         ppo=PPOConfig(learning_rate=3e-3, n_steps=32, n_envs=4, batch_size=64, n_epochs=10, gamma=0.5, gae_lambda=1.0,
                       normalize_observations=False, pi_hidden=(16,), vf_hidden=(16,)),
     )
@@ -60,8 +60,8 @@ def test_host_runner_trains_like_the_jax_runner_on_twin_environments(algo):
     statistics) and make the same updates. Evaluations and statistics agree exactly; parameters to
     float32 rounding (~1e-8), because XLA fuses the one-program JAX run differently from the
     host runner's separate calls."""
-    cfg = probe_config(algo, seeds=2, total_timesteps=128 * 3, eval_every=128, **{"ppo.n_epochs": 2,
-                                                                                  "ppo.normalize_observations": True})
+    cfg = probe_config(algo, seeds=2, total_timesteps=128 * 3, eval_every=128, eval_in_background=True,
+                       **{"ppo.n_epochs": 2, "ppo.normalize_observations": True})
     jax_run = run(replace(cfg, backend="jax"), seed_chunk=2).metrics
     host_run = run(cfg).metrics
     jax.tree.map(np.testing.assert_array_equal, jax_run["eval"], host_run["eval"])
@@ -122,11 +122,12 @@ SMOKE = [(env, algo, preset) for env in MUJOCO_ENVS for algo in ("ppo", "bpo")
 @pytest.mark.parametrize("env,algo,preset", SMOKE)
 def test_every_mujoco_task_runs_a_tiny_budget(env, algo, preset):
     """One rollout of at most 2,048 steps of the preset on the task (gSDE: 16 envs x 128 steps),
-    with 2 FQE/mu epochs to keep CI short; then one evaluation episode."""
+    with 2 FQE/mu epochs and inline evaluation (one episode) to keep CI short; evaluation in a
+    worker process is tested below."""
     cfg = get_preset(preset, env)
     n_steps = 2048 // cfg.ppo.n_envs
     cfg = replace(cfg, algo=algo, seeds=1, total_timesteps=n_steps * cfg.ppo.n_envs, eval_every=4096, eval_episodes=1,
-                  **{"ppo.n_steps": n_steps, "bpo.n_qvf_epochs": 2, "bpo.n_mu_epochs": 2})
+                  eval_in_background=False, **{"ppo.n_steps": n_steps, "bpo.n_qvf_epochs": 2, "bpo.n_mu_epochs": 2})
     out = run(cfg)
     ev = out.metrics["eval"]
     assert ev["eval_return"].shape == (1, 2) and np.all(np.isfinite(ev["eval_return"]))
@@ -218,7 +219,6 @@ def test_background_and_inline_evaluation_agree():
 
 
 def test_async_vector_envs_give_the_same_run_as_sync_ones():
-    cfg = probe_config("ppo", seeds=2, total_timesteps=128 * 2, eval_every=128, eval_in_background=False,
-                       **{"ppo.n_epochs": 2})
+    cfg = probe_config("ppo", seeds=2, total_timesteps=128 * 2, eval_every=128, **{"ppo.n_epochs": 2})
     sync, async_ = run(cfg).metrics, run(replace(cfg, vector_mode="async")).metrics
     jax.tree.map(np.testing.assert_array_equal, sync, async_)

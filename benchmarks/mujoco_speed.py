@@ -60,7 +60,7 @@ def ours(env_id: str, variant: str, steps: int, seeds: int) -> dict:
     from bpo.runners.host import HostRunner
 
     cfg = replace(apply_variant(get_preset("mujoco_default", env_id), variant), seeds=seeds, total_timesteps=steps,
-                  eval_every=10 * steps, eval_episodes=1)
+                  eval_every=10 * steps, eval_episodes=1, eval_in_background=False)
     runner = HostRunner(cfg)
     start = time.perf_counter()
     out = runner.run()

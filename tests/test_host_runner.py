@@ -222,3 +222,12 @@ def test_async_vector_envs_give_the_same_run_as_sync_ones():
     cfg = probe_config("ppo", seeds=2, total_timesteps=128 * 2, eval_every=128, **{"ppo.n_epochs": 2})
     sync, async_ = run(cfg).metrics, run(replace(cfg, vector_mode="async")).metrics
     jax.tree.map(np.testing.assert_array_equal, sync, async_)
+
+
+def test_same_config_and_seed_give_identical_results_on_the_host():
+    cfg = replace(apply_variant(get_preset("mujoco_default", "Hopper-v5"), "ppo"), total_timesteps=512,
+                  eval_every=256, eval_episodes=2, **{"ppo.n_steps": 256})
+    first, second = run(cfg).metrics, run(cfg).metrics
+    jax.tree.map(np.testing.assert_array_equal, first, second)
+    other = run(replace(cfg, seed=1)).metrics
+    assert not np.array_equal(first["train"]["pg_loss"], other["train"]["pg_loss"])

@@ -18,7 +18,8 @@ from bpo.train import run
 from envs import make_env
 from envs.functional import auto_reset_step
 
-ON_POLICY = sorted(name for name, cfg in PRESETS.items() if isinstance(cfg, OnPolicyTrainConfig))
+# Presets on JAX environments; the Gymnasium (MuJoCo) presets are run in tests/test_host_runner.py.
+ON_POLICY = sorted(name for name, cfg in PRESETS.items() if isinstance(cfg, OnPolicyTrainConfig) and cfg.backend == "jax")
 
 
 def tiny(cfg: OnPolicyTrainConfig, **changes) -> OnPolicyTrainConfig:

@@ -32,7 +32,9 @@ class PolicyEvaluator:
     def __init__(self, cfg: OnPolicyTrainConfig):
         self.cfg = cfg
         self.env = make_vector_env(cfg.env, cfg.seeds * cfg.eval_episodes, cfg.vector_mode)
-        self._greedy = jax.jit(jax.vmap(make_learner(cfg, gym_spec(cfg.env)).greedy_with))
+        from bpo.runners.host import seed_map
+
+        self._greedy = jax.jit(seed_map(make_learner(cfg, gym_spec(cfg.env)).greedy_with, cfg.seeds))
 
     def evaluate(self, actor_params, stats, eval_index: int) -> tuple[np.ndarray, float]:
         """Mean undiscounted return per seed, and the seconds it took."""

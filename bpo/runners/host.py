@@ -31,6 +31,21 @@ from bpo.runners.evaluation import Evaluations
 from envs.gymnasium_envs import TRAIN_STREAM, env_seeds, final_observations, gym_spec, make_vector_env
 
 
+def seed_map(fn, n_seeds: int, in_axes=0):
+    """``jax.vmap(fn, in_axes)`` over the seed axis; for one seed, ``fn`` on the squeezed arguments
+    with the axis added back to the outputs: a size-1 vmap turns every matrix product into a
+    batched one, which XLA runs about twice as slowly on a CPU (BPO's update: 1.5 s vs 0.75 s)."""
+    if n_seeds > 1:
+        return jax.vmap(fn, in_axes=in_axes)
+
+    def single(*args):
+        axes = in_axes if isinstance(in_axes, tuple) else (in_axes,) * len(args)
+        args = [a if ax is None else jax.tree.map(lambda x: x[0], a) for a, ax in zip(args, axes)]
+        return jax.tree.map(lambda x: x[None], fn(*args))
+
+    return single
+
+
 def _aot(fn, *args):
     """Compile ``fn`` for these arguments now, so that compilation is timed apart and each later
     call skips jit's cache lookup."""
@@ -102,18 +117,18 @@ class HostRunner:
             return key, state, metrics, learner.acting_params(state)
 
         start = time.perf_counter()
-        key, state = jax.jit(jax.vmap(init))(keys, jnp.asarray(obs0))
+        key, state = jax.jit(seed_map(init, S))(keys, jnp.asarray(obs0))
         params, stats, sde = learner.acting_params(state), state.stats, jax.vmap(lambda _: learner.sde_init())(keys)
         obs = jnp.asarray(obs0)
         # Per-step calls go through jit's C++ dispatch (a third faster than calling an AOT-compiled
         # executable); a first call compiles them. The update, once per rollout, is compiled ahead.
-        self._first_step = jax.jit(jax.vmap(first_step, in_axes=(0, 0, 0, 0, 0, None)))
-        self._step = jax.jit(jax.vmap(step, in_axes=(0, 0, 0, 0, 0, 0, None)))
-        self._close = jax.jit(jax.vmap(close_rollout))
+        self._first_step = jax.jit(seed_map(first_step, S, in_axes=(0, 0, 0, 0, 0, None)))
+        self._step = jax.jit(seed_map(step, S, in_axes=(0, 0, 0, 0, 0, 0, None)))
+        self._close = jax.jit(seed_map(close_rollout, S))
         jax.block_until_ready((self._first_step(params, stats, key, obs, sde, np.int32(0)),
                                self._step(params, stats, key, obs, obs, sde, np.int32(0)),
                                self._close(stats, obs, obs)))
-        self._update = _aot(jax.vmap(update), state, key, jax.tree.map(jnp.asarray, self._empty_rows()))
+        self._update = _aot(seed_map(update, S), state, key, jax.tree.map(jnp.asarray, self._empty_rows()))
         self.compile_time_s = time.perf_counter() - start
         o = self.spec.obs_dim
         self._cols = {"env_action": slice(0, n_act), "action": slice(n_act, 2 * n_act),

@@ -221,7 +221,9 @@ class HostRunner:
                 next_obs, reward, terminated, truncated, info = env.step(env_action)
                 truncated = truncated & ~terminated
                 done = terminated | truncated
-                final = final_observations(next_obs, done, info).astype(np.float32).reshape(S, E, -1)
+                next_obs = next_obs.astype(np.float32).reshape(S, E, -1)
+                # The real next observations: the same array unless an episode ended.
+                final = final_observations(next_obs.reshape(S * E, -1), done, info).reshape(S, E, -1)
                 rows["reward"][:, t] = reward.reshape(S, E)
                 rows["terminated"][:, t] = terminated.reshape(S, E)
                 rows["truncated"][:, t] = truncated.reshape(S, E)
@@ -232,7 +234,7 @@ class HostRunner:
                     finished_sum += np.where(by_seed, episode_return.reshape(S, E), 0.0).sum(axis=1)
                     finished_n += by_seed.sum(axis=1)
                     episode_return[done] = 0.0
-                obs = next_obs.astype(np.float32).reshape(S, E, -1)
+                obs = next_obs
             last_next, stats = self._close(stats, final, obs)
             rows["next_obs"][:, T - 1] = last_next
             state = state._replace(stats=stats)

@@ -223,11 +223,14 @@ class OnPolicyTrainConfig:
     preset: str = "cartpole_ppo"
     """Label of the preset this configuration came from (recorded in the results)."""
     env: str = "CartPole-v1"
-    """Environment id: from ``envs.FUNCTIONAL_ENVS`` (backend jax) or ``envs.GYMNASIUM_ENVS``
-    (backend gymnasium)."""
-    backend: Literal["jax", "gymnasium"] = "jax"
+    """Environment id: from ``envs.FUNCTIONAL_ENVS`` (backend jax), ``envs.GYMNASIUM_ENVS``
+    (backend gymnasium) or the MuJoCo v5 tasks Ant-v5, HalfCheetah-v5, Hopper-v5, Walker2d-v5
+    (backend mjx)."""
+    backend: Literal["jax", "gymnasium", "mjx"] = "jax"
     """jax: functional environments, the whole run one jitted program. gymnasium: Gymnasium
-    vector environments stepped on the host, one jitted call per vector step and per update."""
+    vector environments stepped on the host, one jitted call per vector step and per update.
+    mjx: the MuJoCo v5 tasks ported to MJX (``envs.mjx``), the whole run one jitted program like
+    jax; made for GPUs, it also runs (slowly) on a CPU."""
     vector_mode: Literal["sync", "async"] = "sync"
     """Gymnasium backend: step the environments in this process (sync) or in one worker process
     each (async, worth it when an environment step costs more than the transfer)."""
@@ -417,11 +420,11 @@ def _validate_behaviour(b: BehaviourConfig) -> None:
 
 def _validate_onpolicy(cfg: OnPolicyTrainConfig) -> OnPolicyTrainConfig:
     from envs import FUNCTIONAL_ENVS, make_env
-    from envs.gymnasium_envs import GYMNASIUM_ENVS, gym_spec
+    from envs.gymnasium_envs import GYMNASIUM_ENVS, MUJOCO_ENVS, gym_spec
 
     from bpo.presets import VARIANTS
 
-    _choice("backend", cfg.backend, ("jax", "gymnasium"))
+    _choice("backend", cfg.backend, ("jax", "gymnasium", "mjx"))
     if cfg.variant:
         _choice("variant", cfg.variant, VARIANTS)
     _choice("vector_mode", cfg.vector_mode, ("sync", "async"))
@@ -430,6 +433,8 @@ def _validate_onpolicy(cfg: OnPolicyTrainConfig) -> OnPolicyTrainConfig:
         raise ConfigError("env", f"must be one of {sorted(FUNCTIONAL_ENVS)} with backend jax{hint}, got {cfg.env!r}")
     if cfg.backend == "gymnasium":
         _choice("env", cfg.env, sorted(GYMNASIUM_ENVS))
+    if cfg.backend == "mjx" and cfg.env not in MUJOCO_ENVS:
+        raise ConfigError("env", f"must be one of {sorted(MUJOCO_ENVS)} with backend mjx, got {cfg.env!r}")
     _choice("algo", cfg.algo, ("ppo", "bpo"))
     for name in ("seeds", "total_timesteps", "eval_every", "eval_episodes"):
         _positive_int(name, getattr(cfg, name))
@@ -459,6 +464,7 @@ def _validate_onpolicy(cfg: OnPolicyTrainConfig) -> OnPolicyTrainConfig:
     _choice("ppo.activation", p.activation, ("relu", "tanh"))
     for name in ("pi_hidden", "vf_hidden"):
         _widths(f"ppo.{name}", getattr(p, name))
+    # An MJX port has its Gymnasium original's spec (tested), which is cheaper to build.
     spec = make_env(cfg.env).spec if cfg.backend == "jax" else gym_spec(cfg.env)
     if p.use_sde and spec.discrete:
         raise ConfigError("ppo.use_sde", f"needs continuous actions; {cfg.env} has discrete actions")

@@ -3,6 +3,7 @@
 * ``JAX_ENVS``: ShortCorridor's pure-JAX twin for the episodic (REINFORCE) runner.
 * ``FUNCTIONAL_ENVS``: environments behind the auto-resetting functional interface of
   ``envs.functional`` for the vectorised on-policy (PPO) runner.
+* ``envs.mjx``: MJX ports of the MuJoCo v5 tasks behind the same interface (``make_env(id, "mjx")``).
 """
 
 import gymnasium as gym
@@ -33,8 +34,13 @@ def make_jax_env(env_id: str, **kwargs):
     return JAX_ENVS[env_id](**kwargs)
 
 
-def make_env(env_id: str):
-    """Build a functional (auto-resettable) environment; raises ValueError naming the known ids."""
+def make_env(env_id: str, backend: str = "jax"):
+    """Build a functional (auto-resettable) environment: one of ``FUNCTIONAL_ENVS``, or with
+    ``backend="mjx"`` the MJX port of a MuJoCo v5 task; raises ValueError naming the known ids."""
+    if backend == "mjx":
+        from envs.mjx import make_mjx_env
+
+        return make_mjx_env(env_id)
     if env_id not in FUNCTIONAL_ENVS:
         raise ValueError(f"env: unknown environment {env_id!r}; allowed: {sorted(FUNCTIONAL_ENVS)}")
     return FUNCTIONAL_ENVS[env_id]()

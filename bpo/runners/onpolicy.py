@@ -54,7 +54,7 @@ def make_train(cfg: OnPolicyTrainConfig, progress: Callable | None = None):
     """Return ``train(key, hparams) -> metrics`` for one run; ``progress(env_steps, eval_return)``
     is called from inside the jitted run after every evaluation when given."""
     validate(cfg)
-    env = make_env(cfg.env)
+    env = make_env(cfg.env, cfg.backend)
     spec = env.spec
     learner = make_learner(cfg, spec)
     n_envs, n_steps = cfg.ppo.n_envs, cfg.ppo.n_steps

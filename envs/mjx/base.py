@@ -1,0 +1,131 @@
+"""Gymnasium MuJoCo v5 tasks as functional JAX environments on ``mujoco.mjx``.
+
+``MjxEnv`` offers the interface of ``envs.functional`` (``spec``, ``reset``, ``step_env``) so the
+tasks run inside the jitted on-policy runner with seeds vmapped. Each task loads Gymnasium's own
+v5 XML asset and repeats Gymnasium's step exactly:
+
+    x_before = position the reward differentiates (qpos[0], or Ant's torso xpos)
+    data.ctrl = action; mj_step x frame_skip; mj_rnePostConstraint (for cfrc_ext)
+    reward, terminated from the task; truncated once the episode has 1000 steps (TimeLimit)
+
+``reset`` does what ``MujocoEnv.reset`` does: ``mj_resetData``, the task's reset noise around
+``qpos0`` and zero velocity, then ``mj_forward``. The physics runs in JAX's default float type
+(float32 unless x64 is enabled; the parity tests use float64).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import mujoco
+from mujoco import mjx
+
+from envs.functional import EnvSpec
+from envs.mjx.contacts import mujoco_contact_frames
+
+MAX_EPISODE_STEPS = 1000  # Gymnasium registers every v5 locomotion task with this TimeLimit
+
+
+class MjxState(NamedTuple):
+    data: mjx.Data
+    t: jnp.ndarray  # steps taken in this episode (Gymnasium's TimeLimit counter)
+
+
+def gymnasium_asset(xml_file: str) -> str:
+    """Path of one of Gymnasium's MuJoCo XML assets, the files its v5 environments load."""
+    import gymnasium.envs.mujoco as gym_mujoco
+
+    return os.path.join(os.path.dirname(gym_mujoco.__file__), "assets", xml_file)
+
+
+class MjxEnv:
+    """Base of the MJX ports; subclasses set the class attributes and the task methods."""
+
+    env_id: str
+    xml_file: str
+    frame_skip: int
+    reset_noise_scale: float
+    qvel_noise: str  # "uniform" (Hopper, Walker2d) or "normal" (Ant, HalfCheetah), as in Gymnasium
+    needs_contact_forces: bool = False  # run mj_rnePostConstraint after the step (Ant's cfrc_ext)
+
+    def __init__(self):
+        self.mj_model = mujoco.MjModel.from_xml_path(gymnasium_asset(self.xml_file))
+        self.model = mjx.put_model(self.mj_model)
+        self._data0 = mjx.make_data(self.model)  # mj_resetData's state: qpos0, zero velocity
+        self.dt = float(self.mj_model.opt.timestep) * self.frame_skip
+        low, high = self.mj_model.actuator_ctrlrange.T
+        obs_dim = int(self.observation(self._data0).shape[0])
+        self.spec = EnvSpec(obs_dim, False, int(self.mj_model.nu), tuple(float(x) for x in low),
+                            tuple(float(x) for x in high), MAX_EPISODE_STEPS)
+
+    # Task interface -----------------------------------------------------------------------------
+    def position(self, data: mjx.Data) -> jnp.ndarray:
+        """What the forward reward differentiates: qpos[0] unless the task says otherwise."""
+        return data.qpos[0]
+
+    def observation(self, data: mjx.Data) -> jnp.ndarray:
+        raise NotImplementedError
+
+    def reward_and_termination(self, data: mjx.Data, velocity: jnp.ndarray, action: jnp.ndarray):
+        raise NotImplementedError
+
+    # Functional environment -----------------------------------------------------------------------
+    def reset_state(self, key) -> tuple[jnp.ndarray, jnp.ndarray]:
+        """qpos0 and zero velocity plus Gymnasium's reset noise."""
+        k_pos, k_vel = jax.random.split(key)
+        s = self.reset_noise_scale
+        qpos0, nq, nv = self._data0.qpos, self.mj_model.nq, self.mj_model.nv
+        qpos = qpos0 + jax.random.uniform(k_pos, (nq,), qpos0.dtype, -s, s)
+        if self.qvel_noise == "normal":
+            qvel = s * jax.random.normal(k_vel, (nv,), qpos0.dtype)
+        else:
+            qvel = jax.random.uniform(k_vel, (nv,), qpos0.dtype, -s, s)
+        return qpos, qvel
+
+    def set_state(self, qpos, qvel) -> MjxState:
+        """``MujocoEnv.set_state`` after ``mj_resetData``: a fresh episode at (qpos, qvel)."""
+        data = mjx.forward(self.model, self._data0.replace(qpos=qpos, qvel=qvel))
+        # MJX's forward writes normalised quaternions back into qpos; MuJoCo's leaves the noisy ones
+        # (the first step normalises them in both), and Gymnasium observes them at reset.
+        return MjxState(data.replace(qpos=qpos), jnp.zeros((), jnp.int32))
+
+    def reset(self, key):
+        state = self.set_state(*self.reset_state(key))
+        return state, self.observation(state.data)
+
+    def physics(self, data: mjx.Data, action) -> mjx.Data:
+        data = data.replace(ctrl=action.astype(data.ctrl.dtype))
+
+        def substep(_, d):
+            # Under x64, MJX's collision returns int64 contact ids where put_data made int32 ones.
+            return jax.tree.map(lambda new, old: new.astype(old.dtype), mjx.step(self.model, d), d)
+
+        with mujoco_contact_frames():
+            data = jax.lax.fori_loop(0, self.frame_skip, substep, data)
+            if self.needs_contact_forces:
+                data = mjx.rne_postconstraint(self.model, data)
+        return data
+
+    def step_env(self, key, state: MjxState, action):
+        del key  # the dynamics are deterministic
+        before = self.position(state.data)
+        data = self.physics(state.data, action)
+        velocity = (self.position(data) - before) / self.dt
+        reward, terminated = self.reward_and_termination(data, velocity, action)
+        t = state.t + 1
+        return MjxState(data, t), self.observation(data), reward, terminated, t >= MAX_EPISODE_STEPS
+
+
+def control_cost(weight: float, action) -> jnp.ndarray:
+    """Gymnasium's ``control_cost``: on the action as given, before MuJoCo clamps ctrl."""
+    return weight * jnp.sum(jnp.square(action))
+
+
+def state_vector(data: mjx.Data) -> jnp.ndarray:
+    return jnp.concatenate([data.qpos, data.qvel])
+
+
+__all__ = ["MAX_EPISODE_STEPS", "MjxEnv", "MjxState", "control_cost", "gymnasium_asset", "state_vector"]

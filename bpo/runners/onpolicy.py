@@ -123,21 +123,27 @@ def make_train(cfg: OnPolicyTrainConfig, progress: Callable | None = None):
                 jax.debug.callback(progress, out["eval_step"], out["eval_return"])
             return out
 
-        eval_after = eval_schedule(cfg)  # static: which updates are followed by an evaluation
+        # One loop over total_updates + 1 iterations: evaluate if scheduled, then update (none in the
+        # last iteration). Evaluation and update each appear once in the program, so an expensive
+        # environment (MJX physics) is compiled twice, not three times.
+        eval_before = np.concatenate([[True], eval_schedule(cfg)])  # static: evaluation before iteration i
         skipped = {"eval_return": jnp.float32(jnp.nan), "eval_step": jnp.int32(-1)}
         carry0 = Carry(key, state0, env_state, obs0, learner.sde_init(), jnp.zeros(n_envs))
+        metric_shapes = jax.eval_shape(one_update, carry0)[1]
 
-        def update_and_maybe_evaluate(carry, index):
-            carry, metrics = one_update(carry)
-            # The index comes from xs, so it is not batched under vmap: cond stays a branch and
-            # evaluation runs only after the scheduled updates, in a single compiled loop body.
-            ev = jax.lax.cond(jnp.asarray(eval_after)[index], evaluate, lambda _: skipped, carry)
+        def no_update(carry):
+            return carry, jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), metric_shapes)
+
+        def evaluate_and_update(carry, index):
+            # The index comes from xs, so it is not batched under vmap: each cond stays a branch, and
+            # evaluation runs only where scheduled.
+            ev = jax.lax.cond(jnp.asarray(eval_before)[index], evaluate, lambda _: skipped, carry)
+            carry, metrics = jax.lax.cond(index < total_updates, one_update, no_update, carry)
             return carry, (ev, metrics)
 
-        first = evaluate(carry0)
-        carry, (evals, train_metrics) = jax.lax.scan(update_and_maybe_evaluate, carry0, jnp.arange(total_updates))
-        picked = jax.tree.map(lambda x: x[np.flatnonzero(eval_after)], evals)
-        evals = jax.tree.map(lambda a, b: jnp.concatenate([a[None], b]), first, picked)
+        carry, (evals, train_metrics) = jax.lax.scan(evaluate_and_update, carry0, jnp.arange(total_updates + 1))
+        evals = jax.tree.map(lambda x: x[np.flatnonzero(eval_before)], evals)
+        train_metrics = jax.tree.map(lambda x: x[:total_updates], train_metrics)
         final = {"actor_params": carry.learner.ppo.actor_params, "critic_params": carry.learner.ppo.critic_params,
                  "obs_stats": carry.learner.stats}
         return {"eval": evals, "train": train_metrics, "final": final}

@@ -17,6 +17,7 @@ class Ant(MjxEnv):
     reset_noise_scale = 0.1
     qvel_noise = "normal"
     needs_contact_forces = True
+    reset_kinematics = True
     forward_reward_weight, ctrl_cost_weight, contact_cost_weight, healthy_reward = 1.0, 0.5, 5e-4, 1.0
     healthy_z_range, contact_force_range = (0.2, 1.0), (-1.0, 1.0)
 

@@ -8,8 +8,8 @@ v5 XML asset and repeats Gymnasium's step exactly:
     data.ctrl = action; mj_step x frame_skip; mj_rnePostConstraint (for cfrc_ext)
     reward, terminated from the task; truncated once the episode has 1000 steps (TimeLimit)
 
-``reset`` does what ``MujocoEnv.reset`` does: ``mj_resetData``, the task's reset noise around
-``qpos0`` and zero velocity, then ``mj_forward``. The physics runs in JAX's default float type
+``reset`` does what ``MujocoEnv.reset`` does: ``mj_resetData``, then the task's reset noise around
+``qpos0`` and zero velocity (``mj_forward`` only as far as the next step needs it, see ``set_state``). The physics runs in JAX's default float type
 (float32 unless x64 is enabled; the parity tests use float64).
 """
 
@@ -50,6 +50,7 @@ class MjxEnv:
     reset_noise_scale: float
     qvel_noise: str  # "uniform" (Hopper, Walker2d) or "normal" (Ant, HalfCheetah), as in Gymnasium
     needs_contact_forces: bool = False  # run mj_rnePostConstraint after the step (Ant's cfrc_ext)
+    reset_kinematics: bool = False  # position() reads body positions, which a reset must compute
 
     def __init__(self):
         self.mj_model = mujoco.MjModel.from_xml_path(gymnasium_asset(self.xml_file))
@@ -86,11 +87,19 @@ class MjxEnv:
         return qpos, qvel
 
     def set_state(self, qpos, qvel) -> MjxState:
-        """``MujocoEnv.set_state`` after ``mj_resetData``: a fresh episode at (qpos, qvel)."""
-        data = mjx.forward(self.model, self._data0.replace(qpos=qpos, qvel=qvel))
-        # MJX's forward writes normalised quaternions back into qpos; MuJoCo's leaves the noisy ones
-        # (the first step normalises them in both), and Gymnasium observes them at reset.
-        return MjxState(data.replace(qpos=qpos), jnp.zeros((), jnp.int32))
+        """``MujocoEnv.set_state`` after ``mj_resetData``: a fresh episode at (qpos, qvel).
+
+        Gymnasium's ``mj_forward`` here is left out: a step recomputes everything from qpos, qvel
+        and the warm start (zero after a reset in both engines), so the reset data only has to
+        hold what is read before the next step: the observation and, for Ant, the torso position
+        (``reset_kinematics``). Every auto-reset step computes a reset, so this saves a forward
+        pass per step and its copy in the compiled program."""
+        data = self._data0.replace(qpos=qpos, qvel=qvel)
+        if self.reset_kinematics:
+            # MJX writes normalised quaternions back into qpos; MuJoCo leaves the noisy ones, which
+            # Gymnasium observes at reset (the first step normalises them in both).
+            data = mjx.kinematics(self.model, data).replace(qpos=qpos)
+        return MjxState(data, jnp.zeros((), jnp.int32))
 
     def reset(self, key):
         state = self.set_state(*self.reset_state(key))

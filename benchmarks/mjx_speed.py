@@ -111,7 +111,8 @@ def main() -> None:
             cell_s = budget / EVAL_EVERY * r["block_s"] * 10 / seeds + r["compile_s"]
             total += settings * rows * cell_s
     label = "" if complete else " (partial: only the measured presets and algorithms)"
-    print(f"projected Table 1 sweep (25 cells x 10 seeds, from the {seeds}-seed runs){label}: {total / 3600:.1f} h")
+    scaling = "" if seeds == 10 else f", cost scaled linearly from {seeds} seeds to 10"
+    print(f"projected Table 1 sweep (25 cells x 10 seeds one cell after another{scaling}){label}: {total / 3600:.1f} h")
 
 
 if __name__ == "__main__":

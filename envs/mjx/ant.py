@@ -5,12 +5,12 @@ leaves [0.2, 1.0] or the state is not finite."""
 
 import jax.numpy as jnp
 
-from envs.mjx.base import MjxEnv, control_cost, state_vector
+from envs.mjx.base import HealthyTask, state_vector
 
 TORSO = 1  # Gymnasium's main_body
 
 
-class Ant(MjxEnv):
+class Ant(HealthyTask):
     env_id = "Ant-v5"
     xml_file = "ant.xml"
     frame_skip = 5
@@ -35,9 +35,5 @@ class Ant(MjxEnv):
         z_lo, z_hi = self.healthy_z_range
         return jnp.all(jnp.isfinite(state)) & (z_lo <= state[2]) & (state[2] <= z_hi)
 
-    def reward_and_termination(self, data, velocity, action):
-        healthy = self.is_healthy(data)
-        contact_cost = self.contact_cost_weight * jnp.sum(jnp.square(self.contact_forces(data)))
-        reward = (self.forward_reward_weight * velocity + healthy * self.healthy_reward
-                  - control_cost(self.ctrl_cost_weight, action) - contact_cost)
-        return reward, ~healthy
+    def extra_cost(self, data):
+        return self.contact_cost_weight * jnp.sum(jnp.square(self.contact_forces(data)))

@@ -128,6 +128,27 @@ class MjxEnv:
         return MjxState(data, t), self.observation(data), reward, terminated, t >= MAX_EPISODE_STEPS
 
 
+class HealthyTask(MjxEnv):
+    """Ant, Hopper, Walker2d: reward = forward velocity + healthy bonus - control cost (- contact
+    cost for Ant, ``extra_cost``), terminated once unhealthy; the terms in Gymnasium's order."""
+
+    forward_reward_weight: float
+    ctrl_cost_weight: float
+    healthy_reward: float
+
+    def is_healthy(self, data: mjx.Data) -> jnp.ndarray:
+        raise NotImplementedError
+
+    def extra_cost(self, data: mjx.Data) -> jnp.ndarray:
+        return jnp.zeros((), data.qpos.dtype)
+
+    def reward_and_termination(self, data, velocity, action):
+        healthy = self.is_healthy(data)
+        rewards = self.forward_reward_weight * velocity + healthy * self.healthy_reward
+        costs = control_cost(self.ctrl_cost_weight, action) + self.extra_cost(data)
+        return rewards - costs, ~healthy
+
+
 def control_cost(weight: float, action) -> jnp.ndarray:
     """Gymnasium's ``control_cost``: on the action as given, before MuJoCo clamps ctrl."""
     return weight * jnp.sum(jnp.square(action))
@@ -137,4 +158,4 @@ def state_vector(data: mjx.Data) -> jnp.ndarray:
     return jnp.concatenate([data.qpos, data.qvel])
 
 
-__all__ = ["MAX_EPISODE_STEPS", "MjxEnv", "MjxState", "control_cost", "gymnasium_asset", "state_vector"]
+__all__ = ["MAX_EPISODE_STEPS", "HealthyTask", "MjxEnv", "MjxState", "control_cost", "gymnasium_asset", "state_vector"]

@@ -3,10 +3,10 @@ episode terminates once the hopper is unhealthy (state, height or torso angle ou
 
 import jax.numpy as jnp
 
-from envs.mjx.base import MjxEnv, control_cost, state_vector
+from envs.mjx.base import HealthyTask, state_vector
 
 
-class Hopper(MjxEnv):
+class Hopper(HealthyTask):
     env_id = "Hopper-v5"
     xml_file = "hopper.xml"
     frame_skip = 4
@@ -23,9 +23,3 @@ class Hopper(MjxEnv):
         state = state_vector(data)[2:]
         (s_lo, s_hi), (z_lo, z_hi), (a_lo, a_hi) = self.healthy_state_range, self.healthy_z_range, self.healthy_angle_range
         return jnp.all((s_lo < state) & (state < s_hi)) & (z_lo < z) & (z < z_hi) & (a_lo < angle) & (angle < a_hi)
-
-    def reward_and_termination(self, data, velocity, action):
-        healthy = self.is_healthy(data)
-        reward = healthy * self.healthy_reward + self.forward_reward_weight * velocity - control_cost(
-            self.ctrl_cost_weight, action)
-        return reward, ~healthy

@@ -3,10 +3,10 @@ healthy bonus + forward velocity - 1e-3 |a|^2; terminates when height or torso a
 
 import jax.numpy as jnp
 
-from envs.mjx.base import MjxEnv, control_cost
+from envs.mjx.base import HealthyTask
 
 
-class Walker2d(MjxEnv):
+class Walker2d(HealthyTask):
     env_id = "Walker2d-v5"
     xml_file = "walker2d_v5.xml"
     frame_skip = 4
@@ -22,9 +22,3 @@ class Walker2d(MjxEnv):
         z, angle = data.qpos[1], data.qpos[2]
         (z_lo, z_hi), (a_lo, a_hi) = self.healthy_z_range, self.healthy_angle_range
         return (z_lo < z) & (z < z_hi) & (a_lo < angle) & (angle < a_hi)
-
-    def reward_and_termination(self, data, velocity, action):
-        healthy = self.is_healthy(data)
-        reward = healthy * self.healthy_reward + self.forward_reward_weight * velocity - control_cost(
-            self.ctrl_cost_weight, action)
-        return reward, ~healthy

@@ -9,8 +9,9 @@ v5 XML asset and repeats Gymnasium's step exactly:
     reward, terminated from the task; truncated once the episode has 1000 steps (TimeLimit)
 
 ``reset`` does what ``MujocoEnv.reset`` does: ``mj_resetData``, then the task's reset noise around
-``qpos0`` and zero velocity (``mj_forward`` only as far as the next step needs it, see ``set_state``). The physics runs in JAX's default float type
-(float32 unless x64 is enabled; the parity tests use float64).
+``qpos0`` and zero velocity (``mj_forward`` only as far as the next step needs it, see
+``set_state``). The physics runs in JAX's default float type (float32 unless x64 is enabled; the
+parity tests use float64).
 """
 
 from __future__ import annotations

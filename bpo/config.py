@@ -430,6 +430,8 @@ def _validate_onpolicy(cfg: OnPolicyTrainConfig) -> OnPolicyTrainConfig:
     _choice("vector_mode", cfg.vector_mode, ("sync", "async"))
     if cfg.backend == "jax" and cfg.env not in FUNCTIONAL_ENVS:
         hint = " (a Gymnasium environment: add --backend gymnasium)" if cfg.env in GYMNASIUM_ENVS else ""
+        if cfg.env in MUJOCO_ENVS:
+            hint = " (a MuJoCo task: add --backend gymnasium, or --backend mjx for its MJX port)"
         raise ConfigError("env", f"must be one of {sorted(FUNCTIONAL_ENVS)} with backend jax{hint}, got {cfg.env!r}")
     if cfg.backend == "gymnasium":
         _choice("env", cfg.env, sorted(GYMNASIUM_ENVS))

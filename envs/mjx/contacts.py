@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 
-import jax
 import jax.numpy as jnp
 from mujoco.mjx._src import collision_driver
 from mujoco.mjx._src.collision_primitive import collider

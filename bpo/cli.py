@@ -1,6 +1,8 @@
 """The ``bpo`` command.
 
     bpo train PRESET [--env ENV] [--variant NAME] [--algo ppo|bpo|reinforce] [--seeds N] [--out DIR] [overrides]
+    bpo sweep SWEEP | --preset P ... [--backend local|slurm] [--dry-run]
+    bpo plot RESULTS_DIR / bpo table RESULTS_DIR
     bpo reproduce fig2|classic|mujoco-small [--out DIR]
 
 Every config field is a flag (``--bpo.c-bar 1.5``); ``--help`` after a subcommand lists them
@@ -19,13 +21,22 @@ import tyro
 from bpo.config import ConfigError, EpisodicTrainConfig, OnPolicyTrainConfig, validate
 from bpo.presets import PRESETS, VARIANTS, apply_variant, get_preset
 
-USAGE = """usage: bpo {train,reproduce} ...
+USAGE = """usage: bpo {train,sweep,plot,table,reproduce} ...
 
   bpo train PRESET [--env ENV] [--variant NAME] [--algo ppo|bpo|reinforce] [--seeds N]
                    [--total-timesteps N | --episodes N] [--out DIR] [--tensorboard] [overrides]
       Train one configuration; N seeds run vmapped. --env applies the preset's per-environment
       overrides (Table 5); --variant applies a Table 1 row or ablation: %s.
       Presets: %s. `bpo train PRESET --help` lists every field.
+  bpo sweep SWEEP [--backend local|slurm] [--workers N] [--out DIR] [--dry-run] [--set KEY=VALUE ...]
+  bpo sweep --preset P [--envs ...] [--variants ...] [--grid KEY=V1,V2 ...] [--seeds N] [--name NAME]
+      A grid of runs (sweep files: experiments/sweeps/{fig2,table1,table1_small,ablations}.py),
+      locally or as a Slurm job array; re-running resumes it. Results: results/NAME/RUN-ID/ + index.json.
+  bpo plot RESULTS_DIR [--out DIR]
+      Learning curves (mean ± SE over seeds), one panel per environment and preset: PNG and PDF.
+  bpo table RESULTS_DIR [--out DIR] [--baseline ppo] [--alpha 0.05]
+      Table 1 (Markdown, LaTeX): Welch's t-test against the baseline; rliable IQM and probability
+      of improvement.
   bpo reproduce fig2 [--out DIR]
       Figure 2: 100 runs each of REINFORCE and BPO-REINFORCE on ShortCorridor.
   bpo reproduce classic [--presets cartpole_ppo pendulum_ppo] [--seeds 10] [--out DIR]
@@ -216,7 +227,7 @@ def enable_compile_cache() -> str | None:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] in ("train", "reproduce"):
-        enable_compile_cache()
+        enable_compile_cache()  # sweeps turn it on in each worker
     if not argv or argv[0] in ("-h", "--help"):
         print(USAGE)
         return 0 if argv else 2
@@ -225,7 +236,11 @@ def main(argv: list[str] | None = None) -> int:
         return train_main(rest)
     if command == "reproduce":
         return reproduce_main(rest)
-    return _fail(f"command: unknown {command!r}; allowed: ['reproduce', 'train']")
+    if command in ("sweep", "plot", "table"):
+        from experiments import commands
+
+        return {"sweep": commands.sweep_main, "plot": commands.plot_main, "table": commands.table_main}[command](rest)
+    return _fail(f"command: unknown {command!r}; allowed: ['plot', 'reproduce', 'sweep', 'table', 'train']")
 
 
 if __name__ == "__main__":

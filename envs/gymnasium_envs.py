@@ -12,6 +12,8 @@ environments of the existing ones.
 
 from __future__ import annotations
 
+import functools
+
 import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode
@@ -57,8 +59,10 @@ def _make(env_id: str) -> gym.Env:
     return gym.make(env_id, disable_env_checker=True)
 
 
+@functools.lru_cache(maxsize=None)
 def gym_spec(env_id: str) -> EnvSpec:
-    """Observation size, action space and step limit of a Gymnasium environment."""
+    """Observation size, action space and step limit of a Gymnasium environment (cached: validating a
+    sweep builds hundreds of configs, and each MuJoCo model compile costs time and log lines)."""
     if env_id not in GYMNASIUM_ENVS:
         raise ValueError(f"env: unknown Gymnasium environment {env_id!r}; allowed: {sorted(GYMNASIUM_ENVS)}")
     env = _make(env_id)

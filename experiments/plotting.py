@@ -30,3 +30,54 @@ def plot_curve_panels(path: Path, panels: list[tuple[str, list[tuple[str, Path]]
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return Path(path)
+
+
+REFERENCE_LINES = {"ShortCorridor-v0": ("optimum", -11.66)}  # experiments.fig2.OPTIMAL_RETURN, rounded
+STEP_LABELS = {"env_step": "environment steps", "episode": "episodes"}
+
+
+def plot_results(results_dir: Path, out: Path) -> list[Path]:
+    """Learning curves of every finished run under ``results_dir``: one panel per (environment,
+    preset), one line per row (variant and grid values) with the same colour in every panel;
+    ``OUT/curves.png`` and ``OUT/curves.pdf``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from experiments.store import finished_runs
+    from experiments.table import row_label, setting_label, sort_rows, sort_settings
+
+    runs = finished_runs(results_dir)
+    by_setting: dict = {}
+    for r in runs:
+        by_setting.setdefault((r["env"], r["preset"]), []).append(r)
+    settings = sort_settings(by_setting)
+    colours = {row: f"C{i}" for i, row in enumerate(sort_rows(r["row"] for r in runs))}
+    ncols = min(len(settings), 3)
+    nrows = -(-len(settings) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(5.2 * ncols, 3.8 * nrows), squeeze=False)
+    for ax, setting in zip(axes.flat, settings):
+        for r in sorted(by_setting[setting], key=lambda r: sort_rows(colours).index(r["row"])):
+            steps, mean, se = mean_se_by_step(results.read_curve(Path(results_dir) / r["run_id"]))
+            ax.plot(steps, mean, color=colours[r["row"]], label=f"{row_label(r['row'])} ({r['seeds']} seeds)")
+            ax.fill_between(steps, mean - se, mean + se, color=colours[r["row"]], alpha=0.2)
+        if setting[0] in REFERENCE_LINES:
+            name, value = REFERENCE_LINES[setting[0]]
+            ax.axhline(value, color="k", linestyle="--", linewidth=1, label=f"{name} ({value})")
+        ax.set_title(setting_label(setting))
+        ax.set_xlabel(STEP_LABELS.get(by_setting[setting][0]["step_unit"], "steps"))
+        ax.set_ylabel("evaluation return (mean ± SE)")
+        ax.legend(fontsize=7)
+    for ax in list(axes.flat)[len(settings):]:
+        ax.set_visible(False)
+    fig.tight_layout()
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / "curves.png", out / "curves.pdf"]
+    for p in paths:
+        tmp = p.with_name(f".{p.name}.tmp{p.suffix}")
+        fig.savefig(tmp, dpi=130)
+        tmp.replace(p)
+    plt.close(fig)
+    return paths

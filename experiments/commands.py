@@ -1,0 +1,197 @@
+"""``bpo sweep``, ``bpo plot`` and ``bpo table``: argument parsing and checks (before anything is
+started or compiled), then the work in experiments.launch, experiments.plots, experiments.table."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Literal
+
+import tyro
+
+from bpo.config import ConfigError
+from experiments.sweep import Grid, Sweep, expand, load_sweep, parse_assignment
+
+
+@dataclass(frozen=True)
+class SweepArgs:
+    """Run a sweep: every (preset, env, variant, grid values) of a sweep file or of the flags below,
+    each with all its seeds vmapped in one process. Finished runs are skipped, so running the same
+    command again resumes an interrupted sweep."""
+
+    sweep: tyro.conf.Positional[str | None] = None
+    """Sweep file: a name in experiments/sweeps (fig2, table1, table1_small, ablations) or a path.
+    Without it, the grid comes from --preset, --envs, --variants and --grid."""
+    backend: Literal["local", "slurm"] = "local"
+    """local: worker processes on this machine. slurm: a submitit job array, resources from the sweep
+    file (and the --slurm-* flags)."""
+    workers: int | None = None
+    """local: runs at once; default one per available core."""
+    out: Path | None = None
+    """Results folder; default results/NAME."""
+    dry_run: bool = False
+    """Print the runs, one line each (with their state: new, finished, redo), and exit."""
+    wait: bool = True
+    """slurm: follow the jobs until they end (--no-wait returns after submitting)."""
+    progress: bool = True
+    """Show the sweep's progress bar."""
+    preset: str | None = None
+    """Without a sweep file: the preset."""
+    envs: tuple[str, ...] = ()
+    """Without a sweep file: environments (default: the preset's)."""
+    variants: tuple[str, ...] = ()
+    """Without a sweep file: Table 1 rows or ablations (PPO presets), reinforce/bpo (episodic)."""
+    grid: tuple[str, ...] = ()
+    """Without a sweep file: swept fields, KEY=V1,V2 (or KEY=[V1, V2]), e.g. bpo.c_bar=1.0,1.5."""
+    set: tuple[str, ...] = ()
+    """Fields fixed for every run, KEY=VALUE, e.g. total_timesteps=100000 or backend=mjx; also on top of
+    a sweep file."""
+    seeds: int | None = None
+    """Seeds per run (overrides the sweep file's)."""
+    name: str | None = None
+    """Without a sweep file: the sweep's name (results/NAME); default 'sweep-PRESET'."""
+    slurm_partition: str | None = None
+    """slurm: partition, overriding the sweep file's."""
+    slurm_timeout_min: int | None = None
+    """slurm: wall-clock limit per run in minutes, overriding the sweep file's."""
+
+
+def build_sweep(args: SweepArgs) -> Sweep:
+    if args.sweep is not None:
+        if args.preset or args.envs or args.variants or args.grid or args.name:
+            raise ConfigError("sweep", "give a sweep file or --preset/--envs/--variants/--grid/--name, not both")
+        sweep = load_sweep(args.sweep)
+    else:
+        if args.preset is None:
+            raise ConfigError("preset", "give a sweep file (e.g. `bpo sweep table1_small`) or --preset")
+        grid = Grid(preset=args.preset, envs=args.envs, variants=args.variants,
+                    grid=tuple(parse_assignment(g, many=True) for g in args.grid), seeds=args.seeds or 1)
+        sweep = Sweep(name=args.name or f"sweep-{args.preset}", grids=(grid,))
+    fixed = tuple(parse_assignment(s, many=False) for s in args.set)
+    grids = tuple(replace(g, fixed=g.fixed + fixed, seeds=args.seeds or g.seeds) for g in sweep.grids)
+    slurm = sweep.slurm
+    if args.slurm_partition is not None:
+        slurm = replace(slurm, partition=args.slurm_partition)
+    if args.slurm_timeout_min is not None:
+        slurm = replace(slurm, timeout_min=args.slurm_timeout_min)
+    return replace(sweep, grids=grids, slurm=slurm)
+
+
+def sweep_main(argv: list[str]) -> int:
+    from experiments import launch, store
+
+    args = tyro.cli(SweepArgs, args=argv, prog="bpo sweep")
+    try:
+        if args.workers is not None and args.workers < 1:
+            raise ConfigError("workers", f"must be an integer >= 1, got {args.workers}")
+        if args.seeds is not None and args.seeds < 1:
+            raise ConfigError("seeds", f"must be an integer >= 1, got {args.seeds}")
+        sweep = build_sweep(args)
+        specs = expand(sweep)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    sweep_dir = args.out or Path("results") / sweep.name
+    states = {s.run_id: ("finished" if store.is_finished(sweep_dir, s) else
+                         "redo" if (sweep_dir / s.run_id).exists() else "new") for s in specs}
+    if args.dry_run:
+        for s in specs:
+            cfg = s.config()
+            budget = f"{cfg.total_timesteps} steps" if hasattr(cfg, "total_timesteps") else f"{cfg.episodes} episodes"
+            overrides = " ".join(f"{k}={v}" for k, v in s.overrides)
+            print(f"{states[s.run_id]:>8}  {s.run_id}  [{cfg.algo}, {cfg.seeds} seeds, {budget}] {overrides}".rstrip())
+        print(f"{len(specs)} runs, {sum(v == 'finished' for v in states.values())} finished -> {sweep_dir}")
+        return 0
+    store.clear_staging(sweep_dir)
+    store.write_sweep_file(sweep_dir, sweep.name, specs)
+    todo = [s for s in specs if states[s.run_id] != "finished"]
+    if args.backend == "slurm":
+        in_flight = launch.slurm_in_flight(sweep_dir)
+        todo = [s for s in todo if s.run_id not in in_flight]
+        if in_flight:
+            print(f"{len(in_flight)} runs still queued or running from an earlier submission: not resubmitted")
+    print(f"sweep {sweep.name}: {len(specs)} runs, {len(specs) - len(todo)} finished or in flight, "
+          f"{len(todo)} to run -> {sweep_dir}")
+    failed = {}
+    if todo and args.backend == "local":
+        failed = launch.run_local(sweep_dir, todo, min(args.workers or launch.default_workers(), len(todo)),
+                                  args.progress)
+    elif todo:
+        failed = launch.run_slurm(sweep_dir, todo, sweep.slurm, args.wait, args.progress)
+    store.refresh_index(sweep_dir, failed)
+    if failed:
+        print(f"{len(failed)} runs failed: {sorted(failed)}; their logs are in {sweep_dir / 'logs'} "
+              "(run the command again to retry them)", file=sys.stderr)
+        return 1
+    return 0
+
+
+@dataclass(frozen=True)
+class AnalysisArgs:
+    results_dir: tyro.conf.Positional[Path]
+    """A sweep's results folder (or any folder of run directories)."""
+    out: Path | None = None
+    """Output folder; default RESULTS_DIR."""
+
+
+@dataclass(frozen=True)
+class TableArgs(AnalysisArgs):
+    """Table 1: mean ± SE of the final evaluation over seeds, each row tested against the baseline row
+    (Welch's t-test: bold = significant improvement, italic = improvement not significant), as
+    Markdown and LaTeX; with rliable's IQM and probability of improvement across tasks."""
+
+    baseline: str | None = None
+    """The row the others are compared with; default 'ppo' (or 'reinforce' for episodic sweeps)."""
+    alpha: float = 0.05
+    """Significance level of the test."""
+    alternative: Literal["greater", "two-sided"] = "greater"
+    """greater: one-sided test of the improvement (row mean > baseline mean); two-sided: p of the
+    two-sided test, still marked only when the row's mean is higher."""
+    bootstrap_reps: int = 2000
+    """Stratified-bootstrap resamples for the rliable intervals."""
+
+
+@dataclass(frozen=True)
+class PlotArgs(AnalysisArgs):
+    """Learning curves: mean ± SE over seeds of the evaluation return, one panel per environment and
+    preset, one line per row (variant and grid values); PNG and PDF."""
+
+
+def _check_results_dir(path: Path) -> None:
+    if not path.is_dir():
+        raise ConfigError("results_dir", f"{str(path)!r} is not a folder")
+
+
+def table_main(argv: list[str]) -> int:
+    args = tyro.cli(TableArgs, args=argv, prog="bpo table")
+    try:
+        _check_results_dir(args.results_dir)
+        if not 0 < args.alpha < 1:
+            raise ConfigError("alpha", f"must be in (0, 1), got {args.alpha}")
+        if args.bootstrap_reps < 100:
+            raise ConfigError("bootstrap_reps", f"must be an integer >= 100, got {args.bootstrap_reps}")
+        from experiments.table import write_tables
+
+        paths = write_tables(args.results_dir, args.out or args.results_dir, baseline=args.baseline,
+                             alpha=args.alpha, alternative=args.alternative, reps=args.bootstrap_reps)
+    except (ConfigError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print((args.out or args.results_dir).joinpath("table1.md").read_text())
+    print("wrote " + ", ".join(str(p) for p in paths))
+    return 0
+
+
+def plot_main(argv: list[str]) -> int:
+    args = tyro.cli(PlotArgs, args=argv, prog="bpo plot")
+    try:
+        _check_results_dir(args.results_dir)
+        from experiments.plotting import plot_results
+
+        paths = plot_results(args.results_dir, args.out or args.results_dir)
+    except (ConfigError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print("wrote " + ", ".join(str(p) for p in paths))
+    return 0

@@ -1,0 +1,236 @@
+"""Sweep definitions: a grid of presets x environments x algorithm variants x overrides, each
+point one *run* (one configuration, all its seeds vmapped in one process).
+
+A sweep file is a Python module in ``experiments/sweeps/`` (or any path) that defines
+``SWEEP = Sweep(...)``. ``bpo sweep NAME`` loads ``experiments/sweeps/NAME.py``; the same grid
+can be given on the command line (``bpo sweep --preset ... --variants ... --grid KEY=V1,V2``).
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import importlib.util
+import itertools
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bpo.config import ConfigError, EpisodicTrainConfig, replace, validate
+from bpo.presets import apply_variant, get_preset
+
+SWEEPS_DIR = Path(__file__).parent / "sweeps"
+
+
+@dataclass(frozen=True)
+class SlurmResources:
+    """What each Slurm job of a sweep asks for (one job per run, submitted as a job array)."""
+
+    partition: str | None = None
+    """Partition (queue); None uses the cluster's default."""
+    timeout_min: int = 24 * 60
+    """Wall-clock limit of one run, in minutes."""
+    cpus_per_task: int = 4
+    """CPU cores per run (Gymnasium steps on one, XLA uses the rest)."""
+    mem_gb: int = 16
+    """Memory per run, in GiB."""
+    gpus_per_node: int = 0
+    """GPUs per run: 1 for the JAX/MJX backends on a GPU cluster."""
+    array_parallelism: int = 64
+    """Most jobs of the array running at once."""
+    additional: tuple[tuple[str, str], ...] = ()
+    """Extra sbatch options as (name, value) pairs, e.g. (("account", "myproj"), ("qos", "normal"))."""
+
+
+@dataclass(frozen=True)
+class Grid:
+    """One block of a sweep: the product of ``envs`` x ``variants`` x the ``grid`` values."""
+
+    preset: str
+    """A name from bpo.presets.PRESETS."""
+    envs: tuple[str, ...] = ()
+    """Environments, each with the preset's Table 5 overrides; () keeps the preset's own."""
+    variants: tuple[str, ...] = ()
+    """Table 1 rows or ablations for PPO presets; 'reinforce'/'bpo' (the algorithm) for episodic
+    presets; () keeps the preset's own."""
+    grid: tuple[tuple[str, tuple], ...] = ()
+    """(dotted field, values) pairs swept as a product; they are part of each run's id."""
+    fixed: tuple[tuple[str, Any], ...] = ()
+    """(dotted field, value) pairs applied to every run of this block (budgets, backend, ...)."""
+    seeds: int = 10
+    """Independent runs per configuration, vmapped in one process."""
+
+
+@dataclass(frozen=True)
+class Sweep:
+    name: str
+    """Results go to results/NAME/ unless --out says otherwise."""
+    grids: tuple[Grid, ...]
+    description: str = ""
+    slurm: SlurmResources = field(default_factory=SlurmResources)
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One point of a sweep: everything needed to rebuild its config in another process."""
+
+    run_id: str
+    preset: str
+    env: str | None
+    variant: str | None
+    overrides: tuple[tuple[str, Any], ...]
+    """Grid values then fixed values, applied in this order after the variant."""
+    label_overrides: tuple[tuple[str, Any], ...]
+    """The grid values alone: what distinguishes this run from its neighbours in a table."""
+    seeds: int
+
+    def config(self):
+        cfg = get_preset(self.preset, self.env)
+        if self.variant is not None:
+            if isinstance(cfg, EpisodicTrainConfig):
+                if self.variant not in ("reinforce", "bpo"):
+                    raise ConfigError("variant", f"preset {self.preset!r} is episodic; allowed: ['bpo', 'reinforce']")
+                cfg = replace(cfg, algo=self.variant)
+            else:
+                cfg = apply_variant(cfg, self.variant)
+        cfg = apply_overrides(cfg, dict(self.overrides))
+        return validate(replace(cfg, seeds=self.seeds))
+
+    @property
+    def row(self) -> str:
+        """The table row / plot line: variant (or algorithm) and grid values."""
+        base = self.variant or self.config().algo
+        return " ".join([base] + [f"{k}={_fmt(v)}" for k, v in self.label_overrides])
+
+    def to_json(self) -> dict:
+        return {**dataclasses.asdict(self), "overrides": [list(p) for p in self.overrides],
+                "label_overrides": [list(p) for p in self.label_overrides]}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "RunSpec":
+        pairs = lambda xs: tuple((k, _as_tuple(v)) for k, v in xs)  # noqa: E731 - JSON lists back to tuples
+        return cls(run_id=d["run_id"], preset=d["preset"], env=d["env"], variant=d["variant"],
+                   overrides=pairs(d["overrides"]), label_overrides=pairs(d["label_overrides"]), seeds=d["seeds"])
+
+
+def _as_tuple(value):
+    return tuple(_as_tuple(v) for v in value) if isinstance(value, list) else value
+
+
+def _fmt(value) -> str:
+    if isinstance(value, tuple):
+        return "x".join(map(str, value))
+    return str(value)
+
+
+def apply_overrides(cfg, overrides: dict):
+    """``cfg`` with dotted-name overrides, each checked against the config's fields (an unknown name
+    or a value of the wrong type is a ConfigError naming it) and coerced (int to float, list to tuple)."""
+    for name, value in overrides.items():
+        owner, parts = cfg, name.split(".")
+        for i, part in enumerate(parts):
+            fields = {f.name: f for f in dataclasses.fields(owner)}
+            if part not in fields:
+                where = ".".join(parts[:i]) or type(cfg).__name__
+                raise ConfigError(name, f"no such field in {where}; allowed: {sorted(fields)}")
+            if i < len(parts) - 1:
+                owner = getattr(owner, part)
+                if not dataclasses.is_dataclass(owner):
+                    raise ConfigError(name, f"{'.'.join(parts[:i + 1])} is not a nested config")
+        current = getattr(owner, parts[-1])
+        cfg = replace(cfg, **{name: _coerce(name, value, current)})
+    return cfg
+
+
+def _coerce(name: str, value, current):
+    if isinstance(current, bool):
+        if not isinstance(value, bool):
+            raise ConfigError(name, f"must be true or false, got {value!r}")
+        return value
+    if isinstance(current, float) and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(current, float) and value in ("inf", "-inf"):
+        return float(value)
+    if isinstance(current, tuple):
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(name, f"must be a list of integers, got {value!r}")
+        return tuple(value)
+    if isinstance(current, int) and isinstance(value, float) and value.is_integer():
+        return int(value)
+    if current is not None and not isinstance(value, type(current)):
+        raise ConfigError(name, f"must be of type {type(current).__name__}, got {value!r}")
+    return value
+
+
+def parse_value(text: str):
+    """A CLI value: a Python literal (1e-4, 3, true/false, (64, 64)) or else a plain string."""
+    lowered = text.strip().lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    if lowered in ("inf", "-inf"):
+        return float(lowered)
+    try:
+        return _as_tuple(ast.literal_eval(text))
+    except (ValueError, SyntaxError):
+        return text
+
+
+def parse_assignment(text: str, many: bool) -> tuple[str, Any]:
+    """``KEY=VALUE`` (``many``: ``KEY=V1,V2`` or ``KEY=[V1, V2]``) from the command line."""
+    name, sep, values = text.partition("=")
+    if not sep or not name:
+        raise ConfigError("grid" if many else "set", f"expected KEY=VALUE, got {text!r}")
+    if not many:
+        return name.strip(), parse_value(values)
+    values = values.strip()
+    if values.startswith("["):
+        parsed = parse_value(values)
+        return name.strip(), tuple(parsed) if isinstance(parsed, tuple) else (parsed,)
+    return name.strip(), tuple(parse_value(v) for v in values.split(","))
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._=+-]+", "_", text)
+
+
+def expand(sweep: Sweep) -> list[RunSpec]:
+    """Every run of the sweep, in a fixed order; each config is built and validated here, so a bad
+    value fails before any process starts or anything compiles."""
+    specs, seen = [], {}
+    for grid in sweep.grids:
+        if grid.seeds < 1:
+            raise ConfigError("seeds", f"must be an integer >= 1, got {grid.seeds!r}")
+        names = [k for k, _ in grid.grid]
+        for env, variant, values in itertools.product(grid.envs or (None,), grid.variants or (None,),
+                                                       itertools.product(*(v for _, v in grid.grid))):
+            label = tuple(zip(names, values))
+            spec = RunSpec(run_id="", preset=grid.preset, env=env, variant=variant,
+                           overrides=label + tuple(grid.fixed), label_overrides=label, seeds=grid.seeds)
+            cfg = spec.config()
+            parts = [cfg.env, grid.preset, variant or cfg.algo] + [f"{k}={_fmt(v)}" for k, v in label]
+            run_id = _slug("-".join(parts))
+            if run_id in seen:
+                raise ConfigError("grids", f"two runs share the id {run_id!r}; make their grid values differ")
+            seen[run_id] = True
+            specs.append(dataclasses.replace(spec, run_id=run_id))
+    if not specs:
+        raise ConfigError("grids", "the sweep has no runs")
+    return specs
+
+
+def load_sweep(name_or_path: str) -> Sweep:
+    """A sweep file by name (experiments/sweeps/NAME.py) or path."""
+    path = Path(name_or_path)
+    if not path.suffix:
+        path = SWEEPS_DIR / f"{name_or_path}.py"
+    if not path.exists():
+        known = sorted(p.stem for p in SWEEPS_DIR.glob("*.py") if not p.stem.startswith("_"))
+        raise ConfigError("sweep", f"no sweep file {str(path)!r}; allowed names: {known} or a path to a .py file")
+    module_spec = importlib.util.spec_from_file_location(f"bpo_sweep_{path.stem}", path)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    sweep = getattr(module, "SWEEP", None)
+    if not isinstance(sweep, Sweep):
+        raise ConfigError("sweep", f"{path} must define SWEEP = Sweep(...)")
+    return sweep

@@ -17,10 +17,11 @@ import numpy as np
 from bpo import results
 
 
-def normalised_scores(cells: dict, rows: list[str]) -> tuple[list, dict[str, np.ndarray]]:
-    """Tasks holding every row, and {row: (runs, tasks) min-max normalised scores}; each row keeps
-    as many runs per task as its smallest task has."""
-    tasks = sorted(t for t, by_row in cells.items() if all(r in by_row for r in rows))
+def normalised_scores(cells: dict, baseline: str, rows: list[str]) -> tuple[list, dict[str, np.ndarray]]:
+    """The tasks that have the baseline, and {row: (runs, tasks) min-max normalised scores} for the
+    rows present on all of them; each row keeps as many runs per task as its smallest task has."""
+    tasks = sorted(t for t, by_row in cells.items() if baseline in by_row)
+    rows = [r for r in rows if all(r in cells[t] for t in tasks)]
     scores = {}
     for row in rows:
         n = min(len(cells[t][row]) for t in tasks)
@@ -34,15 +35,16 @@ def normalised_scores(cells: dict, rows: list[str]) -> tuple[list, dict[str, np.
 
 
 def write_aggregates(cells: dict, baseline: str, out: Path, reps: int = 2000, seed: int = 0) -> list[Path]:
+    """aggregates.json, iqm.{png,pdf} and probability_of_improvement.{png,pdf} in ``out``."""
     from rliable import library as rly
     from rliable import metrics
 
     from experiments.table import row_label, sort_rows
 
-    rows = sort_rows({r for by_row in cells.values() for r in by_row})
-    tasks, scores = normalised_scores(cells, rows)
+    tasks, scores = normalised_scores(cells, baseline, sort_rows({r for by_row in cells.values() for r in by_row}))
     if not tasks:
         return []
+    rows = list(scores)
     np.random.seed(seed)  # rliable's bootstrap draws from numpy's global generator
     iqm = lambda x: np.array([metrics.aggregate_iqm(x)])  # noqa: E731
     point, interval = rly.get_interval_estimates(scores, iqm, reps=reps)

@@ -103,7 +103,8 @@ def sweep_main(argv: list[str]) -> int:
             print(f"{states[s.run_id]:>8}  {s.run_id}  [{cfg.algo}, {cfg.seeds} seeds, {budget}] {overrides}".rstrip())
         print(f"{len(specs)} runs, {sum(v == 'finished' for v in states.values())} finished -> {sweep_dir}")
         return 0
-    store.clear_staging(sweep_dir)
+    if not launch.slurm_in_flight(sweep_dir):  # jobs still running may be writing into .staging
+        store.clear_staging(sweep_dir)
     store.write_sweep_file(sweep_dir, sweep.name, specs)
     todo = [s for s in specs if states[s.run_id] != "finished"]
     if args.backend == "slurm":
@@ -120,6 +121,7 @@ def sweep_main(argv: list[str]) -> int:
     elif todo:
         failed = launch.run_slurm(sweep_dir, todo, sweep.slurm, args.wait, args.progress)
     store.refresh_index(sweep_dir, failed)
+    store.remove_empty_staging(sweep_dir)
     if failed:
         print(f"{len(failed)} runs failed: {sorted(failed)}; their logs are in {sweep_dir / 'logs'} "
               "(run the command again to retry them)", file=sys.stderr)

@@ -49,7 +49,7 @@ def _die_with_parent() -> None:
         pass
 
 
-def _progress(show: bool, total: int, description: str):
+def _progress(show: bool):
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -78,7 +78,7 @@ def run_local(sweep_dir: Path, specs: list[RunSpec], workers: int, show_progress
     logs.mkdir(parents=True, exist_ok=True)
     queue, running, failed = list(specs), {}, {}
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    with _progress(show_progress, len(specs), sweep_dir.name) as bar:
+    with _progress(show_progress) as bar:
         task = bar.add_task(f"sweep {sweep_dir.name}", total=len(specs))
         try:
             while queue or running:
@@ -119,12 +119,7 @@ def slurm_in_flight(sweep_dir: Path) -> set[str]:
     if not path.exists():
         return set()
     jobs = json.loads(path.read_text())
-    try:
-        out = subprocess.run(["squeue", "-h", "-o", "%i", "-j", ",".join(jobs.values())], capture_output=True,
-                             text=True, timeout=60).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return set()
-    alive = set(out.split())
+    alive = _queued(set(jobs.values())) or set()
     return {run_id for run_id, job_id in jobs.items() if job_id in alive}
 
 
@@ -149,23 +144,41 @@ def run_slurm(sweep_dir: Path, specs: list[RunSpec], resources: SlurmResources, 
     print(f"submitted {len(jobs)} Slurm jobs (array {jobs[0].job_id.split('_')[0]}); logs in {sweep_dir / '.slurm'}")
     if not wait:
         return {}
-    failed = {}
-    with _progress(show_progress, len(jobs), sweep_dir.name) as bar:
+    failed, missing = {}, {}
+    with _progress(show_progress) as bar:
         task = bar.add_task(f"sweep {sweep_dir.name} (slurm)", total=len(jobs))
         pending = dict(zip(jobs, specs))
         while pending:
             time.sleep(2.0)
-            for job in [j for j in pending if j.done()]:
+            queued = _queued({j.job_id for j in pending})
+            for job in list(pending):
+                # A job that left the queue without a result (time limit, preemption, node failure)
+                # would look unfinished forever where sacct is off: two checks 2 s apart decide.
+                missing[job] = missing.get(job, 0) + 1 if queued is not None and job.job_id not in queued else 0
+                if not job.done() and missing[job] < 2:
+                    continue
                 spec = pending.pop(job)
                 try:
-                    summary = job.result()
-                    _report(bar.console, spec, summary, None)
+                    if not job.done():
+                        raise RuntimeError(f"left the queue without a result; see {job.paths.stderr}")
+                    _report(bar.console, spec, job.result(), None)
                 except Exception as e:  # the job's traceback, as submitit reports it
                     failed[spec.run_id] = f"Slurm job {job.job_id}: {e}"
                     _report(bar.console, spec, None, failed[spec.run_id])
                 store.refresh_index(sweep_dir, failed)
                 bar.advance(task)
     return failed
+
+
+def _queued(job_ids: set[str]) -> set[str] | None:
+    """The job ids squeue still lists (pending or running), or None when squeue cannot answer."""
+    try:
+        proc = subprocess.run(["squeue", "-h", "-r", "-o", "%i", "-j", ",".join(sorted(job_ids))],
+                              capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    # squeue exits non-zero when none of the ids is known any more: an empty queue, not an error.
+    return set(proc.stdout.split()) if proc.returncode == 0 or "Invalid job id" in proc.stderr else None
 
 
 if __name__ == "__main__":

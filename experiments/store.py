@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 from pathlib import Path
 
 from bpo import results
@@ -54,10 +55,17 @@ def clear_staging(sweep_dir: Path) -> None:
     shutil.rmtree(Path(sweep_dir) / STAGING, ignore_errors=True)
 
 
+def remove_empty_staging(sweep_dir: Path) -> None:
+    try:
+        (Path(sweep_dir) / STAGING).rmdir()
+    except OSError:  # absent, or a job of another submission is writing there
+        pass
+
+
 def publish(sweep_dir: Path, spec: RunSpec, write_run) -> dict:
     """Write a run with ``write_run(staging_dir) -> summary`` and move it into place in one rename."""
     sweep_dir = Path(sweep_dir)
-    staging = sweep_dir / STAGING / f"{spec.run_id}.{os.getpid()}"
+    staging = sweep_dir / STAGING / f"{spec.run_id}.{socket.gethostname()}.{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
     summary = write_run(staging)
     results.atomic_write_json(staging / "spec.json", spec.to_json())

@@ -1,0 +1,207 @@
+"""Sweeps: expansion and validation of the grid, the staged results store, a sweep killed with
+SIGKILL and resumed (real subprocesses), and learning-curve plots."""
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bpo.cli import main
+from bpo.config import ConfigError
+from bpo.presets import TABLE1_ROWS, get_preset
+from experiments import store
+from synthetic_results import fake_run, synthetic_results
+from experiments.sweep import Grid, RunSpec, Sweep, apply_overrides, expand, load_sweep, parse_assignment
+
+TINY_SC = (("episodes", 20), ("eval_every", 10), ("eval_episodes", 3))
+
+
+def test_expand_is_the_product_with_ids_and_validated_configs():
+    sweep = Sweep(name="t", grids=(
+        Grid(preset="cartpole_ppo", variants=("ppo", "bpo_c1.0_rho1.5"), grid=(("bpo.c_bar", (1.0, 2.0)),),
+             fixed=(("total_timesteps", 4096),), seeds=3),
+        Grid(preset="short_corridor", variants=("reinforce", "bpo"), seeds=2),
+    ))
+    specs = expand(sweep)
+    assert [s.run_id for s in specs] == [
+        "CartPole-v1-cartpole_ppo-ppo-bpo.c_bar=1.0", "CartPole-v1-cartpole_ppo-ppo-bpo.c_bar=2.0",
+        "CartPole-v1-cartpole_ppo-bpo_c1.0_rho1.5-bpo.c_bar=1.0", "CartPole-v1-cartpole_ppo-bpo_c1.0_rho1.5-bpo.c_bar=2.0",
+        "ShortCorridor-v0-short_corridor-reinforce", "ShortCorridor-v0-short_corridor-bpo"]
+    cfg = specs[3].config()
+    # The grid value wins over the variant's c_bar (overrides come after the variant).
+    assert (cfg.algo, cfg.variant, cfg.bpo.c_bar, cfg.bpo.rho_bar, cfg.total_timesteps, cfg.seeds) == \
+        ("bpo", "bpo_c1.0_rho1.5", 2.0, 1.5, 4096, 3)
+    assert specs[3].row == "bpo_c1.0_rho1.5 bpo.c_bar=2.0"
+    assert specs[4].config().algo == "reinforce" and specs[4].row == "reinforce"
+    # A spec survives its JSON form (how workers and Slurm jobs get it).
+    assert RunSpec.from_json(json.loads(json.dumps(specs[3].to_json()))) == specs[3]
+
+
+def test_sweep_files_expand():
+    sizes = {"fig2": 2, "table1": 25, "ablations": 20, "table1_small": 10}
+    for name, n in sizes.items():
+        specs = expand(load_sweep(name))
+        assert len(specs) == n, name
+    table1 = expand(load_sweep("table1"))
+    assert {s.variant for s in table1} == set(TABLE1_ROWS) and all(s.seeds == 10 for s in table1)
+    assert {(s.config().env, s.preset) for s in table1} == {
+        ("Ant-v5", "mujoco_gsde"), ("HalfCheetah-v5", "mujoco_gsde"), ("HalfCheetah-v5", "mujoco_default"),
+        ("Hopper-v5", "mujoco_default"), ("Walker2d-v5", "mujoco_default")}
+    # Table 5's override reaches the sweep's configs.
+    ant = next(s for s in table1 if s.env == "Ant-v5")
+    assert ant.config().ppo.normalize_observations is False
+
+
+@pytest.mark.parametrize("grid, field, text", [
+    (Grid(preset="nope"), "preset", "allowed"),
+    (Grid(preset="cartpole_ppo", variants=("bpo_c9",)), "variant", "allowed"),
+    (Grid(preset="short_corridor", variants=("ppo",)), "variant", "['bpo', 'reinforce']"),
+    (Grid(preset="cartpole_ppo", grid=(("bpo.c_barr", (1.0,)),)), "bpo.c_barr", "no such field"),
+    (Grid(preset="cartpole_ppo", grid=(("ppo.n_steps.x", (1,)),)), "ppo.n_steps.x", "not a nested config"),
+    (Grid(preset="cartpole_ppo", fixed=(("total_timesteps", "many"),)), "total_timesteps", "type int"),
+    (Grid(preset="cartpole_ppo", fixed=(("ppo.normalize_advantage", 1),)), "ppo.normalize_advantage", "true or false"),
+    (Grid(preset="cartpole_ppo", fixed=(("bpo.c_bar", -1.0),)), "bpo.c_bar", "> 0"),
+    (Grid(preset="cartpole_ppo", seeds=0), "seeds", ">= 1"),
+])
+def test_bad_grids_fail_with_the_field_named(grid, field, text):
+    with pytest.raises(ConfigError) as err:
+        expand(Sweep(name="bad", grids=(grid,)))
+    assert err.value.field_name == field and text in str(err.value)
+
+
+def test_duplicate_run_ids_are_rejected():
+    grid = Grid(preset="short_corridor", variants=("bpo",), seeds=1)
+    with pytest.raises(ConfigError, match="share the id"):
+        expand(Sweep(name="dup", grids=(grid, grid)))
+
+
+def test_cli_values_and_overrides():
+    assert parse_assignment("bpo.c_bar=1.0,1.5", many=True) == ("bpo.c_bar", (1.0, 1.5))
+    assert parse_assignment("ppo.pi_hidden=[(64, 64), (256, 256)]", many=True) == \
+        ("ppo.pi_hidden", ((64, 64), (256, 256)))
+    assert parse_assignment("backend=mjx", many=False) == ("backend", "mjx")
+    assert parse_assignment("bpo.rho_bar=inf", many=False) == ("bpo.rho_bar", float("inf"))
+    cfg = apply_overrides(get_preset("cartpole_ppo"), {"bpo.c_bar": 2, "ppo.pi_hidden": [32], "ppo.use_sde": True})
+    assert cfg.bpo.c_bar == 2.0 and isinstance(cfg.bpo.c_bar, float) and cfg.ppo.pi_hidden == (32,)
+    with pytest.raises(ConfigError, match="set: expected KEY=VALUE"):
+        parse_assignment("total_timesteps", many=False)
+
+
+def test_cli_rejects_bad_sweeps_before_running(tmp_path, capsys):
+    assert main(["sweep", "nosuch", "--out", str(tmp_path)]) == 2
+    assert "sweep: no sweep file" in capsys.readouterr().err
+    assert main(["sweep", "--preset", "cartpole_ppo", "--grid", "bpo.c_bar=1,-1", "--out", str(tmp_path)]) == 2
+    assert "bpo.c_bar: must be" in capsys.readouterr().err
+    assert main(["sweep", "fig2", "--workers", "0", "--out", str(tmp_path)]) == 2
+    assert "workers: must be an integer >= 1" in capsys.readouterr().err
+    assert main(["sweep", "fig2", "--preset", "cartpole_ppo"]) == 2
+    assert "not both" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())  # nothing was written
+    assert main(["sweep", "table1", "--dry-run", "--out", str(tmp_path / "t1")]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 26 and lines[-1].startswith("25 runs, 0 finished")
+    assert "Ant-v5-mujoco_gsde-ppo" in lines[0] and "10 seeds, 2000000 steps" in lines[0]
+
+
+def test_publish_is_all_or_nothing_and_finished_means_same_config(tmp_path):
+    spec = expand(Sweep(name="s", grids=(Grid(preset="short_corridor", variants=("bpo",), fixed=TINY_SC,
+                                                seeds=2),)))[0]
+    store.write_sweep_file(tmp_path, "s", [spec])
+    assert not store.is_finished(tmp_path, spec)
+
+    def crash(staging):
+        (staging / "config.json").parent.mkdir(parents=True)
+        (staging / "config.json").write_text("{")
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        store.publish(tmp_path, spec, crash)
+    assert not (tmp_path / spec.run_id).exists()  # the half-written run stayed in .staging
+    store.clear_staging(tmp_path)
+    assert not (tmp_path / store.STAGING).exists()
+
+    store.publish(tmp_path, spec, lambda d: fake_run(d, spec.config(), [1.0, 2.0]))
+    assert store.is_finished(tmp_path, spec)
+    changed = RunSpec.from_json({**spec.to_json(), "overrides": [["episodes", 30]]})
+    assert not store.is_finished(tmp_path, changed)
+    index = store.refresh_index(tmp_path)
+    assert [(e["run_id"], e["status"], e["row"]) for e in index["runs"]] == [(spec.run_id, "finished", "bpo")]
+    assert json.loads((tmp_path / "index.json").read_text()) == index
+
+
+def _read_all(root: Path) -> None:
+    """Every results file parses whole (a torn write would not)."""
+    for path in root.rglob("*.json"):
+        json.loads(path.read_text())
+    for path in root.rglob("*.csv"):
+        with open(path) as f:
+            rows = list(csv.reader(f))
+        assert rows and all(len(r) == len(rows[0]) for r in rows), path
+
+
+def test_sweep_killed_with_sigkill_resumes_without_redoing_runs(tmp_path):
+    out = tmp_path / "sweep"
+    cmd = [sys.executable, "-m", "bpo.cli", "sweep", "--preset", "short_corridor", "--variants", "reinforce",
+           "--grid", "reinforce.lr_start=0.1,0.05,0.02", "--set", "episodes=20", "eval_episodes=3", "--seeds", "2",
+           "--workers", "1", "--no-progress", "--out", str(out)]
+    env = {**os.environ, "BPO_COMPILE_CACHE": ""}
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 300
+    # Kill the whole sweep (driver and worker, as a preemption would) while its second run trains.
+    while not (len(list(out.glob("*/summary.json"))) == 1 and len(list((out / "logs").glob("*.log"))) == 2):
+        assert proc.poll() is None, proc.stdout.read().decode()
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    time.sleep(1.5)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    finished = [p.parent for p in out.glob("*/summary.json")]
+    assert len(finished) == 1
+    first = finished[0]
+    before = {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in first.iterdir()}
+    _read_all(out)
+    assert not [p for p in out.iterdir() if p.is_dir() and p.name not in (first.name, "logs", store.STAGING)]
+
+    rerun = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    assert "3 runs, 1 finished or in flight, 2 to run" in rerun.stdout
+    after = {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in first.iterdir()}
+    assert after == before  # the finished run was not redone
+    index = json.loads((out / "index.json").read_text())
+    assert sorted(e["status"] for e in index["runs"]) == ["finished"] * 3
+    assert not (out / store.STAGING).exists() or not any((out / store.STAGING).iterdir())
+    _read_all(out)
+    # A third invocation has nothing left to do.
+    again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    assert "3 runs, 3 finished or in flight, 0 to run" in again.stdout
+
+
+def test_plots_are_written_and_not_empty(tmp_path):
+    import matplotlib.image
+
+    synthetic_results(tmp_path, {
+        ("Hopper-v5", "mujoco_default"): {"ppo": [100, 200, 300], "bpo_c1.0_rho1.5": [300, 400, 500]},
+        ("Ant-v5", "mujoco_gsde"): {"ppo": [10, 20, 30], "bpo_c1.0_rho1.5": [30, 40, 50]},
+    })
+    assert main(["plot", str(tmp_path), "--out", str(tmp_path / "plots")]) == 0
+    png, pdf = tmp_path / "plots" / "curves.png", tmp_path / "plots" / "curves.pdf"
+    assert pdf.stat().st_size > 5000 and pdf.read_bytes().startswith(b"%PDF")
+    image = matplotlib.image.imread(png)[..., :3]
+    # Two panels with two coloured lines each: many pixels are neither white nor grey.
+    colourful = (image.max(axis=-1) - image.min(axis=-1)) > 0.3
+    assert colourful.mean() > 0.005
+    assert image.shape[1] > 2 * image.shape[0]  # side by side
+
+
+def test_plot_and_table_reject_a_missing_folder(tmp_path, capsys):
+    assert main(["plot", str(tmp_path / "none")]) == 2
+    assert "results_dir: " in capsys.readouterr().err
+    assert main(["table", str(tmp_path)]) == 2
+    assert "no finished runs" in capsys.readouterr().err

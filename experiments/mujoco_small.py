@@ -30,20 +30,13 @@ def config_for(env: str, variant: str, seeds: int, total_timesteps: int):
     return replace(apply_variant(get_preset(PRESET, env), variant), seeds=seeds, total_timesteps=total_timesteps)
 
 
-# How a run is executed, not what it computes: sync and async vector envs, and evaluation inline
-# or in a worker process, give identical results (tests/test_host_runner.py).
-EXECUTION_ONLY_FIELDS = ("vector_mode", "eval_in_background")
-
-
 def _finished(run_dir: Path, cfg) -> bool:
     """A complete run directory (summary.json is written last) of the same configuration."""
-    def result_fields(config: dict) -> dict:
-        return {k: v for k, v in config.items() if k not in EXECUTION_ONLY_FIELDS}
+    from experiments.store import same_result_config
 
     try:
         stored = json.loads((run_dir / "config.json").read_text())
-        same = result_fields(stored) == result_fields(json.loads(json.dumps(to_dict(cfg))))
-        return same and (run_dir / "summary.json").exists()
+        return same_result_config(stored, json.loads(json.dumps(to_dict(cfg)))) and (run_dir / "summary.json").exists()
     except (OSError, ValueError):
         return False
 

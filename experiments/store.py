@@ -39,15 +39,29 @@ def is_finished(sweep_dir: Path, spec: RunSpec) -> bool:
     try:
         stored = json.loads((run_dir / "config.json").read_text())
         expected = json.loads(json.dumps(to_dict(spec.config())))
-        return (run_dir / "summary.json").exists() and _result_fields(stored) == _result_fields(expected)
+        return (run_dir / "summary.json").exists() and same_result_config(stored, expected)
     except (OSError, ValueError):
         return False
 
 
-def _result_fields(config: dict) -> dict:
-    """What a run computes: its config minus the fields that only change how it executes (sync or
-    async vector envs, evaluation inline or in a worker give identical results, test_host_runner.py)."""
-    return {k: v for k, v in config.items() if k not in ("vector_mode", "eval_in_background")}
+EXECUTION_ONLY = ("vector_mode", "eval_in_background")
+
+
+def same_result_config(stored: dict, expected: dict) -> bool:
+    """Whether a stored run computed what ``expected`` asks for. Fields that only change how a run
+    executes are ignored (sync or async vector envs, evaluation inline or in a worker give identical
+    results, tests/test_host_runner.py), and so are fields added to the code after the run was
+    written (they did not exist, so the run used the behaviour they default to)."""
+    for key, want in expected.items():
+        if key in EXECUTION_ONLY or key not in stored:
+            continue
+        have = stored[key]
+        if isinstance(want, dict) and isinstance(have, dict):
+            if not same_result_config(have, want):
+                return False
+        elif have != want:
+            return False
+    return True
 
 
 def clear_staging(sweep_dir: Path) -> None:

@@ -131,6 +131,11 @@ def test_publish_is_all_or_nothing_and_finished_means_same_config(tmp_path):
     assert store.is_finished(tmp_path, spec)
     changed = RunSpec.from_json({**spec.to_json(), "overrides": [["episodes", 30]]})
     assert not store.is_finished(tmp_path, changed)
+    # A field the code gained after the run was stored does not make it stale; an execution-only one neither.
+    config = json.loads((tmp_path / spec.run_id / "config.json").read_text())
+    del config["bpo"]["c_bar"]
+    assert store.same_result_config(config, {**config, "bpo": {**config["bpo"], "c_bar": 2.0}, "vector_mode": "x"})
+    assert not store.same_result_config(config, {**config, "bpo": {**config["bpo"], "rho_bar": 2.0}})
     index = store.refresh_index(tmp_path)
     assert [(e["run_id"], e["status"], e["row"]) for e in index["runs"]] == [(spec.run_id, "finished", "bpo")]
     assert json.loads((tmp_path / "index.json").read_text()) == index

@@ -86,15 +86,17 @@ def _save(fig, out: Path, stem: str) -> list[Path]:
     return paths
 
 
-def _interval_plot(entries: list[tuple[str, float, float, float]], xlabel: str, title: str, reference=None):
+def _interval_plot(entries: list[tuple[str, float, float, float]], xlabel: str, title: str, reference=None,
+                   colours: list[str] | None = None):
+    """Horizontal 95% intervals with the point estimate marked; ``colours`` match the curves' rows."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6, 0.55 * len(entries) + 1.2))
+    fig, ax = plt.subplots(figsize=(7, 0.55 * len(entries) + 1.2))
     for i, (label, point, low, high) in enumerate(entries):
-        ax.barh(i, high - low, left=low, height=0.6, alpha=0.5, color=f"C{i}")
+        ax.barh(i, high - low, left=low, height=0.6, alpha=0.5, color=colours[i] if colours else f"C{i}")
         ax.plot([point, point], [i - 0.3, i + 0.3], color="k", linewidth=2)
     ax.set_yticks(range(len(entries)), [e[0] for e in entries])
     ax.invert_yaxis()
@@ -116,6 +118,8 @@ def _plot_iqm(summary: dict, rows, out: Path, row_label) -> list[Path]:
 def _plot_improvement(summary: dict, others, baseline: str, out: Path, row_label) -> list[Path]:
     poi = summary["probability_of_improvement"]
     entries = [(row_label(r), poi[r]["point"], poi[r]["low"], poi[r]["high"]) for r in others]
-    fig = _interval_plot(entries, f"P({'row'} > {row_label(baseline)})",
-                         "Probability of improvement, 95% stratified-bootstrap CI", reference=0.5)
+    rows = list(summary["iqm"])  # every row, in the curves' order: colours match the learning curves
+    fig = _interval_plot(entries, f"P(row > {row_label(baseline)})",
+                         "Probability of improvement, 95% stratified-bootstrap CI", reference=0.5,
+                         colours=[f"C{rows.index(r)}" for r in others])
     return _save(fig, out, "probability_of_improvement")

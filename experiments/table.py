@@ -103,14 +103,17 @@ def compute_table(cells: dict, baseline: str, alpha: float = 0.05, alternative: 
     return table
 
 
-def _number(x: float) -> str:
-    return f"{x:.0f}" if abs(x) >= 100 else f"{x:.2f}"
+def _number(x: float, like: float | None = None) -> str:
+    """0 decimals for returns in the hundreds and more (the paper's style), 2 below; an SE takes
+    the precision of its mean."""
+    return f"{x:.0f}" if abs(x if like is None else like) >= 100 else f"{x:.2f}"
 
 
 def _cell_text(cell: dict | None, latex: bool) -> str:
     if cell is None:
         return "–" if not latex else "--"
-    text = f"{_number(cell['mean'])} ± {_number(cell['se'])}" if not math.isnan(cell["se"]) else _number(cell["mean"])
+    mean, se = cell["mean"], cell["se"]
+    text = f"{_number(mean)} ± {_number(se, like=mean)}" if not math.isnan(se) else _number(mean)
     if latex:
         text = text.replace("±", r"\pm")
         return {"bold": rf"$\bm{{{text}}}$", "italic": rf"$\mathit{{{text}}}$"}.get(cell["mark"], f"${text}$")

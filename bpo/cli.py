@@ -21,7 +21,7 @@ import tyro
 from bpo.config import ConfigError, EpisodicTrainConfig, OnPolicyTrainConfig, validate
 from bpo.presets import PRESETS, VARIANTS, apply_variant, get_preset
 
-USAGE = """usage: bpo {train,sweep,plot,table,reproduce} ...
+USAGE = """usage: bpo {train,sweep,plot,table,reproduce,verify-variance} ...
 
   bpo train PRESET [--env ENV] [--variant NAME] [--algo ppo|bpo|reinforce] [--seeds N]
                    [--total-timesteps N | --episodes N] [--out DIR] [--tensorboard] [overrides]
@@ -43,6 +43,9 @@ USAGE = """usage: bpo {train,sweep,plot,table,reproduce} ...
       PPO vs BPO-PPO on classic-control presets: table of final returns and learning curves.
   bpo reproduce mujoco-small [--envs HalfCheetah-v5 Hopper-v5] [--seeds 3] [--total-timesteps 300000] [--out DIR]
       Scaled-down Table 1: PPO vs BPO (c_bar 1.0, rho_bar 1.5), mujoco_default, compared with the paper.
+  bpo verify-variance [--out DIR] [--n-random 20] [--episodes N] [--seed S] [--checkpoints ...] [--no-train]
+      Theorem 2 by exact DP and Monte Carlo on ShortCorridor and random MDPs; variance under
+      BPO-REINFORCE's learned mu at training checkpoints. Default out: results/variance.
 """ % (", ".join(VARIANTS), ", ".join(sorted(PRESETS)))
 
 
@@ -226,7 +229,7 @@ def enable_compile_cache() -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv and argv[0] in ("train", "reproduce"):
+    if argv and argv[0] in ("train", "reproduce", "verify-variance"):
         enable_compile_cache()  # sweeps turn it on in each worker
     if not argv or argv[0] in ("-h", "--help"):
         print(USAGE)
@@ -240,7 +243,12 @@ def main(argv: list[str] | None = None) -> int:
         from experiments import commands
 
         return {"sweep": commands.sweep_main, "plot": commands.plot_main, "table": commands.table_main}[command](rest)
-    return _fail(f"command: unknown {command!r}; allowed: ['plot', 'reproduce', 'sweep', 'table', 'train']")
+    if command == "verify-variance":
+        from experiments.verify_variance import verify_variance_main
+
+        return verify_variance_main(rest)
+    return _fail(f"command: unknown {command!r}; allowed: ['plot', 'reproduce', 'sweep', 'table', 'train', "
+                 "'verify-variance']")
 
 
 if __name__ == "__main__":

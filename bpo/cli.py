@@ -158,6 +158,8 @@ def train_main(argv: list[str]) -> int:
             logger.log_run(out.metrics, cfg.ppo.n_steps * cfg.ppo.n_envs)
         logger.close()
     summary = write(out, out_dir)
+    for warning in summary.get("warnings", []):
+        print(f"warning: {warning}", file=sys.stderr)
     print(
         f"{cfg.algo} on {cfg.env}: final eval return {summary['final_mean']:.2f} ± {summary['final_se']:.2f} (SE, "
         f"{cfg.seeds} seeds); wall {summary['wall_time_s']:.1f}s (compile {summary['compile_time_s']:.1f}s); "

@@ -127,6 +127,12 @@ class BehaviourConfig:
     ppo_ent_coef: float = 0.0
     """Entropy coefficient of the PPO update inside BPO-PPO (0 in the authors' code); plain PPO
     uses ppo.ent_coef."""
+    trust_region_delta: float = math.inf
+    """BPO-PPO Trust Region Masking (seeds/001): a trajectory segment of the rollout (one
+    environment's steps up to an episode end) is left out of the policy loss when its score exceeds
+    delta; the loss still averages over all steps. inf turns it off."""
+    trust_region_criterion: Literal["max_abs_log_ratio", "mean_k3"] = "max_abs_log_ratio"
+    """Segment score: the largest per-step |log pi/mu|, or the mean k3 = rho - 1 - log rho."""
 
 
 @dataclass(frozen=True)
@@ -383,6 +389,9 @@ def validate(cfg):
     _validate_behaviour(cfg.bpo)
     b = cfg.bpo
     _in_unit_interval("bpo.lam", b.lam)
+    if math.isfinite(b.trust_region_delta):
+        raise ConfigError("bpo.trust_region_delta", "Trust Region Masking is a BPO-PPO option; BPO-REINFORCE "
+                          "learns from whole episodes: leave it inf")
     if cfg.algo == "bpo" and b.clip_targets and r.gamma >= 1.0:
         raise ConfigError("reinforce.gamma", "must be < 1 when bpo.clip_targets bounds targets by r/(1-gamma)")
     return cfg
@@ -414,6 +423,8 @@ def _validate_behaviour(b: BehaviourConfig) -> None:
     _positive("bpo.q_hat_floor", b.q_hat_floor)
     _choice("bpo.advantage", b.advantage, ("authors", "eq11"))
     _choice("bpo.lr_schedule", b.lr_schedule, ("constant", "linear"))
+    _positive("bpo.trust_region_delta", b.trust_region_delta, allow_inf=True)
+    _choice("bpo.trust_region_criterion", b.trust_region_criterion, ("max_abs_log_ratio", "mean_k3"))
     if not (isinstance(b.ppo_ent_coef, (int, float)) and b.ppo_ent_coef >= 0):
         raise ConfigError("bpo.ppo_ent_coef", f"must be a number >= 0, got {b.ppo_ent_coef!r}")
 
@@ -471,6 +482,9 @@ def _validate_onpolicy(cfg: OnPolicyTrainConfig) -> OnPolicyTrainConfig:
     if p.use_sde and spec.discrete:
         raise ConfigError("ppo.use_sde", f"needs continuous actions; {cfg.env} has discrete actions")
     _validate_behaviour(cfg.bpo)
+    if cfg.algo == "ppo" and math.isfinite(cfg.bpo.trust_region_delta):
+        raise ConfigError("bpo.trust_region_delta", "masks segments by pi/mu, which is 1 in plain PPO; use algo bpo "
+                          "or leave it inf")
     return cfg
 
 

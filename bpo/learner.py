@@ -16,11 +16,13 @@ every vector step, on the observations the environments return.
 
 from __future__ import annotations
 
+import math
 from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
 
+from bpo import diagnostics as dg
 from bpo import distributions as D
 from bpo import replay as rb
 from bpo.agents.bpo import make_behaviour
@@ -146,9 +148,16 @@ def make_learner(cfg: OnPolicyTrainConfig, spec: EnvSpec) -> Learner:
             if b.weight_on_advantage:
                 old_log_prob = log_pi
                 adv_weight = jnp.minimum(hp.rho_bar, jnp.exp(log_ratio))
-            ratio = jnp.exp(log_ratio)
-            diagnostics = {"is_ratio_mean": jnp.mean(ratio), "rho_truncated_frac": jnp.mean(ratio > hp.rho_bar),
-                           "c_truncated_frac": jnp.mean(ratio > hp.c_bar)}
+            # mu's parameters are still those that collected the rollout: the behaviour step comes later.
+            mu_dist = dist_fn(state.behaviour.mu_params)(rows["obs"])
+            diagnostics = dg.off_policy_diagnostics(
+                log_pi, rows["log_prob"], D.log_prob(mu_dist, rows["action"], discrete),
+                dist_fn(state.ppo.actor_params)(rows["obs"]), mu_dist, discrete, hp.rho_bar, hp.c_bar)
+            if math.isfinite(b.trust_region_delta):
+                mask = dg.trust_region_mask(log_ratio, done, b.trust_region_delta, b.trust_region_criterion)
+                adv_weight = adv_weight * mask  # masked steps add 0; the loss still divides by every step
+                diagnostics.update(trm_mask_rate=1.0 - jnp.mean(mask),
+                                   trm_segments_masked=dg.masked_segment_fraction(mask, done))
         else:
             returns = gae_returns(rows["reward"], values, next_values, rows["terminated"], done,
                                   gamma=hp.gamma, lam=hp.gae_lambda)

@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from bpo import diagnostics as dg
 from bpo import results
 from bpo.config import EpisodicTrainConfig, OnPolicyTrainConfig, traced_hyperparams, validate
 
@@ -114,6 +115,51 @@ def _run_host(cfg: OnPolicyTrainConfig, progress, logger) -> RunOutput:
     )
 
 
+def _pool(values, how: str):
+    if values.size == 0:
+        return np.nan
+    return {"min": np.nanmin, "max": np.nanmax, "mean": np.nanmean}[how](values)
+
+
+def updates_at_evaluations(out: RunOutput) -> np.ndarray:
+    """Updates (on-policy) or episodes (episodic) done at each evaluation: [n_evals]."""
+    ev, cfg = out.metrics["eval"], out.config
+    if isinstance(cfg, OnPolicyTrainConfig):
+        return (ev["eval_step"][0] // (cfg.ppo.n_steps * cfg.ppo.n_envs)).astype(int)
+    return ev["eval_episode"][0].astype(int)
+
+
+def diagnostic_curves(out: RunOutput) -> dict[str, np.ndarray]:
+    """Each off-policy diagnostic pooled over the updates since the previous evaluation, per seed:
+    {name: [seeds, n_evals]} (NaN at the first evaluation, before any update)."""
+    train, done = out.metrics["train"], updates_at_evaluations(out)
+    curves = {}
+    for name, how in dg.POOLING.items():
+        if name not in train:
+            continue
+        v = np.asarray(train[name], float)
+        curves[name] = np.array([[_pool(v[s, lo:hi], how) for lo, hi in zip(np.r_[0, done[:-1]], done)]
+                                 for s in range(v.shape[0])])
+    return curves
+
+
+def diagnostics_summary(out: RunOutput) -> tuple[dict, list[str]]:
+    """The diagnostics pooled over the whole run and all seeds, and warnings: a log-probability
+    mismatch above 0.01 means the learner does not see the data as the rollout produced it."""
+    train, pooled, warnings = out.metrics["train"], {}, []
+    for name, how in dg.POOLING.items():
+        if name in train:
+            pooled[name] = float(_pool(np.asarray(train[name], float), how))
+    for name in ("logprob_mismatch", "logprob_mismatch_sq"):
+        if name in train:
+            worst = np.abs(np.asarray(train[name], float)).max(axis=0)
+            bad = np.flatnonzero(worst > dg.MISMATCH_WARNING)
+            if bad.size:
+                warnings.append(f"{name} = {worst[bad[0]]:.3g} > {dg.MISMATCH_WARNING} at update {bad[0]} "
+                                f"({bad.size} updates): stored and recomputed behaviour log-probabilities disagree")
+    return pooled, warnings
+
+
 def env_steps_per_seed(out: RunOutput) -> float:
     cfg = out.config
     if isinstance(cfg, OnPolicyTrainConfig):
@@ -145,6 +191,7 @@ def summarize(out: RunOutput) -> dict:
         "seed_chunk": out.seed_chunk,
         "backend": out.backend,
     }
+    summary["diagnostics"], summary["warnings"] = diagnostics_summary(out)
     if on_policy:
         summary["total_timesteps"] = env_steps_per_seed(out)
         summary["variant"] = cfg.variant
@@ -163,8 +210,10 @@ def curve_rows(out: RunOutput) -> list[dict]:
     seed, eval_return, extras."""
     ev = out.metrics["eval"]
     n_seeds, n_evals = ev["eval_return"].shape
+    extra = diagnostic_curves(out)
     if isinstance(out.config, OnPolicyTrainConfig):
-        return [{"step": int(ev["eval_step"][s, i]), "seed": s, "eval_return": float(ev["eval_return"][s, i])}
+        return [{"step": int(ev["eval_step"][s, i]), "seed": s, "eval_return": float(ev["eval_return"][s, i]),
+                 **{k: float(v[s, i]) for k, v in extra.items()}}
                 for s in range(n_seeds) for i in range(n_evals)]
     env_steps = np.cumsum(out.metrics["train"]["episode_length"], axis=1)
     rows = []
@@ -181,6 +230,7 @@ def curve_rows(out: RunOutput) -> list[dict]:
             }
             if "exact_return" in ev:
                 row["exact_return"] = float(ev["exact_return"][s, i])
+            row.update({k: float(v[s, i]) for k, v in extra.items()})
             rows.append(row)
     return rows
 

@@ -142,17 +142,25 @@ def test_cli_trains_an_on_policy_preset(tmp_path):
     steps = sorted({int(r["step"]) for r in read_curve(out)})
     assert steps == [0, 256, 512]
     assert (out / "train_metrics.csv").read_text().startswith("update,")
+    # The off-policy diagnostics reach the summary and the curve; the rollout and the learner agree.
+    diag = summary["diagnostics"]
+    assert abs(diag["logprob_mismatch"]) < 1e-6 and diag["logprob_mismatch_sq"] < 1e-10 and not summary["warnings"]
+    assert 0 < diag["ess_frac"] <= 1 and diag["is_ratio_min"] <= diag["is_ratio_mean"] <= diag["is_ratio_max"]
+    assert all(k in read_curve(out)[-1] for k in ("ess_frac", "kl_pi_mu_k3", "kl_mu_pi_exact", "c_truncated_frac"))
 
 
 @pytest.mark.parametrize("preset,switches", [
     ("cartpole_ppo", {"bpo.traj": "traj", "bpo.use_q_hat": False, "bpo.advantage": "eq11",
-                      "bpo.weight_on_advantage": True, "bpo.weight_td": False, "bpo.lr_schedule": "constant"}),
+                      "bpo.weight_on_advantage": True, "bpo.weight_td": False, "bpo.lr_schedule": "constant",
+                      "bpo.trust_region_delta": 0.05}),
     ("cartpole_continuous_ppo", {"bpo.traj": "traj_shifted", "bpo.symlog_targets": False, "bpo.clip_actions": False,
-                                 "bpo.clip_targets": False, "bpo.layer_norm": False, "bpo.bootstrap_net": "target"}),
+                                 "bpo.clip_targets": False, "bpo.layer_norm": False, "bpo.bootstrap_net": "target",
+                                 "bpo.trust_region_delta": 0.01, "bpo.trust_region_criterion": "mean_k3"}),
 ])
 def test_bpo_switches_and_ablations_run(preset, switches):
     """Both trajectory truncation modes, both ablations (no Q-hat, no symlog), eq. (11), the
-    weight-on-advantage form and the stabilisers switched off all compile and stay finite."""
+    weight-on-advantage form, Trust Region Masking and the stabilisers switched off all compile and
+    stay finite."""
     cfg = replace(tiny(PRESETS[preset], algo="bpo"), total_timesteps=2 * 256, **switches)
     out = run(cfg)
     for key, value in out.metrics["train"].items():

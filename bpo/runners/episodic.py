@@ -15,6 +15,7 @@ from typing import Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from bpo import diagnostics as dg
 from bpo import replay as rb
 from bpo.agents.bpo import make_behaviour
 from bpo.agents.reinforce import make_optimizer, reinforce_update
@@ -150,8 +151,14 @@ def make_train(cfg: EpisodicTrainConfig, progress: Callable | None = None):
                 carry.pi_params, carry.pi_opt_state, tx, policy.apply, ep.obs, ep.action, returns, valid
             )
             if use_bpo:
+                pi_now = logits_dist(policy.apply(carry.pi_params, ep.obs))
+                mu_now = behaviour.mu_apply(bstate.mu_params, ep.obs)  # the mu that generated the episode
+                diagnostics = dg.off_policy_diagnostics(
+                    log_pi, ep.log_prob, take_action(jax.nn.log_softmax(mu_now.loc), ep.action), pi_now, mu_now,
+                    True, hp.rho_bar, hp.c_bar, valid=ep.valid)
                 pi_dist_fn = lambda o: logits_dist(policy.apply(pi_params, o))  # noqa: E731
                 bstate, metrics = behaviour.step(k_beh, bstate, replay, pi_dist_fn, hp.gamma)
+                metrics = {**metrics, **diagnostics}
             metrics = {**metrics, "train_return": jnp.sum(ep.reward * valid), "episode_length": jnp.sum(valid),
                        "pg_loss": loss}
             return Carry(key, pi_params, opt_state, bstate, replay, carry.episode + 1), metrics

@@ -11,6 +11,7 @@ with their documentation. Invalid values stop before anything is compiled.
 
 from __future__ import annotations
 
+import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +19,7 @@ from typing import Annotated, Literal
 
 import tyro
 
+from bpo.checkpoint import NonFiniteError
 from bpo.config import ConfigError, EpisodicTrainConfig, OnPolicyTrainConfig, validate
 from bpo.presets import PRESETS, VARIANTS, apply_variant, get_preset
 
@@ -64,6 +66,10 @@ class TrainArgs:
     at once). Default: 20 on a CPU, 0 on a GPU."""
     progress: bool = True
     """Show a progress bar with the latest evaluation return."""
+    checkpoint_every: int = 0
+    """Save a checkpoint into OUT/checkpoint every N updates (on-policy presets) or N evaluation blocks
+    (episodic presets); 0: none. A run stopped after a checkpoint continues, bit-identically, with
+    `bpo train --resume OUT`."""
 
 
 @dataclass(frozen=True)
@@ -81,6 +87,10 @@ class OnPolicyTrainArgs:
     at once). Default: 20 on a CPU, 0 on a GPU."""
     progress: bool = True
     """Show a progress bar with the latest evaluation return and steps/s."""
+    checkpoint_every: int = 0
+    """Save a checkpoint into OUT/checkpoint every N updates (on-policy presets) or N evaluation blocks
+    (episodic presets); 0: none. A run stopped after a checkpoint continues, bit-identically, with
+    `bpo train --resume OUT`."""
 
 
 @dataclass(frozen=True)
@@ -113,6 +123,8 @@ def _fail(message: str) -> int:
 
 
 def train_main(argv: list[str]) -> int:
+    if argv and (argv[0] == "--resume" or argv[0].startswith("--resume=")):
+        return resume_main(argv)
     if not argv or argv[0].startswith("-"):
         if argv and argv[0] in ("-h", "--help"):
             print(USAGE)
@@ -135,29 +147,66 @@ def train_main(argv: list[str]) -> int:
             raise ConfigError("total_timesteps", f"preset {preset.preset!r} is episodic; set --episodes instead")
         if args.seed_chunk is not None and args.seed_chunk < 0:
             raise ConfigError("seed_chunk", f"must be an integer >= 0, got {args.seed_chunk}")
+        if args.checkpoint_every < 0:
+            raise ConfigError("checkpoint_every", f"must be an integer >= 0, got {args.checkpoint_every}")
         cfg = validate(args.config)
     except ConfigError as e:
         return _fail(str(e))
 
+    label = getattr(cfg, "variant", "") or cfg.algo
+    out_dir = args.out or Path("runs") / cfg.preset / cfg.env / label
+    return _train(cfg, out_dir, args.progress, args.seed_chunk, getattr(args, "tensorboard", False),
+                  args.checkpoint_every)
+
+
+def resume_main(argv: list[str]) -> int:
+    """``bpo train --resume DIR [--no-progress]``: continue the run whose checkpoint is in DIR/checkpoint."""
+    from bpo import checkpoint as ckpt
+    from bpo.config import from_dict
+
+    directory = Path(_preparse(argv, "--resume") or "")
+    rest = [a for a in argv if a not in ("--resume", str(directory)) and not a.startswith("--resume=")]
+    if rest not in ([], ["--no-progress"], ["--progress"]):
+        return _fail(f"resume: only --no-progress may follow --resume DIR, got {rest}")
+    if not ckpt.exists(directory / "checkpoint"):
+        return _fail(f"resume: no checkpoint in {str(directory / 'checkpoint')!r}; allowed: the OUT folder of a "
+                     "`bpo train ... --checkpoint-every N` run")
+    info = json.loads((directory / "checkpoint" / ckpt.INFO_FILE).read_text())
+    try:
+        cfg = validate(from_dict(info["config"]))
+    except (ConfigError, TypeError) as e:
+        return _fail(f"resume: the checkpoint's config is not valid for this version: {e}")
+    return _train(cfg, directory, rest != ["--no-progress"], info.get("seed_chunk"), False, info["checkpoint_every"])
+
+
+def _train(cfg, out_dir: Path, show_progress: bool, seed_chunk, tensorboard: bool, checkpoint_every: int) -> int:
     from bpo.progress import EvalProgress
     from bpo.train import progress_totals, run, write
 
     label = getattr(cfg, "variant", "") or cfg.algo
-    out_dir = args.out or Path("runs") / cfg.preset / cfg.env / label
     calls, steps = progress_totals(cfg)
     logger = None
-    if getattr(args, "tensorboard", False):
+    if tensorboard:
         from bpo.tensorboard import TensorBoardLogger
 
         logger = TensorBoardLogger(out_dir / "tb")
-    with EvalProgress(f"{cfg.preset}/{cfg.env}/{label}", calls, args.progress, steps) as bar:
-        # Without a progress bar the program has no host callback, so it can be kept in the compile cache.
-        out = run(cfg, progress=bar.update if args.progress else None, seed_chunk=args.seed_chunk, logger=logger)
+    checkpoint_dir = out_dir / "checkpoint" if checkpoint_every > 0 else None
+    try:
+        with EvalProgress(f"{cfg.preset}/{cfg.env}/{label}", calls, show_progress, steps) as bar:
+            # Without a progress bar the program has no host callback, so it can be kept in the compile cache.
+            out = run(cfg, progress=bar.update if show_progress else None, seed_chunk=seed_chunk, logger=logger,
+                      checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every)
+    except NonFiniteError as e:
+        return _fail(str(e))
     if logger is not None:
         if cfg.backend != "gymnasium":
             logger.log_run(out.metrics, cfg.ppo.n_steps * cfg.ppo.n_envs)
         logger.close()
     summary = write(out, out_dir)
+    if checkpoint_dir is not None:  # the results are written: the checkpoint has served its purpose
+        from bpo import checkpoint as ckpt
+
+        ckpt.remove(checkpoint_dir)
     for warning in summary.get("warnings", []):
         print(f"warning: {warning}", file=sys.stderr)
     print(

@@ -481,6 +481,9 @@ def _validate_onpolicy(cfg: OnPolicyTrainConfig) -> OnPolicyTrainConfig:
     spec = make_env(cfg.env).spec if cfg.backend == "jax" else gym_spec(cfg.env)
     if p.use_sde and spec.discrete:
         raise ConfigError("ppo.use_sde", f"needs continuous actions; {cfg.env} has discrete actions")
+    if not spec.discrete and cfg.bpo.mu_loss != "cross_entropy":
+        raise ConfigError("bpo.mu_loss", f"chooses between the discrete losses of eq. (15); {cfg.env} has continuous "
+                          "actions, whose mu loss is eq. (16): leave it 'cross_entropy'")
     _validate_behaviour(cfg.bpo)
     if cfg.algo == "ppo" and math.isfinite(cfg.bpo.trust_region_delta):
         raise ConfigError("bpo.trust_region_delta", "masks segments by pi/mu, which is 1 in plain PPO; use algo bpo "
@@ -501,3 +504,27 @@ def to_dict(cfg) -> dict:
         return value
 
     return clean(dataclasses.asdict(cfg))
+
+
+def from_dict(data: dict):
+    """The config ``to_dict`` wrote (a run's config.json or a checkpoint): episodic or on-policy,
+    decided by its fields; lists become tuples and 'inf' strings floats again."""
+    cls = OnPolicyTrainConfig if "ppo" in data else EpisodicTrainConfig
+    return _build(cls, data)
+
+
+def _build(cls, data: dict):
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        if f.name not in data:
+            continue  # a field added since the file was written keeps its default
+        value = data[f.name]
+        default = getattr(cls(), f.name) if f.default is dataclasses.MISSING else f.default
+        if dataclasses.is_dataclass(default):
+            value = _build(type(default), value)
+        elif isinstance(value, list):
+            value = tuple(value)
+        elif isinstance(value, str) and value in ("inf", "-inf") and isinstance(default, float):
+            value = float(value)
+        kwargs[f.name] = value
+    return cls(**kwargs)

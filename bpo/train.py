@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,9 +12,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from bpo import checkpoint as ckpt
 from bpo import diagnostics as dg
 from bpo import results
-from bpo.config import EpisodicTrainConfig, OnPolicyTrainConfig, traced_hyperparams, validate
+from bpo.config import ConfigError, EpisodicTrainConfig, OnPolicyTrainConfig, to_dict, traced_hyperparams, validate
 
 
 def make_train(cfg, progress: Callable | None = None):
@@ -60,7 +62,16 @@ def progress_totals(cfg) -> tuple[int, float | None]:
     return cfg.seeds * (cfg.episodes // cfg.eval_every + 1), None
 
 
-def run(cfg, progress: Callable | None = None, seed_chunk: int | None = None, logger=None) -> RunOutput:
+def make_stages(cfg, progress: Callable | None = None):
+    if isinstance(cfg, OnPolicyTrainConfig):
+        from bpo.runners.onpolicy import make_stages as make
+    else:
+        from bpo.runners.episodic import make_stages as make
+    return make(cfg, progress=progress)
+
+
+def run(cfg, progress: Callable | None = None, seed_chunk: int | None = None, logger=None,
+        checkpoint_dir: Path | None = None, checkpoint_every: int = 0) -> RunOutput:
     """Train ``cfg.seeds`` independent runs: in one jitted call (JAX environments), or on the
     host runner with the seeds vmapped in every call (Gymnasium environments).
 
@@ -69,10 +80,18 @@ def run(cfg, progress: Callable | None = None, seed_chunk: int | None = None, lo
     ``seed_chunk = 0`` vmaps all seeds at once (best on a GPU); ``None`` picks by backend.
     The chunk size is part of what makes a run reproducible: on a GPU a different chunking
     changes floating-point reduction order, and a single flipped action sample changes a run.
+
+    With ``checkpoint_dir`` and ``checkpoint_every = N > 0`` the run saves a checkpoint every N
+    updates (on-policy) or N evaluation blocks (episodic), and continues from the checkpoint in
+    ``checkpoint_dir`` when there is one: the result is bit-identical to an uninterrupted run with
+    the same N. A loss or parameter that becomes NaN or infinite stops the run with a
+    ``NonFiniteError`` naming it and the update; the last good checkpoint stays.
     """
     validate(cfg)
     if isinstance(cfg, OnPolicyTrainConfig) and cfg.backend == "gymnasium":
-        return _run_host(cfg, progress, logger)
+        return _run_host(cfg, progress, logger, checkpoint_dir, checkpoint_every)
+    if checkpoint_dir is not None and checkpoint_every > 0:
+        return _run_checkpointed(cfg, progress, seed_chunk, Path(checkpoint_dir), checkpoint_every)
     start = time.perf_counter()
     train = make_train(cfg, progress=progress)
     hp = traced_hyperparams(cfg)
@@ -89,6 +108,7 @@ def run(cfg, progress: Callable | None = None, seed_chunk: int | None = None, lo
     compiled_at = time.perf_counter()
     metrics = jax.block_until_ready(compiled(keys, hp))
     end = time.perf_counter()
+    _raise_if_non_finite(cfg, jax.tree.map(np.asarray, metrics["train"]), 0, None)
     return RunOutput(
         config=cfg,
         metrics=jax.tree.map(np.asarray, metrics),
@@ -100,11 +120,110 @@ def run(cfg, progress: Callable | None = None, seed_chunk: int | None = None, lo
     )
 
 
-def _run_host(cfg: OnPolicyTrainConfig, progress, logger) -> RunOutput:
+def default_checkpoint_every(cfg) -> int:
+    """About ten checkpoints per run: every tenth of the updates (on-policy) or evaluation blocks."""
+    if isinstance(cfg, OnPolicyTrainConfig):
+        from bpo.runners.onpolicy import n_updates
+
+        return max(1, n_updates(cfg) // 10)
+    return max(1, (cfg.episodes // cfg.eval_every + 1) // 10)
+
+
+def _unit(cfg) -> str:
+    return "update" if isinstance(cfg, OnPolicyTrainConfig) else "episode"
+
+
+def _raise_if_non_finite(cfg, train_metrics: dict, offset: int, directory: Path | None, state=None) -> None:
+    """Stop a run whose losses (per update or episode, from ``offset``) or state became NaN/inf."""
+    bad = ckpt.first_non_finite(train_metrics, offset)
+    where = f"at {_unit(cfg)} {bad[1]}" if bad else ""
+    name = bad[0] if bad else (ckpt.non_finite_leaf(state, "state") if state is not None else None)
+    if name is None:
+        return
+    kept = f"; the last good checkpoint is kept in {directory}" if directory is not None else ""
+    raise ckpt.NonFiniteError(f"{name} is not finite {where}".rstrip() + kept)
+
+
+def _run_checkpointed(cfg, progress, seed_chunk, directory: Path, every: int) -> RunOutput:
+    """The JAX runner in segments of ``every`` loop iterations, saved after each segment."""
+    start = time.perf_counter()
+    stages = make_stages(cfg, progress)
+    hp, keys = traced_hyperparams(cfg), seed_keys(cfg.seed, cfg.seeds)
+    seed_chunk = default_seed_chunk() if seed_chunk is None else seed_chunk
+    chunk = cfg.seeds if seed_chunk <= 0 else min(seed_chunk, cfg.seeds)
+
+    def over_seeds(fn, xs):
+        return jax.lax.map(fn, xs) if chunk == 1 else jax.lax.map(fn, xs, batch_size=chunk)
+
+    init_all = jax.jit(lambda keys, hp: over_seeds(lambda k: stages.init(k, hp), keys))
+    segment_all = jax.jit(lambda carry, hp, idx: over_seeds(lambda c: stages.segment(c, hp, idx), carry))
+    finish_all = jax.jit(lambda carry, outputs: over_seeds(lambda co: stages.finish(*co), (carry, outputs)))
+    carry_shape = jax.eval_shape(init_all, keys, hp)
+    indices = np.arange(every)
+    outputs_shape = jax.eval_shape(segment_all, carry_shape, hp, indices)[1]
+    done, pieces = 0, []
+    if ckpt.exists(directory):
+        saved, _, info = ckpt.load(directory, {"carry": carry_shape, "outputs": outputs_shape})
+        _check_resumable(cfg, info, every, seed_chunk)
+        carry, done = saved["carry"], info["iterations_done"]
+        pieces.append(saved["outputs"])
+    else:
+        carry = init_all(keys, hp)
+    compile_time = 0.0
+    while done < stages.n_iterations:
+        t0 = time.perf_counter()
+        carry, outputs = jax.block_until_ready(segment_all(carry, hp, indices + done))
+        if not pieces or compile_time == 0.0:
+            compile_time = time.perf_counter() - t0  # the first call compiles (an upper bound)
+        outputs = jax.tree.map(np.asarray, outputs)
+        _raise_if_non_finite(cfg, _chunk_metrics(cfg, outputs[1], done), _first_unit(cfg, done), directory,
+                             jax.tree.map(np.asarray, carry))
+        pieces.append(outputs)
+        done += every
+        joined = jax.tree.map(lambda *xs: np.concatenate(xs, axis=1), *pieces)
+        pieces = [joined]
+        ckpt.save(directory, {"carry": carry, "outputs": joined}, {},
+                  {"iterations_done": done, "iterations": stages.n_iterations, "checkpoint_every": every,
+                   "seed_chunk": seed_chunk, "unit": _unit(cfg)}, cfg)
+    outputs = jax.tree.map(lambda x: x[:, : stages.n_iterations], pieces[0])
+    metrics = jax.block_until_ready(finish_all(carry, outputs))
+    end = time.perf_counter()
+    return RunOutput(config=cfg, metrics=jax.tree.map(np.asarray, metrics), compile_time_s=compile_time,
+                     wall_time_s=end - start, run_time_s=end - start - compile_time, seed_chunk=seed_chunk,
+                     backend=jax.default_backend())
+
+
+def _chunk_metrics(cfg, metrics: dict, start: int) -> dict:
+    """A segment's per-iteration training metrics as [seeds, units]: the on-policy loop's iteration
+    i is update i; the episodic loop's iteration i > 0 is evaluation block i - 1 (its episodes)."""
+    if isinstance(cfg, OnPolicyTrainConfig):
+        return metrics
+    skip = 1 if start == 0 else 0  # iteration 0 evaluates only
+    return {k: v[:, skip:].reshape(v.shape[0], -1) for k, v in metrics.items()}
+
+
+def _first_unit(cfg, start: int) -> int:
+    if isinstance(cfg, OnPolicyTrainConfig):
+        return start
+    return max(start - 1, 0) * cfg.eval_every
+
+
+def _check_resumable(cfg, info: dict, every: int, seed_chunk: int) -> None:
+    """A checkpoint continues only the run that wrote it, cut the same way."""
+    stored = json.loads(json.dumps(info["config"]))
+    if stored != json.loads(json.dumps(to_dict(cfg))):
+        raise ConfigError("resume", "the checkpoint was written by a different configuration")
+    if info["checkpoint_every"] != every or info["seed_chunk"] != seed_chunk:
+        raise ConfigError("resume", f"the checkpoint was written with checkpoint_every={info['checkpoint_every']} "
+                          f"and seed_chunk={info['seed_chunk']}; resume with the same values")
+
+
+def _run_host(cfg: OnPolicyTrainConfig, progress, logger, checkpoint_dir=None, checkpoint_every=0) -> RunOutput:
     from bpo.runners.host import HostRunner
 
     start = time.perf_counter()
-    runner = HostRunner(cfg, progress=progress, logger=logger)
+    runner = HostRunner(cfg, progress=progress, logger=logger, checkpoint_dir=checkpoint_dir,
+                        checkpoint_every=checkpoint_every)
     metrics = runner.run()
     wall = time.perf_counter() - start
     return RunOutput(

@@ -56,7 +56,54 @@ if "TruncationProbe-v0" not in gym.registry:
 def _make(env_id: str) -> gym.Env:
     import envs  # noqa: F401  (registers ShortCorridor-v0)
 
-    return gym.make(env_id, disable_env_checker=True)
+    return Snapshots(gym.make(env_id, disable_env_checker=True))
+
+
+class Snapshots(gym.Wrapper):
+    """Saves and restores everything that decides an environment's future: the simulator state
+    (MuJoCo's whole MjData, warm starts included; other environments' attributes), its random
+    generator and the TimeLimit's step count. A checkpointed run restores its vector env with
+    ``env.set_attr("snapshot", blobs)`` (one blob per sub-environment, sync and async alike) after
+    taking them with ``env.call("take_snapshot")``."""
+
+    def take_snapshot(self) -> bytes:
+        import pickle
+
+        inner = self.env.unwrapped
+        state = {"np_random": inner.np_random.bit_generator.state, "elapsed": self._time_limit()._elapsed_steps}
+        if hasattr(inner, "data") and hasattr(inner, "model"):
+            state["mjdata"] = pickle.dumps(inner.data)
+        else:
+            state["attributes"] = pickle.dumps({k: v for k, v in vars(inner).items() if k not in _NOT_STATE})
+        return pickle.dumps(state)
+
+    @property
+    def snapshot(self) -> bytes:
+        return self.take_snapshot()
+
+    @snapshot.setter
+    def snapshot(self, blob: bytes) -> None:
+        import pickle
+
+        import mujoco
+
+        state, inner = pickle.loads(blob), self.env.unwrapped
+        inner.np_random.bit_generator.state = state["np_random"]
+        self._time_limit()._elapsed_steps = state["elapsed"]
+        if "mjdata" in state:
+            mujoco.mj_copyData(inner.data, inner.model, pickle.loads(state["mjdata"]))
+        else:
+            vars(inner).update(pickle.loads(state["attributes"]))
+
+    def _time_limit(self) -> gym.wrappers.TimeLimit:
+        env = self.env
+        while not isinstance(env, gym.wrappers.TimeLimit):
+            env = env.env
+        return env
+
+
+# Attributes of an environment that are configuration, not state (and may not pickle).
+_NOT_STATE = ("observation_space", "action_space", "spec", "_np_random", "np_random", "render_mode", "metadata")
 
 
 @functools.lru_cache(maxsize=None)

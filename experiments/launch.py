@@ -25,14 +25,29 @@ from experiments.sweep import RunSpec, SlurmResources
 
 
 def execute(sweep_dir: str | Path, run_id: str) -> dict:
-    """Train one run of the sweep in ``sweep_dir`` and publish its run directory; its summary."""
+    """Train one run of the sweep in ``sweep_dir`` and publish its run directory; its summary.
+    The run checkpoints into ``SWEEP/.checkpoints/RUN-ID`` about ten times, and an interrupted run
+    continues from its last checkpoint (unless its configuration changed since)."""
+    from bpo import checkpoint as ckpt
     from bpo.cli import enable_compile_cache
-    from bpo.train import run, write
+    from bpo.config import to_dict
+    from bpo.train import default_checkpoint_every, run, write
 
     enable_compile_cache()
     spec = {s.run_id: s for s in store.read_specs(sweep_dir)}[run_id]
     cfg = spec.config()
-    return store.publish(Path(sweep_dir), spec, lambda staging: write(run(cfg), staging))
+    directory = Path(sweep_dir) / store.CHECKPOINTS / run_id
+    if ckpt.exists(directory):
+        stored = json.loads((directory / ckpt.INFO_FILE).read_text())["config"]
+        if stored != json.loads(json.dumps(to_dict(cfg))):
+            ckpt.remove(directory)
+        else:
+            print(f"{run_id}: continuing from checkpoint {directory}", flush=True)
+    every = default_checkpoint_every(cfg)
+    summary = store.publish(Path(sweep_dir), spec, lambda staging: write(
+        run(cfg, checkpoint_dir=directory, checkpoint_every=every), staging))
+    ckpt.remove(directory)
+    return summary
 
 
 def default_workers() -> int:

@@ -19,6 +19,7 @@ from bpo.config import to_dict
 from experiments.sweep import RunSpec
 
 STAGING = ".staging"
+CHECKPOINTS = ".checkpoints"  # runs in progress; kept across invocations, unlike .staging
 
 
 def write_sweep_file(sweep_dir: Path, name: str, specs: list[RunSpec]) -> None:
@@ -130,7 +131,8 @@ def build_index(results_dir: Path, failed: dict[str, str] | None = None) -> dict
     entries = []
     for summary_path in sorted(root.rglob("summary.json")):
         run_dir = summary_path.parent
-        if STAGING in run_dir.relative_to(root).parts or not (run_dir / "config.json").exists():
+        parts = run_dir.relative_to(root).parts
+        if STAGING in parts or CHECKPOINTS in parts or not (run_dir / "config.json").exists():
             continue
         entry = _entry(run_dir, root)
         if entry is not None:

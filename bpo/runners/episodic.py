@@ -24,6 +24,7 @@ from bpo.fqe import take_action
 from bpo.distributions import logits_dist
 from bpo.networks import MLP, SHORT_CORRIDOR_FEATURES, LinearSoftmax, two_action_logits
 from bpo.returns import tis_lambda_returns
+from bpo.runners.onpolicy import Stages
 from envs import make_jax_env
 
 
@@ -100,6 +101,18 @@ class Carry(NamedTuple):
 def make_train(cfg: EpisodicTrainConfig, progress: Callable | None = None):
     """Return ``train(key, hparams) -> metrics`` for one run; ``progress(episode, eval_return)``
     is called from inside the jitted run after every evaluation when given."""
+    stages = make_stages(cfg, progress)
+
+    def train(key, hp: Hyperparams):
+        carry, outputs = stages.segment(stages.init(key, hp), hp, jnp.arange(stages.n_iterations))
+        return stages.finish(carry, outputs)
+
+    return train
+
+
+def make_stages(cfg: EpisodicTrainConfig, progress: Callable | None = None) -> Stages:
+    """The run's stages (``bpo.runners.onpolicy.Stages``); the loop's iterations are the
+    ``episodes / eval_every`` blocks of episodes, each followed by an evaluation."""
     validate(cfg)
     env = make_jax_env(cfg.env, max_steps=cfg.max_episode_steps)
     init_logits = two_action_logits(cfg.reinforce.init_right_prob)
@@ -107,22 +120,34 @@ def make_train(cfg: EpisodicTrainConfig, progress: Callable | None = None):
     max_steps, use_bpo = cfg.max_episode_steps, cfg.algo == "bpo"
     n_blocks = cfg.episodes // cfg.eval_every
 
-    def train(key, hp: Hyperparams):
+    def networks(hp: Hyperparams):
         tx = make_optimizer(cfg.reinforce.optimizer, hp.lr_start, hp.lr_end, cfg.episodes)
-        k_pi, k_beh, key = jax.random.split(key, 3)
-        _, obs0 = env.reset(k_pi)
-        pi_params = policy.init(k_pi, obs0)
-        behaviour, bstate, replay = None, (), None
+        behaviour = None
         if use_bpo:
             mu_net = MLP(cfg.bpo.mu_hidden, env.n_actions, zero_head=True, head_bias=init_logits)
             mu_apply = lambda p, o: logits_dist(mu_net.apply(p, o))  # noqa: E731
             behaviour = make_behaviour(cfg.bpo, True, env.n_actions, mu_apply, hp)
+        return tx, behaviour
+
+    def init(key, hp: Hyperparams) -> Carry:
+        tx, behaviour = networks(hp)
+        k_pi, k_beh, key = jax.random.split(key, 3)
+        _, obs0 = env.reset(k_pi)
+        pi_params = policy.init(k_pi, obs0)
+        bstate, replay = (), None
+        if use_bpo:
+            mu_net = MLP(cfg.bpo.mu_hidden, env.n_actions, zero_head=True, head_bias=init_logits)
             mu_params = mu_net.init(jax.random.split(k_beh, 3)[2], obs0)
             bstate = behaviour.init(k_beh, obs0, jnp.int32(0), mu_params)
             zero = jnp.float32(0.0)  # explicit dtypes: Python floats would become float64 under x64
             example = {"obs": obs0, "action": jnp.int32(0), "reward": zero, "terminated": zero, "truncated": zero,
                        "next_obs": obs0, "log_mu": zero}
             replay = rb.init_replay(example, cfg.bpo.replay_size)
+        return Carry(key, pi_params, tx.init(pi_params), bstate, replay, jnp.zeros((), jnp.int32))
+
+    def segment(carry0: Carry, hp: Hyperparams, indices):
+        tx, behaviour = networks(hp)
+        _, obs0 = env.reset(jax.random.PRNGKey(0))  # deterministic, and every cell looks the same
 
         def behaviour_logits(carry):
             if use_bpo:
@@ -180,11 +205,25 @@ def make_train(cfg: EpisodicTrainConfig, progress: Callable | None = None):
             carry, train_metrics = jax.lax.scan(one_episode, carry, None, length=cfg.eval_every)
             return carry, (evaluate(carry), train_metrics)
 
-        carry = Carry(key, pi_params, tx.init(pi_params), bstate, replay, jnp.zeros((), jnp.int32))
-        first_eval = evaluate(carry)
-        carry, (evals, train_metrics) = jax.lax.scan(block, carry, None, length=n_blocks)
-        evals = jax.tree.map(lambda a, b: jnp.concatenate([a[None], b]), first_eval, evals)
-        train_metrics = jax.tree.map(lambda x: x.reshape((cfg.episodes,) + x.shape[2:]), train_metrics)
+        # Iteration 0 is the evaluation before training; iteration i > 0 is block i - 1 and its
+        # evaluation. Iterations past the end (a checkpointed run's padded last segment) do nothing.
+        shapes = jax.eval_shape(block, carry0, None)[1]
+        nothing = lambda c: (c, jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), shapes))  # noqa: E731
+
+        def first(c):
+            return c, (evaluate(c), nothing(c)[1][1])
+
+        def iteration(carry, index):
+            which = jnp.where(index == 0, 0, jnp.where(index <= n_blocks, 1, 2))
+            return jax.lax.switch(which, [first, lambda c: block(c, None), nothing], carry)
+
+        return jax.lax.scan(iteration, carry0, indices)
+
+    def finish(carry: Carry, outputs):
+        evals, train_metrics = outputs
+        evals = jax.tree.map(lambda x: x[: n_blocks + 1], evals)
+        train_metrics = jax.tree.map(lambda x: x[1: n_blocks + 1].reshape((cfg.episodes,) + x.shape[2:]),
+                                     train_metrics)
         return {"eval": evals, "train": train_metrics}
 
-    return train
+    return Stages(init, segment, finish, n_blocks + 1)

@@ -24,7 +24,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bpo.config import OnPolicyTrainConfig, traced_hyperparams, validate
+from bpo import checkpoint as ckpt
+from bpo.config import ConfigError, OnPolicyTrainConfig, traced_hyperparams, validate
 from bpo.learner import keyed_update, make_learner
 from bpo.runners.onpolicy import eval_schedule, n_updates
 from bpo.runners.evaluation import Evaluations
@@ -56,9 +57,11 @@ class HostRunner:
     """One configuration, all its seeds. ``run()`` trains and returns the JAX runner's output
     layout: ``{"eval": {eval_return, eval_step}, "train": {metric: [seeds, updates]}, "final": ...}``."""
 
-    def __init__(self, cfg: OnPolicyTrainConfig, progress: Callable | None = None, logger=None):
+    def __init__(self, cfg: OnPolicyTrainConfig, progress: Callable | None = None, logger=None,
+                 checkpoint_dir=None, checkpoint_every: int = 0):
         validate(cfg)
         self.cfg, self.progress, self.logger = cfg, progress, logger
+        self.checkpoint_dir, self.checkpoint_every = checkpoint_dir, checkpoint_every
         self.spec = gym_spec(cfg.env)
         self.learner = make_learner(cfg, self.spec)
         self.n_seeds, self.n_envs, self.n_steps = cfg.seeds, cfg.ppo.n_envs, cfg.ppo.n_steps
@@ -179,6 +182,37 @@ class HostRunner:
             self._report(step, returns, rate)
         return done
 
+    def _wait_for_evaluations(self, evaluations: Evaluations, rate: float) -> list:
+        start = time.perf_counter()
+        done = evaluations.ready(wait=True)
+        self.eval_time_s += time.perf_counter() - start
+        for step, returns in done:
+            self._report(step, returns, rate)
+        return done
+
+    def _save(self, env, state, obs, episode_return, updates_done: int, train_metrics: list, evals: list):
+        """A checkpoint at a rollout boundary: learner state and keys, the environments' simulator
+        states, and the curve so far (evaluations in flight are waited for first)."""
+        leaf = ckpt.non_finite_leaf(state[1], "state")
+        if leaf is not None:
+            raise ckpt.NonFiniteError(f"{leaf} is not finite at update {updates_done - 1}; the last good "
+                                      f"checkpoint is kept in {self.checkpoint_dir}")
+        extra = {"obs": np.asarray(obs), "episode_return": episode_return, "updates_done": updates_done,
+                 "train": {k: np.stack([m[k] for m in train_metrics], axis=1) for k in train_metrics[0]},
+                 "eval_steps": np.array([s for s, _ in evals]), "eval_returns": np.stack([r for _, r in evals]),
+                 "n_evals": self._n_evals, "envs": list(env.call("take_snapshot"))}
+        ckpt.save(self.checkpoint_dir, state, extra, {"updates_done": updates_done, "updates": n_updates(self.cfg),
+                                                      "checkpoint_every": self.checkpoint_every, "unit": "update"},
+                  self.cfg)
+
+    def _restore(self, env, template):
+        state, extra, info = ckpt.load(self.checkpoint_dir, template)
+        if info["checkpoint_every"] != self.checkpoint_every:
+            raise ConfigError("resume", f"the checkpoint was written with checkpoint_every="
+                              f"{info['checkpoint_every']}; resume with the same value")
+        env.set_attr("snapshot", list(extra["envs"]))
+        return state, extra
+
     def _run(self, env, evaluations: Evaluations) -> dict:
         cfg, S, E, T = self.cfg, self.n_seeds, self.n_envs, self.n_steps
         seeds = [s for run in range(S) for s in env_seeds(cfg.seed, run, TRAIN_STREAM, E)]
@@ -191,15 +225,24 @@ class HostRunner:
 
         eval_after = eval_schedule(cfg)
         self._n_evals = 0
-        evals = self._evaluate(evaluations, 0, state.ppo.actor_params, stats, 0.0)
-        train_metrics, train_start, eval_at_start = [], time.perf_counter(), self.eval_time_s
+        first_update, episode_return = 0, np.zeros(S * E)
+        if ckpt.exists(self.checkpoint_dir):
+            (key, state, sde), extra = self._restore(env, (key, state, sde))
+            params, stats, obs = self.learner.acting_params(state), state.stats, np.asarray(extra["obs"], np.float32)
+            first_update, episode_return = int(extra["updates_done"]), np.array(extra["episode_return"])
+            train_metrics = [{k: v[:, i] for k, v in extra["train"].items()} for i in range(first_update)]
+            evals = [(int(step), np.asarray(r)) for step, r in zip(extra["eval_steps"], extra["eval_returns"])]
+            self._n_evals = int(extra["n_evals"])
+        else:
+            evals = self._evaluate(evaluations, 0, state.ppo.actor_params, stats, 0.0)
+            train_metrics = []
+        train_start, eval_at_start = time.perf_counter(), self.eval_time_s
 
         def train_rate(env_step):
             seconds = time.perf_counter() - train_start - (self.eval_time_s - eval_at_start)
             return env_step * S / seconds if seconds > 0 else 0.0
 
-        episode_return = np.zeros(S * E)
-        for update_index in range(n_updates(cfg)):
+        for update_index in range(first_update, n_updates(cfg)):
             finished_sum, finished_n = np.zeros(S), np.zeros(S)
             final = None
             for t in range(T):
@@ -244,18 +287,22 @@ class HostRunner:
             metrics = {k: np.asarray(v) for k, v in metrics.items()}
             metrics["train_return"] = np.where(finished_n > 0, finished_sum / np.maximum(finished_n, 1), np.nan)
             metrics["train_episodes"] = finished_n
+            bad = ckpt.first_non_finite({k: v[:, None] for k, v in metrics.items()}, update_index)
+            if bad is not None:
+                kept = f"; the last good checkpoint is kept in {self.checkpoint_dir}" if self.checkpoint_dir else ""
+                raise ckpt.NonFiniteError(f"{bad[0]} is not finite at update {bad[1]}{kept}")
             train_metrics.append(metrics)
             if self.logger is not None:
                 self.logger.log_update(update_index, (update_index + 1) * batch, metrics)
             if eval_after[update_index]:
                 step = (update_index + 1) * batch
                 evals += self._evaluate(evaluations, step, state.ppo.actor_params, stats, train_rate(step))
-        start = time.perf_counter()
-        last = evaluations.ready(wait=True)
-        self.eval_time_s += time.perf_counter() - start
-        for step, returns in last:
-            self._report(step, returns, train_rate(n_updates(cfg) * batch))
-        evals += last
+            done_updates = update_index + 1
+            if self.checkpoint_every > 0 and self.checkpoint_dir is not None and done_updates < n_updates(cfg) \
+                    and done_updates % self.checkpoint_every == 0:
+                evals += self._wait_for_evaluations(evaluations, train_rate(done_updates * batch))
+                self._save(env, (key, state, sde), obs, episode_return, done_updates, train_metrics, evals)
+        evals += self._wait_for_evaluations(evaluations, train_rate(n_updates(cfg) * batch))
         self.eval_worker_time_s = evaluations.worker_time_s
         train = {k: np.stack([m[k] for m in train_metrics], axis=1) for k in train_metrics[0]}
         eval_out = {"eval_return": np.stack([r for _, r in evals], axis=1).astype(np.float32),

@@ -50,9 +50,33 @@ def eval_schedule(cfg: OnPolicyTrainConfig) -> np.ndarray:
     return after
 
 
+class Stages(NamedTuple):
+    """A run cut into pieces that checkpointing can stop between:
+    ``init(key, hp) -> carry``; ``segment(carry, hp, indices) -> (carry, outputs)`` runs the loop
+    iterations ``indices`` (past the end they do nothing); ``finish(carry, outputs)`` turns the
+    outputs of all iterations, concatenated, into the run's metrics."""
+
+    init: Callable
+    segment: Callable
+    finish: Callable
+    n_iterations: int
+
+
 def make_train(cfg: OnPolicyTrainConfig, progress: Callable | None = None):
     """Return ``train(key, hparams) -> metrics`` for one run; ``progress(env_steps, eval_return)``
     is called from inside the jitted run after every evaluation when given."""
+    stages = make_stages(cfg, progress)
+
+    def train(key, hp: PPOHyperparams):
+        carry, outputs = stages.segment(stages.init(key, hp), hp, jnp.arange(stages.n_iterations))
+        return stages.finish(carry, outputs)
+
+    return train
+
+
+def make_stages(cfg: OnPolicyTrainConfig, progress: Callable | None = None) -> Stages:
+    """The run's stages; the loop has ``total_updates + 1`` iterations (an evaluation before each
+    scheduled one, an update in all but the last)."""
     validate(cfg)
     env = make_env(cfg.env, cfg.backend)
     spec = env.spec
@@ -62,11 +86,15 @@ def make_train(cfg: OnPolicyTrainConfig, progress: Callable | None = None):
     total_updates = n_updates(cfg)
     vec_step = jax.vmap(lambda k, s, a: auto_reset_step(env, k, s, a))
 
-    def train(key, hp: PPOHyperparams):
+    eval_before = np.concatenate([[True], eval_schedule(cfg)])  # static: evaluation before iteration i
+
+    def init(key, hp: PPOHyperparams) -> Carry:
         k_env, k_actor, k_critic, k_beh, key = jax.random.split(key, 5)
         env_state, obs0 = jax.vmap(env.reset)(jax.random.split(k_env, n_envs))
         state0 = learner.init((k_actor, k_critic, k_beh), hp, obs0)
+        return Carry(key, state0, env_state, obs0, learner.sde_init(), jnp.zeros(n_envs))
 
+    def segment(carry0: Carry, hp: PPOHyperparams, indices):
         def rollout(carry: Carry):
             def env_step(c, step_index):
                 key, env_state, obs, stats, sde, ep_return = c
@@ -126,10 +154,10 @@ def make_train(cfg: OnPolicyTrainConfig, progress: Callable | None = None):
         # One loop over total_updates + 1 iterations: evaluate if scheduled, then update (none in the
         # last iteration). Evaluation and update each appear once in the program, so an expensive
         # environment (MJX physics) is compiled twice, not three times.
-        eval_before = np.concatenate([[True], eval_schedule(cfg)])  # static: evaluation before iteration i
         skipped = {"eval_return": jnp.float32(jnp.nan), "eval_step": jnp.int32(-1)}
-        carry0 = Carry(key, state0, env_state, obs0, learner.sde_init(), jnp.zeros(n_envs))
         metric_shapes = jax.eval_shape(one_update, carry0)[1]
+        # Iterations past the end (a checkpointed run's last segment is padded) do nothing.
+        scheduled = jnp.asarray(np.concatenate([eval_before, [False]]))
 
         def no_update(carry):
             return carry, jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), metric_shapes)
@@ -137,15 +165,18 @@ def make_train(cfg: OnPolicyTrainConfig, progress: Callable | None = None):
         def evaluate_and_update(carry, index):
             # The index comes from xs, so it is not batched under vmap: each cond stays a branch, and
             # evaluation runs only where scheduled.
-            ev = jax.lax.cond(jnp.asarray(eval_before)[index], evaluate, lambda _: skipped, carry)
+            ev = jax.lax.cond(scheduled[jnp.minimum(index, total_updates + 1)], evaluate, lambda _: skipped, carry)
             carry, metrics = jax.lax.cond(index < total_updates, one_update, no_update, carry)
             return carry, (ev, metrics)
 
-        carry, (evals, train_metrics) = jax.lax.scan(evaluate_and_update, carry0, jnp.arange(total_updates + 1))
+        return jax.lax.scan(evaluate_and_update, carry0, indices)
+
+    def finish(carry: Carry, outputs):
+        evals, train_metrics = outputs
         evals = jax.tree.map(lambda x: x[np.flatnonzero(eval_before)], evals)
         train_metrics = jax.tree.map(lambda x: x[:total_updates], train_metrics)
         final = {"actor_params": carry.learner.ppo.actor_params, "critic_params": carry.learner.ppo.critic_params,
                  "obs_stats": carry.learner.stats}
         return {"eval": evals, "train": train_metrics, "final": final}
 
-    return train
+    return Stages(init, segment, finish, total_updates + 1)

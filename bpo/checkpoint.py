@@ -1,0 +1,92 @@
+"""Checkpoints of a run in progress: everything needed to continue it bit for bit.
+
+A checkpoint is one file, ``DIR/checkpoint.msgpack``, written to a temporary name and renamed, so
+a run killed at any moment leaves the previous checkpoint whole. It holds the run's state as a
+pytree of arrays (every train state with its optimiser states, the observation normaliser, the
+replay buffer, the RNG keys; for Gymnasium runs also the environments' simulator states), the
+curve and training metrics so far, and how far the run got. ``DIR/checkpoint.json`` says the same
+in words (config, progress) for people and for ``bpo train --resume``.
+
+Serialisation is flax's msgpack of the state dict, restored against a template of the same
+structure (the runner builds it), so a checkpoint never unpickles code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import jax
+import numpy as np
+from flax import serialization
+
+from bpo import results
+from bpo.config import to_dict
+
+STATE_FILE, INFO_FILE = "checkpoint.msgpack", "checkpoint.json"
+
+
+class NonFiniteError(RuntimeError):
+    """A loss or parameter became NaN or infinite; the message names it and the update."""
+
+
+def save(directory: Path, state, extra: dict, info: dict, config) -> None:
+    """``state``: a pytree restored later against a template of the same structure; ``extra``: a
+    dict of arrays, lists and bytes restored as it is (curves so far, simulator snapshots)."""
+    directory = Path(directory)
+    payload = {"state": serialization.to_state_dict(jax.tree.map(np.asarray, state)), "extra": extra}
+    blob = serialization.msgpack_serialize(payload)
+    directory.mkdir(parents=True, exist_ok=True)
+    tmp = directory / f".{STATE_FILE}.tmp"
+    with open(tmp, "wb") as f:
+        f.write(blob)
+        f.flush()
+        os.fsync(f.fileno())
+    tmp.replace(directory / STATE_FILE)
+    results.atomic_write_json(directory / INFO_FILE, {**info, "config": to_dict(config)})
+
+
+def exists(directory: Path | None) -> bool:
+    return directory is not None and (Path(directory) / STATE_FILE).exists() and (Path(directory) / INFO_FILE).exists()
+
+
+def load(directory: Path, template):
+    """(state shaped like ``template``, extra, info) of the checkpoint in ``directory``."""
+    directory = Path(directory)
+    raw = serialization.msgpack_restore((directory / STATE_FILE).read_bytes())
+    state = serialization.from_state_dict(template, raw["state"])
+    return state, raw["extra"], json.loads((directory / INFO_FILE).read_text())
+
+
+def remove(directory: Path) -> None:
+    for name in (STATE_FILE, INFO_FILE):
+        (Path(directory) / name).unlink(missing_ok=True)
+
+
+def first_non_finite(metrics: dict, offset: int = 0) -> tuple[str, int] | None:
+    """(names, update index) of the earliest non-finite values among per-update metrics
+    ``{name: [seeds, updates, ...]}``: the index counts from ``offset``; the names (losses first)
+    are every metric non-finite at that index, comma-separated."""
+    first: dict[str, int] = {}
+    for name, values in metrics.items():
+        v = np.asarray(values, dtype=float)
+        if v.ndim < 2 or name == "train_return":  # an update in which no episode finished is NaN by design
+            continue
+        bad = ~np.isfinite(v.reshape(v.shape[0], v.shape[1], -1)).all(axis=(0, 2))
+        if bad.any():
+            first[name] = int(np.flatnonzero(bad)[0])
+    if not first:
+        return None
+    index = min(first.values())
+    names = sorted((n for n, i in first.items() if i == index), key=lambda n: (not n.endswith("loss"), n))
+    more = f" (and {len(names) - 4} more)" if len(names) > 4 else ""
+    return ", ".join(names[:4]) + more, index + offset
+
+
+def non_finite_leaf(tree, prefix: str) -> str | None:
+    """The path of the first non-finite array of ``tree`` (parameters), or None."""
+    for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+        if not np.all(np.isfinite(np.asarray(leaf))):
+            return prefix + jax.tree_util.keystr(path)
+    return None

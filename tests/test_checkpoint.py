@@ -1,0 +1,151 @@
+"""Checkpoint and resume: runs killed with SIGKILL (real subprocesses) continue from their last
+checkpoint to the same results as uninterrupted runs; simulator snapshots; the NaN guard."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bpo import checkpoint as ckpt
+from bpo.config import replace
+from bpo.presets import get_preset
+from bpo.train import run
+from envs.gymnasium_envs import make_vector_env
+
+SHORT_CORRIDOR = ["train", "short_corridor", "--algo", "bpo", "--episodes", "200", "--eval-every", "10",
+                  "--eval-episodes", "3", "--seeds", "2", "--checkpoint-every", "2", "--no-progress"]
+CARTPOLE_HOST = ["train", "cartpole_ppo", "--algo", "bpo", "--backend", "gymnasium", "--total-timesteps", "4096",
+                 "--eval-every", "1024", "--eval-episodes", "2", "--seeds", "2", "--checkpoint-every", "2",
+                 "--no-progress"]
+
+
+def bpo(args, **kw):
+    return subprocess.run([sys.executable, "-m", "bpo.cli", *args], capture_output=True, text=True, timeout=600,
+                          **kw)
+
+
+def kill_after_checkpoint(args, out: Path) -> int:
+    """Start ``bpo`` and SIGKILL its process group once a checkpoint exists; how far it had got."""
+    proc = subprocess.Popen([sys.executable, "-m", "bpo.cli", *args], start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    info, deadline = out / "checkpoint" / ckpt.INFO_FILE, time.monotonic() + 300
+    while not info.exists():
+        assert proc.poll() is None, "the run ended before its first checkpoint:\n" + proc.stdout.read().decode()
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    return json.loads(info.read_text()).get("iterations_done") or json.loads(info.read_text())["updates_done"]
+
+
+def assert_no_partial_results(out: Path):
+    assert not (out / "summary.json").exists() and not (out / "curve.csv").exists()
+    for path in out.rglob("*"):
+        if path.suffix == ".json":
+            json.loads(path.read_text())
+    assert not list(out.rglob("*.tmp"))
+
+
+def same_run_directories(a: Path, b: Path):
+    for name in ("curve.csv", "train_metrics.csv"):
+        assert (a / name).read_text() == (b / name).read_text(), name
+    sa, sb = (json.loads((d / "summary.json").read_text()) for d in (a, b))
+    assert sa["final_eval_returns"] == sb["final_eval_returns"]
+
+
+@pytest.mark.parametrize("args", [SHORT_CORRIDOR, CARTPOLE_HOST], ids=["jax-runner", "gymnasium-host-runner"])
+def test_resume_after_sigkill_equals_the_uninterrupted_run(tmp_path, args):
+    whole, killed = tmp_path / "whole", tmp_path / "killed"
+    done = bpo([*args, "--out", str(whole)])
+    assert done.returncode == 0, done.stderr
+    assert not (whole / "checkpoint" / ckpt.STATE_FILE).exists()  # removed once the results are written
+    reached = kill_after_checkpoint([*args, "--out", str(killed)], killed)
+    assert reached >= 2
+    assert_no_partial_results(killed)
+    resumed = bpo(["train", "--resume", str(killed), "--no-progress"])
+    assert resumed.returncode == 0, resumed.stderr
+    same_run_directories(whole, killed)
+
+
+def test_sweep_continues_an_interrupted_run_from_its_checkpoint(tmp_path):
+    sweep = ["sweep", "--preset", "short_corridor", "--variants", "bpo", "--set", "episodes=200", "eval_every=10",
+             "eval_episodes=3", "--seeds", "2", "--no-progress", "--workers", "1"]
+    whole, killed = tmp_path / "whole", tmp_path / "killed"
+    assert bpo([*sweep, "--out", str(whole)]).returncode == 0
+    run_id = "ShortCorridor-v0-short_corridor-bpo"
+    proc = subprocess.Popen([sys.executable, "-m", "bpo.cli", *sweep, "--out", str(killed)], start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    info, deadline = killed / ".checkpoints" / run_id / ckpt.INFO_FILE, time.monotonic() + 300
+    while not info.exists():
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not (killed / run_id).exists()
+    again = bpo([*sweep, "--out", str(killed)])
+    assert again.returncode == 0, again.stderr
+    log = (killed / "logs" / f"{run_id}.log").read_text()
+    assert "continuing from checkpoint" in log
+    same_run_directories(whole / run_id, killed / run_id)
+    assert not (killed / ".checkpoints" / run_id / ckpt.STATE_FILE).exists()
+
+
+@pytest.mark.parametrize("env_id", ["Hopper-v5", "CartPole-v1", "TruncationProbe-v0"])
+def test_environment_snapshots_continue_identically(env_id):
+    a, b = make_vector_env(env_id, 3), make_vector_env(env_id, 3)
+    a.reset(seed=[1, 2, 3])
+    b.reset(seed=[7, 8, 9])
+    a.action_space.seed(0)
+    actions = [a.action_space.sample() for _ in range(80)]
+    for x in actions[:30]:
+        a.step(x)
+    b.set_attr("snapshot", list(a.call("take_snapshot")))
+    for x in actions[30:]:  # episodes end and auto-reset in here: the random generators were restored too
+        for ra, rb in zip(a.step(x)[:4], b.step(x)[:4]):
+            np.testing.assert_array_equal(ra, rb)
+    a.close()
+    b.close()
+
+
+def test_a_nan_stops_the_run_naming_the_quantity_and_keeps_the_checkpoint(tmp_path, monkeypatch):
+    cfg = replace(get_preset("short_corridor"), algo="bpo", episodes=40, eval_every=10, eval_episodes=2, seeds=2)
+    real_save = ckpt.save
+
+    def stop_after_first(*args, **kw):
+        real_save(*args, **kw)
+        raise KeyboardInterrupt  # the process dies right after its first checkpoint
+
+    monkeypatch.setattr(ckpt, "save", stop_after_first)
+    with pytest.raises(KeyboardInterrupt):
+        run(cfg, checkpoint_dir=tmp_path, checkpoint_every=2)
+    monkeypatch.setattr(ckpt, "save", real_save)
+    # Poison pi's parameters in the checkpoint, as a diverging update would.
+    raw = ckpt.serialization.msgpack_restore((tmp_path / ckpt.STATE_FILE).read_bytes())
+    theta = raw["state"]["carry"]["pi_params"]["params"]["theta"]
+    raw["state"]["carry"]["pi_params"]["params"]["theta"] = np.full_like(theta, np.nan)
+    (tmp_path / ckpt.STATE_FILE).write_bytes(ckpt.serialization.msgpack_serialize(raw))
+    before = (tmp_path / ckpt.STATE_FILE).read_bytes()
+    with pytest.raises(ckpt.NonFiniteError) as err:
+        run(cfg, checkpoint_dir=tmp_path, checkpoint_every=2)
+    message = str(err.value)
+    # Iterations 0-1 (the first evaluation and block 0, episodes 0-9) were saved; block 1 starts at episode 10.
+    assert "is not finite at episode 10" in message and "last good checkpoint is kept" in message
+    assert message.startswith("mu_loss, pg_loss, q_hat_loss, q_loss (and ")  # the losses are named first
+    assert (tmp_path / ckpt.STATE_FILE).read_bytes() == before  # nothing overwrote it
+
+
+def test_non_finite_values_are_found_and_named():
+    metrics = {"pg_loss": np.array([[0.1, 0.2, np.inf], [0.1, np.nan, 0.0]]), "train_return": np.full((2, 3), np.nan),
+               "q_loss": np.zeros((2, 3))}
+    assert ckpt.first_non_finite(metrics, offset=5) == ("pg_loss", 6)
+    both = {**metrics, "ess_frac": np.array([[1.0, np.nan, 1.0]] * 2)}
+    assert ckpt.first_non_finite(both) == ("pg_loss, ess_frac", 1)
+    assert ckpt.first_non_finite({"q_loss": np.zeros((2, 3))}) is None
+    tree = {"actor": {"w": np.ones(3), "b": np.array([0.0, np.nan])}}
+    assert ckpt.non_finite_leaf(tree, "state") == "state['actor']['b']"

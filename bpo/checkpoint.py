@@ -71,7 +71,7 @@ def first_non_finite(metrics: dict, offset: int = 0) -> tuple[str, int] | None:
     first: dict[str, int] = {}
     for name, values in metrics.items():
         v = np.asarray(values, dtype=float)
-        if v.ndim < 2 or name == "train_return":  # an update in which no episode finished is NaN by design
+        if v.ndim < 2 or v.shape[1] == 0 or name == "train_return":  # train_return: NaN when no episode ended
             continue
         bad = ~np.isfinite(v.reshape(v.shape[0], v.shape[1], -1)).all(axis=(0, 2))
         if bad.any():

@@ -114,7 +114,7 @@ def test_environment_snapshots_continue_identically(env_id):
 
 
 def test_a_nan_stops_the_run_naming_the_quantity_and_keeps_the_checkpoint(tmp_path, monkeypatch):
-    cfg = replace(get_preset("short_corridor"), algo="bpo", episodes=40, eval_every=10, eval_episodes=2, seeds=2)
+    cfg = replace(get_preset("short_corridor"), algo="reinforce", episodes=40, eval_every=10, eval_episodes=2, seeds=2)
     real_save = ckpt.save
 
     def stop_after_first(*args, **kw):
@@ -136,7 +136,7 @@ def test_a_nan_stops_the_run_naming_the_quantity_and_keeps_the_checkpoint(tmp_pa
     message = str(err.value)
     # Iterations 0-1 (the first evaluation and block 0, episodes 0-9) were saved; block 1 starts at episode 10.
     assert "is not finite at episode 10" in message and "last good checkpoint is kept" in message
-    assert message.startswith("mu_loss, pg_loss, q_hat_loss, q_loss (and ")  # the losses are named first
+    assert message.startswith("pg_loss is not finite")
     assert (tmp_path / ckpt.STATE_FILE).read_bytes() == before  # nothing overwrote it
 
 

@@ -172,7 +172,8 @@ def test_sweep_killed_with_sigkill_resumes_without_redoing_runs(tmp_path):
     first = finished[0]
     before = {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in first.iterdir()}
     _read_all(out)
-    assert not [p for p in out.iterdir() if p.is_dir() and p.name not in (first.name, "logs", store.STAGING)]
+    assert not [p for p in out.iterdir() if p.is_dir() and p.name not in (first.name, "logs", store.STAGING,
+                                                                        store.CHECKPOINTS)]
 
     rerun = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr

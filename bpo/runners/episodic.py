@@ -24,7 +24,7 @@ from bpo.fqe import take_action
 from bpo.distributions import logits_dist
 from bpo.networks import MLP, SHORT_CORRIDOR_FEATURES, LinearSoftmax, two_action_logits
 from bpo.returns import tis_lambda_returns
-from bpo.runners.onpolicy import Stages
+from bpo.runners.stages import Stages, whole_run
 from envs import make_jax_env
 
 
@@ -101,17 +101,11 @@ class Carry(NamedTuple):
 def make_train(cfg: EpisodicTrainConfig, progress: Callable | None = None):
     """Return ``train(key, hparams) -> metrics`` for one run; ``progress(episode, eval_return)``
     is called from inside the jitted run after every evaluation when given."""
-    stages = make_stages(cfg, progress)
-
-    def train(key, hp: Hyperparams):
-        carry, outputs = stages.segment(stages.init(key, hp), hp, jnp.arange(stages.n_iterations))
-        return stages.finish(carry, outputs)
-
-    return train
+    return whole_run(make_stages(cfg, progress))
 
 
 def make_stages(cfg: EpisodicTrainConfig, progress: Callable | None = None) -> Stages:
-    """The run's stages (``bpo.runners.onpolicy.Stages``); the loop's iterations are the
+    """The run's stages (``bpo.runners.stages.Stages``); the loop's iterations are the
     ``episodes / eval_every`` blocks of episodes, each followed by an evaluation."""
     validate(cfg)
     env = make_jax_env(cfg.env, max_steps=cfg.max_episode_steps)

@@ -23,6 +23,7 @@ import numpy as np
 
 from bpo.config import OnPolicyTrainConfig, PPOHyperparams, validate
 from bpo.learner import LearnerState, keyed_update, make_learner
+from bpo.runners.stages import Stages, whole_run
 from envs import make_env
 from envs.functional import auto_reset_step
 
@@ -50,28 +51,10 @@ def eval_schedule(cfg: OnPolicyTrainConfig) -> np.ndarray:
     return after
 
 
-class Stages(NamedTuple):
-    """A run cut into pieces that checkpointing can stop between:
-    ``init(key, hp) -> carry``; ``segment(carry, hp, indices) -> (carry, outputs)`` runs the loop
-    iterations ``indices`` (past the end they do nothing); ``finish(carry, outputs)`` turns the
-    outputs of all iterations, concatenated, into the run's metrics."""
-
-    init: Callable
-    segment: Callable
-    finish: Callable
-    n_iterations: int
-
-
 def make_train(cfg: OnPolicyTrainConfig, progress: Callable | None = None):
     """Return ``train(key, hparams) -> metrics`` for one run; ``progress(env_steps, eval_return)``
     is called from inside the jitted run after every evaluation when given."""
-    stages = make_stages(cfg, progress)
-
-    def train(key, hp: PPOHyperparams):
-        carry, outputs = stages.segment(stages.init(key, hp), hp, jnp.arange(stages.n_iterations))
-        return stages.finish(carry, outputs)
-
-    return train
+    return whole_run(make_stages(cfg, progress))
 
 
 def make_stages(cfg: OnPolicyTrainConfig, progress: Callable | None = None) -> Stages:

@@ -115,6 +115,10 @@ def verify_mdp(mdp: V.TabularMDP, pi: np.ndarray, episodes: int, rng: np.random.
 
 
 def _mean_se(x: np.ndarray) -> tuple[float, float]:
+    """Mean and standard error over seeds; an infinite variance makes the mean inf and the SE NaN."""
+    x = np.asarray(x, dtype=float)
+    if not np.all(np.isfinite(x)):
+        return float(np.mean(x)), float("nan")
     return float(np.mean(x)), float(np.std(x, ddof=1) / np.sqrt(len(x)))
 
 

@@ -75,15 +75,9 @@ def write_aggregates(cells: dict, baseline: str, out: Path, reps: int = 2000, se
 
 
 def _save(fig, out: Path, stem: str) -> list[Path]:
-    import matplotlib.pyplot as plt
+    from experiments.plotting import save_figure
 
-    paths = [out / f"{stem}.png", out / f"{stem}.pdf"]
-    for p in paths:
-        tmp = p.with_name(f".{p.name}.tmp{p.suffix}")
-        fig.savefig(tmp, dpi=150, bbox_inches="tight")
-        tmp.replace(p)
-    plt.close(fig)
-    return paths
+    return save_figure(fig, out, stem, dpi=150, bbox_inches="tight")
 
 
 def _interval_plot(entries: list[tuple[str, float, float, float]], xlabel: str, title: str, reference=None,

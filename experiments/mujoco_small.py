@@ -21,6 +21,7 @@ from bpo.presets import PAPER_TABLE1, apply_variant, get_preset
 from bpo.progress import EvalProgress
 from bpo.train import progress_totals, run, write
 from experiments.plotting import plot_curve_panels
+from experiments.table import welch_p
 
 PRESET = "mujoco_default"
 VARIANTS = (("ppo", "PPO"), ("bpo_c1.0_rho1.5", "BPO (c̄ = 1.0, ρ̄ = 1.5)"))
@@ -62,13 +63,6 @@ def reproduce_mujoco_small(out: Path, envs=("HalfCheetah-v5", "Hopper-v5"), seed
     return {"envs": done}
 
 
-def welch_p(a, b) -> float:
-    """Two-sided p-value of Welch's t-test of equal means."""
-    from scipy import stats
-
-    return float(stats.ttest_ind(a, b, equal_var=False).pvalue)
-
-
 def format_table(out: Path, envs) -> str:
     lines = ["| env | algorithm | ours: final return (mean ± SE) | seeds | steps | per-seed | Welch p vs PPO "
              "| paper (1.5M steps, 10 seeds) | train steps/s | wall s |",
@@ -77,7 +71,8 @@ def format_table(out: Path, envs) -> str:
         ppo = results.read_summary(out / env / "ppo")
         for variant, label in VARIANTS:
             s = results.read_summary(out / env / variant)
-            p = "" if variant == "ppo" else f"{welch_p(s['final_eval_returns'], ppo['final_eval_returns']):.2f}"
+            p = "" if variant == "ppo" else \
+                f"{welch_p(s['final_eval_returns'], ppo['final_eval_returns'], 'two-sided'):.2f}"
             paper = PAPER_TABLE1.get((env, PRESET), {}).get(variant)
             per_seed = ", ".join(f"{x:.0f}" for x in s["final_eval_returns"])
             lines.append(

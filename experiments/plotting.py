@@ -72,12 +72,18 @@ def plot_results(results_dir: Path, out: Path) -> list[Path]:
     for ax in list(axes.flat)[len(settings):]:
         ax.set_visible(False)
     fig.tight_layout()
-    out = Path(out)
+    return save_figure(fig, Path(out), "curves", dpi=130)
+
+
+def save_figure(fig, out: Path, stem: str, **savefig_kwargs) -> list[Path]:
+    """``OUT/STEM.png`` and ``OUT/STEM.pdf``, each written to a temporary name and renamed; closes ``fig``."""
+    import matplotlib.pyplot as plt
+
     out.mkdir(parents=True, exist_ok=True)
-    paths = [out / "curves.png", out / "curves.pdf"]
+    paths = [out / f"{stem}.png", out / f"{stem}.pdf"]
     for p in paths:
         tmp = p.with_name(f".{p.name}.tmp{p.suffix}")
-        fig.savefig(tmp, dpi=130)
+        fig.savefig(tmp, **savefig_kwargs)
         tmp.replace(p)
     plt.close(fig)
     return paths

@@ -90,3 +90,20 @@ def non_finite_leaf(tree, prefix: str) -> str | None:
         if not np.all(np.isfinite(np.asarray(leaf))):
             return prefix + jax.tree_util.keystr(path)
     return None
+
+
+def raise_if_non_finite(metrics: dict, offset: int, unit: str, directory=None, state=None,
+                        state_at: int | None = None) -> None:
+    """Stop a run whose per-``unit`` metrics (counted from ``offset``) or ``state`` became NaN/inf,
+    naming the quantity and where; ``directory`` holds the last good checkpoint, if any."""
+    bad = first_non_finite(metrics, offset)
+    if bad is not None:
+        name, where = bad[0], f" at {unit} {bad[1]}"
+    else:
+        name = non_finite_leaf(state, "state") if state is not None else None
+        where = f" at {unit} {state_at}" if state_at is not None else ""
+    if name is None:
+        return
+    kept = f"; the last good checkpoint is kept in {directory}" if directory is not None else ""
+    raise NonFiniteError(f"{name} is not finite{where}{kept}")
+

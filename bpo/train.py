@@ -108,7 +108,7 @@ def run(cfg, progress: Callable | None = None, seed_chunk: int | None = None, lo
     compiled_at = time.perf_counter()
     metrics = jax.block_until_ready(compiled(keys, hp))
     end = time.perf_counter()
-    _raise_if_non_finite(cfg, jax.tree.map(np.asarray, metrics["train"]), 0, None)
+    ckpt.raise_if_non_finite(jax.tree.map(np.asarray, metrics["train"]), 0, _unit(cfg))
     return RunOutput(
         config=cfg,
         metrics=jax.tree.map(np.asarray, metrics),
@@ -131,17 +131,6 @@ def default_checkpoint_every(cfg) -> int:
 
 def _unit(cfg) -> str:
     return "update" if isinstance(cfg, OnPolicyTrainConfig) else "episode"
-
-
-def _raise_if_non_finite(cfg, train_metrics: dict, offset: int, directory: Path | None, state=None) -> None:
-    """Stop a run whose losses (per update or episode, from ``offset``) or state became NaN/inf."""
-    bad = ckpt.first_non_finite(train_metrics, offset)
-    where = f"at {_unit(cfg)} {bad[1]}" if bad else ""
-    name = bad[0] if bad else (ckpt.non_finite_leaf(state, "state") if state is not None else None)
-    if name is None:
-        return
-    kept = f"; the last good checkpoint is kept in {directory}" if directory is not None else ""
-    raise ckpt.NonFiniteError(f"{name} is not finite {where}".rstrip() + kept)
 
 
 def _run_checkpointed(cfg, progress, seed_chunk, directory: Path, every: int) -> RunOutput:
@@ -173,11 +162,11 @@ def _run_checkpointed(cfg, progress, seed_chunk, directory: Path, every: int) ->
     while done < stages.n_iterations:
         t0 = time.perf_counter()
         carry, outputs = jax.block_until_ready(segment_all(carry, hp, indices + done))
-        if not pieces or compile_time == 0.0:
+        if compile_time == 0.0:
             compile_time = time.perf_counter() - t0  # the first call compiles (an upper bound)
         outputs = jax.tree.map(np.asarray, outputs)
-        _raise_if_non_finite(cfg, _chunk_metrics(cfg, outputs[1], done), _first_unit(cfg, done), directory,
-                             jax.tree.map(np.asarray, carry))
+        ckpt.raise_if_non_finite(_chunk_metrics(cfg, outputs[1], done), _first_unit(cfg, done), _unit(cfg),
+                                 directory, jax.tree.map(np.asarray, carry))
         pieces.append(outputs)
         done += every
         joined = jax.tree.map(lambda *xs: np.concatenate(xs, axis=1), *pieces)

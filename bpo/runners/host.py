@@ -193,10 +193,7 @@ class HostRunner:
     def _save(self, env, state, obs, episode_return, updates_done: int, train_metrics: list, evals: list):
         """A checkpoint at a rollout boundary: learner state and keys, the environments' simulator
         states, and the curve so far (evaluations in flight are waited for first)."""
-        leaf = ckpt.non_finite_leaf(state[1], "state")
-        if leaf is not None:
-            raise ckpt.NonFiniteError(f"{leaf} is not finite at update {updates_done - 1}; the last good "
-                                      f"checkpoint is kept in {self.checkpoint_dir}")
+        ckpt.raise_if_non_finite({}, 0, "update", self.checkpoint_dir, state[1], state_at=updates_done - 1)
         extra = {"obs": np.asarray(obs), "episode_return": episode_return, "updates_done": updates_done,
                  "train": {k: np.stack([m[k] for m in train_metrics], axis=1) for k in train_metrics[0]},
                  "eval_steps": np.array([s for s, _ in evals]), "eval_returns": np.stack([r for _, r in evals]),
@@ -287,10 +284,8 @@ class HostRunner:
             metrics = {k: np.asarray(v) for k, v in metrics.items()}
             metrics["train_return"] = np.where(finished_n > 0, finished_sum / np.maximum(finished_n, 1), np.nan)
             metrics["train_episodes"] = finished_n
-            bad = ckpt.first_non_finite({k: v[:, None] for k, v in metrics.items()}, update_index)
-            if bad is not None:
-                kept = f"; the last good checkpoint is kept in {self.checkpoint_dir}" if self.checkpoint_dir else ""
-                raise ckpt.NonFiniteError(f"{bad[0]} is not finite at update {bad[1]}{kept}")
+            ckpt.raise_if_non_finite({k: v[:, None] for k, v in metrics.items()}, update_index, "update",
+                                     self.checkpoint_dir)
             train_metrics.append(metrics)
             if self.logger is not None:
                 self.logger.log_update(update_index, (update_index + 1) * batch, metrics)

@@ -20,8 +20,10 @@ from typing import Annotated, Literal
 import tyro
 
 from bpo.checkpoint import NonFiniteError
-from bpo.config import ConfigError, EpisodicTrainConfig, OnPolicyTrainConfig, validate
+from bpo.config import ConfigError, EpisodicTrainConfig, OnPolicyTrainConfig
+from bpo.validation import validate
 from bpo.presets import PRESETS, VARIANTS, apply_variant, get_preset
+from bpo.runtime import enable_compile_cache
 
 USAGE = """usage: bpo {train,sweep,plot,table,reproduce,verify-variance} ...
 
@@ -260,22 +262,6 @@ def reproduce_main(argv: list[str]) -> int:
     reproduce_classic(args.out or Path("results/classic_control"), presets=args.presets, seeds=args.seeds or 10,
                       show_progress=args.progress)
     return 0
-
-
-def enable_compile_cache() -> str | None:
-    """Keep compiled programs on disk so a repeated run of the same configuration (any seed: keys
-    are arguments, not constants) skips XLA compilation. ``BPO_COMPILE_CACHE`` names the folder
-    (default ~/.cache/bpo/xla); set it empty to turn the cache off."""
-    import os
-
-    folder = os.environ.get("BPO_COMPILE_CACHE", str(Path.home() / ".cache" / "bpo" / "xla"))
-    if not folder:
-        return None
-    import jax
-
-    jax.config.update("jax_compilation_cache_dir", folder)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
-    return folder
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,7 +15,8 @@ import numpy as np
 from bpo import checkpoint as ckpt
 from bpo import diagnostics as dg
 from bpo import results
-from bpo.config import ConfigError, EpisodicTrainConfig, OnPolicyTrainConfig, to_dict, traced_hyperparams, validate
+from bpo.config import ConfigError, EpisodicTrainConfig, OnPolicyTrainConfig, to_dict, traced_hyperparams
+from bpo.validation import validate
 
 
 def make_train(cfg, progress: Callable | None = None):

@@ -29,7 +29,7 @@ def execute(sweep_dir: str | Path, run_id: str) -> dict:
     The run checkpoints into ``SWEEP/.checkpoints/RUN-ID`` about ten times, and an interrupted run
     continues from its last checkpoint (unless its configuration changed since)."""
     from bpo import checkpoint as ckpt
-    from bpo.cli import enable_compile_cache
+    from bpo.runtime import enable_compile_cache
     from bpo.config import to_dict
     from bpo.train import default_checkpoint_every, run, write
 

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bpo.config import ConfigError, EpisodicTrainConfig, replace, validate
+from bpo.config import ConfigError, EpisodicTrainConfig, replace
+from bpo.validation import validate
 from bpo.presets import apply_variant, get_preset
 
 SWEEPS_DIR = Path(__file__).parent / "sweeps"

@@ -11,7 +11,7 @@ import bpo.runners.onpolicy  # noqa: F401
 import envs  # noqa: F401
 import experiments.commands  # noqa: F401
 from bpo.cli import main
-from bpo.config import validate
+from bpo.validation import validate
 from bpo.presets import get_preset
 
 # Validating a config builds its environment once to read its spec; gymnax turns a few constants

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from bpo.cli import main
-from bpo.config import ConfigError, OnPolicyTrainConfig, PPOConfig, replace, traced_hyperparams, validate
+from bpo.config import ConfigError, OnPolicyTrainConfig, PPOConfig, replace, traced_hyperparams
+from bpo.validation import validate
 from bpo.learner import keyed_update, make_learner
 from bpo.presets import PAPER_TABLE1, apply_variant, best_bpo_row, get_preset
 from bpo.runners.host import HostRunner

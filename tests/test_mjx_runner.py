@@ -8,7 +8,8 @@ import math
 import pytest
 
 from bpo.cli import main
-from bpo.config import ConfigError, replace, validate
+from bpo.config import ConfigError, replace
+from bpo.validation import validate
 from bpo.presets import get_preset
 
 

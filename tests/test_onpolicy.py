@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from bpo.cli import main
-from bpo.config import ConfigError, OnPolicyTrainConfig, PPOConfig, replace, traced_hyperparams, validate
+from bpo.config import ConfigError, OnPolicyTrainConfig, PPOConfig, replace, traced_hyperparams
+from bpo.validation import validate
 from bpo.learner import make_learner
 from bpo.presets import PRESETS
 from bpo.runners.onpolicy import make_train

@@ -19,7 +19,7 @@ from bpo import diagnostics as dg
 from bpo import replay as rb
 from bpo.agents.bpo import make_behaviour
 from bpo.agents.reinforce import make_optimizer, reinforce_update
-from bpo.config import EpisodicTrainConfig, Hyperparams, validate
+from bpo.config import EpisodicTrainConfig, Hyperparams
 from bpo.fqe import take_action
 from bpo.distributions import logits_dist
 from bpo.networks import MLP, SHORT_CORRIDOR_FEATURES, LinearSoftmax, two_action_logits
@@ -107,7 +107,6 @@ def make_train(cfg: EpisodicTrainConfig, progress: Callable | None = None):
 def make_stages(cfg: EpisodicTrainConfig, progress: Callable | None = None) -> Stages:
     """The run's stages (``bpo.runners.stages.Stages``); the loop's iterations are the
     ``episodes / eval_every`` blocks of episodes, each followed by an evaluation."""
-    validate(cfg)
     env = make_jax_env(cfg.env, max_steps=cfg.max_episode_steps)
     init_logits = two_action_logits(cfg.reinforce.init_right_prob)
     policy = LinearSoftmax(SHORT_CORRIDOR_FEATURES, init_logits)

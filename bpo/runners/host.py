@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from bpo import checkpoint as ckpt
-from bpo.config import ConfigError, OnPolicyTrainConfig, traced_hyperparams, validate
+from bpo.config import ConfigError, OnPolicyTrainConfig, traced_hyperparams
 from bpo.learner import keyed_update, make_learner
 from bpo.runners.onpolicy import eval_schedule, n_updates
 from bpo.runners.evaluation import Evaluations
@@ -59,7 +59,6 @@ class HostRunner:
 
     def __init__(self, cfg: OnPolicyTrainConfig, progress: Callable | None = None, logger=None,
                  checkpoint_dir=None, checkpoint_every: int = 0):
-        validate(cfg)
         self.cfg, self.progress, self.logger = cfg, progress, logger
         self.checkpoint_dir, self.checkpoint_every = checkpoint_dir, checkpoint_every
         self.spec = gym_spec(cfg.env)

@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bpo.config import OnPolicyTrainConfig, PPOHyperparams, validate
+from bpo.config import OnPolicyTrainConfig, PPOHyperparams
 from bpo.learner import LearnerState, keyed_update, make_learner
 from bpo.runners.stages import Stages, whole_run
 from envs import make_env
@@ -60,7 +60,6 @@ def make_train(cfg: OnPolicyTrainConfig, progress: Callable | None = None):
 def make_stages(cfg: OnPolicyTrainConfig, progress: Callable | None = None) -> Stages:
     """The run's stages; the loop has ``total_updates + 1`` iterations (an evaluation before each
     scheduled one, an update in all but the last)."""
-    validate(cfg)
     env = make_env(cfg.env, cfg.backend)
     spec = env.spec
     learner = make_learner(cfg, spec)

@@ -20,7 +20,8 @@ import jax
 
 from bpo.config import replace, traced_hyperparams
 from bpo.presets import get_preset
-from bpo.train import make_train, run, seed_keys
+from bpo.runners.seeds import seed_keys
+from bpo.training import make_train, run
 
 
 def timed(compiled, *args, repeats: int):
@@ -108,7 +109,8 @@ def main():
     parser.add_argument("--repeats", type=int, default=3, help="executions per PPO comparison program (median)")
     args = parser.parse_args()
     print(f"backend {jax.default_backend()}, devices {jax.devices()}")
-    print(f"{'what':34s} {'seeds':>5s} {'compile s':>10s} {'run s':>8s} {'end-to-end s':>13s} {'steps/s':>10s} {'final':>7s}")
+    print(f"{'what':34s} {'seeds':>5s} {'compile s':>10s} {'run s':>8s} {'end-to-end s':>13s} {'steps/s':>10s}"
+          f" {'final':>7s}")
     rows = {}
     for seeds in (1, args.seeds):
         runs = [(f"ours {a} (preset evals)", lambda a=a: ours(a, seeds, False)) for a in ("ppo", "bpo")]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from bpo.config import replace
 from bpo.presets import get_preset
-from bpo.train import run, summarize, write
+from bpo.training import run, summarize, write
 
 
 def main():

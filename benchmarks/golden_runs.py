@@ -69,7 +69,8 @@ def main(argv: list[str]) -> int:
         same = all(now[k] == stored[name][k] for k in ("curve_sha256", "train_metrics_sha256"))
         failures += not same
         print(f"{name}: {'identical' if same else 'DIFFERENT'}"
-              + ("" if same else f" (final returns {stored[name]['final_eval_returns']} -> {now['final_eval_returns']})"),
+              + ("" if same else f" (final returns {stored[name]['final_eval_returns']}"
+                                 f" -> {now['final_eval_returns']})"),
               flush=True)
     return 1 if failures else 0
 

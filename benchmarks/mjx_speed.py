@@ -60,7 +60,7 @@ def raw_env_steps_per_s(env_id: str, n: int, steps: int = 200) -> float:
 def training(env_id: str, preset: str, algo: str, seeds: int) -> dict:
     from bpo.config import replace
     from bpo.presets import apply_variant, get_preset
-    from bpo.train import run
+    from bpo.training import run
 
     cfg = apply_variant(get_preset(preset, env_id), "ppo" if algo == "ppo" else "bpo_c1.0_rho1.5")
     cfg = replace(cfg, backend="mjx", seeds=seeds, total_timesteps=2 * EVAL_EVERY, eval_every=EVAL_EVERY)

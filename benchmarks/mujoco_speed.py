@@ -55,13 +55,13 @@ def raw_gym_steps_per_s(env_id: str, steps: int) -> tuple[float, float]:
 
 
 def ours(env_id: str, variant: str, steps: int, seeds: int) -> dict:
-    from bpo.config import replace
+    from bpo.config import replace, traced_hyperparams
     from bpo.presets import apply_variant, get_preset
     from bpo.runners.host import HostRunner
 
     cfg = replace(apply_variant(get_preset("mujoco_default", env_id), variant), seeds=seeds, total_timesteps=steps,
                   eval_every=10 * steps, eval_episodes=1, eval_in_background=False)
-    runner = HostRunner(cfg)
+    runner = HostRunner(cfg, traced_hyperparams(cfg))
     start = time.perf_counter()
     out = runner.run()
     wall = time.perf_counter() - start

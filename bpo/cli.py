@@ -3,7 +3,7 @@
     bpo train PRESET [--env ENV] [--variant NAME] [--algo ppo|bpo|reinforce] [--seeds N] [--out DIR] [overrides]
     bpo sweep SWEEP | --preset P ... [--backend local|slurm] [--dry-run]
     bpo plot RESULTS_DIR / bpo table RESULTS_DIR
-    bpo reproduce fig2|classic|mujoco-small [--out DIR]
+    bpo reproduce SWEEP [--out DIR]          (bpo sweep SWEEP, then bpo plot and bpo table)
 
 Every config field is a flag (``--bpo.c-bar 1.5``); ``--help`` after a subcommand lists them
 with their documentation. Invalid values stop before anything is compiled.
@@ -15,42 +15,50 @@ import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated
 
 import tyro
 
+from bpo import checkpoint as ckpt
 from bpo.checkpoint import NonFiniteError
-from bpo.config import ConfigError, EpisodicTrainConfig, OnPolicyTrainConfig
-from bpo.validation import validate
+from bpo.config import ConfigError, EpisodicTrainConfig, OnPolicyTrainConfig, from_dict
 from bpo.presets import PRESETS, VARIANTS, apply_variant, get_preset
+from bpo.progress import EvalProgress
+from bpo.results import ensure_writable_dir, rescue_dir
 from bpo.runtime import enable_compile_cache
+from bpo.tensorboard import TensorBoardLogger
+from bpo.training import progress_totals, run_validated, write
+from bpo.validation import validate
 
-USAGE = """usage: bpo {train,sweep,plot,table,reproduce,verify-variance} ...
+USAGE = """usage: bpo {{train,sweep,plot,table,reproduce,verify-variance}} ...
 
   bpo train PRESET [--env ENV] [--variant NAME] [--algo ppo|bpo|reinforce] [--seeds N]
                    [--total-timesteps N | --episodes N] [--out DIR] [--tensorboard] [overrides]
       Train one configuration; N seeds run vmapped. --env applies the preset's per-environment
-      overrides (Table 5); --variant applies a Table 1 row or ablation: %s.
-      Presets: %s. `bpo train PRESET --help` lists every field.
-  bpo sweep SWEEP [--backend local|slurm] [--workers N] [--out DIR] [--dry-run] [--set KEY=VALUE ...]
+      overrides (Table 5); --variant applies a Table 1 row or ablation: {}.
+      Presets: {}. `bpo train PRESET --help` lists every field.
+  bpo sweep SWEEP [--backend local|slurm] [--workers N] [--seeds N] [--out DIR] [--dry-run] [--set KEY=VALUE ...]
   bpo sweep --preset P [--envs ...] [--variants ...] [--grid KEY=V1,V2 ...] [--seeds N] [--name NAME]
-      A grid of runs (sweep files: experiments/sweeps/{fig2,table1,table1_small,ablations}.py),
-      locally or as a Slurm job array; re-running resumes it. Results: results/NAME/RUN-ID/ + index.json.
+      A grid of runs (sweep files: experiments/sweeps/{{fig2,classic,mujoco_small,table1_small,table1,
+      ablations}}.py, or a path), locally or as a Slurm job array; re-running resumes it.
+      Results: OUT/RUN-ID/ + index.json; default OUT: runs/NAME (git-ignored).
   bpo plot RESULTS_DIR [--out DIR]
       Learning curves (mean ± SE over seeds), one panel per environment and preset: PNG and PDF.
   bpo table RESULTS_DIR [--out DIR] [--baseline ppo] [--alpha 0.05]
       Table 1 (Markdown, LaTeX): Welch's t-test against the baseline; rliable IQM and probability
       of improvement.
-  bpo reproduce fig2 [--out DIR]
-      Figure 2: 100 runs each of REINFORCE and BPO-REINFORCE on ShortCorridor.
-  bpo reproduce classic [--presets cartpole_ppo pendulum_ppo] [--seeds 10] [--out DIR]
-      PPO vs BPO-PPO on classic-control presets: table of final returns and learning curves.
-  bpo reproduce mujoco-small [--envs HalfCheetah-v5 Hopper-v5] [--seeds 3] [--total-timesteps 300000] [--out DIR]
-      Scaled-down Table 1: PPO vs BPO (c_bar 1.0, rho_bar 1.5), mujoco_default, compared with the paper.
+  bpo reproduce SWEEP [--out DIR] [--seeds N] [--workers N] [--backend local|slurm] [--set KEY=VALUE ...]
+                      [--no-progress]
+      `bpo sweep SWEEP` (the same runs, so the same numbers), then `bpo plot` and `bpo table` on its
+      results; default OUT: runs/NAME. fig2: Figure 2 (100 runs each of REINFORCE and BPO-REINFORCE on
+      ShortCorridor); classic: PPO vs BPO-PPO on cartpole_ppo and pendulum_ppo (10 seeds);
+      mujoco_small: PPO vs BPO (c_bar 1.0, rho_bar 1.5), mujoco_default, HalfCheetah-v5 and Hopper-v5,
+      3 seeds x 300k steps; table1_small, table1, ablations. The committed results are regenerated
+      with an explicit --out results/NAME.
   bpo verify-variance [--out DIR] [--n-random 20] [--episodes N] [--seed S] [--checkpoints ...] [--no-train]
       Theorem 2 by exact DP and Monte Carlo on ShortCorridor and random MDPs; variance under
-      BPO-REINFORCE's learned mu at training checkpoints. Default out: results/variance.
-""" % (", ".join(VARIANTS), ", ".join(sorted(PRESETS)))
+      BPO-REINFORCE's learned mu at training checkpoints. Default out: runs/variance.
+""".format(", ".join(VARIANTS), ", ".join(sorted(PRESETS)))
 
 
 @dataclass(frozen=True)
@@ -93,30 +101,6 @@ class OnPolicyTrainArgs:
     """Save a checkpoint into OUT/checkpoint every N updates (on-policy presets) or N evaluation blocks
     (episodic presets); 0: none. A run stopped after a checkpoint continues, bit-identically, with
     `bpo train --resume OUT`."""
-
-
-@dataclass(frozen=True)
-class ReproduceArgs:
-    """Reproduce a figure of the paper."""
-
-    figure: tyro.conf.Positional[Literal["fig2", "classic", "mujoco-small"]]
-    """fig2: ShortCorridor, REINFORCE vs BPO-REINFORCE (Figure 2). classic: PPO vs BPO-PPO on
-    classic-control presets (final-return table and learning curves). mujoco-small: Table 1
-    scaled down to this machine (PPO vs BPO (1.0, 1.5), mujoco_default)."""
-    out: Path | None = None
-    """Output directory; default results/short_corridor (fig2), results/classic_control (classic)
-    or results/mujoco_small (mujoco-small)."""
-    seeds: int | None = None
-    """Independent runs per algorithm; default 100 for fig2 (as in the paper), 10 for classic,
-    3 for mujoco-small."""
-    presets: tuple[str, ...] = ("cartpole_ppo", "pendulum_ppo")
-    """classic only: the on-policy presets to run."""
-    envs: tuple[str, ...] = ("HalfCheetah-v5", "Hopper-v5")
-    """mujoco-small only: the MuJoCo environments."""
-    total_timesteps: int = 300_000
-    """mujoco-small only: training budget per run in environment steps."""
-    progress: bool = True
-    """Show a progress bar."""
 
 
 def _fail(message: str) -> int:
@@ -163,9 +147,6 @@ def train_main(argv: list[str]) -> int:
 
 def resume_main(argv: list[str]) -> int:
     """``bpo train --resume DIR [--no-progress]``: continue the run whose checkpoint is in DIR/checkpoint."""
-    from bpo import checkpoint as ckpt
-    from bpo.config import from_dict
-
     directory = Path(_preparse(argv, "--resume") or "")
     rest = [a for a in argv if a not in ("--resume", str(directory)) and not a.startswith("--resume=")]
     if rest not in ([], ["--no-progress"], ["--progress"]):
@@ -182,32 +163,36 @@ def resume_main(argv: list[str]) -> int:
 
 
 def _train(cfg, out_dir: Path, show_progress: bool, seed_chunk, tensorboard: bool, checkpoint_every: int) -> int:
-    from bpo.progress import EvalProgress
-    from bpo.train import progress_totals, run, write
-
+    try:
+        ensure_writable_dir(out_dir)
+    except ConfigError as e:
+        return _fail(str(e))
     label = getattr(cfg, "variant", "") or cfg.algo
     calls, steps = progress_totals(cfg)
     logger = None
     if tensorboard:
-        from bpo.tensorboard import TensorBoardLogger
-
         logger = TensorBoardLogger(out_dir / "tb")
     checkpoint_dir = out_dir / "checkpoint" if checkpoint_every > 0 else None
     try:
         with EvalProgress(f"{cfg.preset}/{cfg.env}/{label}", calls, show_progress, steps) as bar:
             # Without a progress bar the program has no host callback, so it can be kept in the compile cache.
-            out = run(cfg, progress=bar.update if show_progress else None, seed_chunk=seed_chunk, logger=logger,
-                      checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every)
+            out = run_validated(cfg, progress=bar.update if show_progress else None, seed_chunk=seed_chunk,
+                                logger=logger, checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every)
     except NonFiniteError as e:
         return _fail(str(e))
     if logger is not None:
         if cfg.backend != "gymnasium":
             logger.log_run(out.metrics, cfg.ppo.n_steps * cfg.ppo.n_envs)
         logger.close()
-    summary = write(out, out_dir)
+    try:
+        summary = write(out, out_dir)
+    except OSError as e:  # the folder was writable when the run started: keep the results elsewhere
+        rescued = rescue_dir(out_dir)
+        summary = write(out, rescued)
+        print(f"error: out: writing {str(out_dir)!r} failed after training ({e}); the results are in {str(rescued)!r}"
+              + (f" and the checkpoint is kept in {str(checkpoint_dir)!r}" if checkpoint_dir else ""), file=sys.stderr)
+        return 1
     if checkpoint_dir is not None:  # the results are written: the checkpoint has served its purpose
-        from bpo import checkpoint as ckpt
-
         ckpt.remove(checkpoint_dir)
     for warning in summary.get("warnings", []):
         print(f"warning: {warning}", file=sys.stderr)
@@ -231,55 +216,23 @@ def _preparse(argv: list[str], flag: str) -> str | None:
     return value
 
 
-def reproduce_main(argv: list[str]) -> int:
-    args = tyro.cli(ReproduceArgs, args=argv, prog="bpo reproduce")
-    if args.seeds is not None and args.seeds < 1:
-        return _fail(f"seeds: must be an integer >= 1, got {args.seeds}")
-    if args.figure == "mujoco-small":
-        from envs.gymnasium_envs import MUJOCO_ENVS
-        from experiments.mujoco_small import reproduce_mujoco_small
-
-        bad = [e for e in args.envs if e not in MUJOCO_ENVS]
-        if bad:
-            return _fail(f"envs: {bad[0]!r} is not a MuJoCo environment; allowed: {list(MUJOCO_ENVS)}")
-        if args.total_timesteps < 1:
-            return _fail(f"total_timesteps: must be an integer >= 1, got {args.total_timesteps}")
-        reproduce_mujoco_small(args.out or Path("results/mujoco_small"), envs=args.envs, seeds=args.seeds or 3,
-                               total_timesteps=args.total_timesteps, show_progress=args.progress)
-        return 0
-    if args.figure == "fig2":
-        from experiments.fig2 import reproduce_fig2
-
-        reproduce_fig2(args.out or Path("results/short_corridor"), seeds=args.seeds or 100,
-                       show_progress=args.progress)
-        return 0
-    for name in args.presets:
-        if not isinstance(PRESETS.get(name), OnPolicyTrainConfig):
-            on_policy = sorted(n for n, c in PRESETS.items() if isinstance(c, OnPolicyTrainConfig))
-            return _fail(f"presets: {name!r} is not an on-policy preset; allowed: {on_policy}")
-    from experiments.classic_control import reproduce_classic
-
-    reproduce_classic(args.out or Path("results/classic_control"), presets=args.presets, seeds=args.seeds or 10,
-                      show_progress=args.progress)
-    return 0
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv and argv[0] in ("train", "reproduce", "verify-variance"):
-        enable_compile_cache()  # sweeps turn it on in each worker
+    if argv and argv[0] in ("train", "verify-variance"):
+        enable_compile_cache()  # sweeps (and so reproductions) turn it on in each worker
     if not argv or argv[0] in ("-h", "--help"):
         print(USAGE)
         return 0 if argv else 2
     command, rest = argv[0], argv[1:]
     if command == "train":
         return train_main(rest)
-    if command == "reproduce":
-        return reproduce_main(rest)
-    if command in ("sweep", "plot", "table"):
+    # experiments.* are imported here rather than at the top for start-up time: they load matplotlib
+    # and rliable (plots, tables), which `bpo train` does not need.
+    if command in ("sweep", "plot", "table", "reproduce"):
         from experiments import commands
 
-        return {"sweep": commands.sweep_main, "plot": commands.plot_main, "table": commands.table_main}[command](rest)
+        return {"sweep": commands.sweep_main, "plot": commands.plot_main, "table": commands.table_main,
+                "reproduce": commands.reproduce_main}[command](rest)
     if command == "verify-variance":
         from experiments.verify_variance import verify_variance_main
 

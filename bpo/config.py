@@ -128,8 +128,9 @@ class BehaviourConfig:
     """Entropy coefficient of the PPO update inside BPO-PPO (0 in the authors' code); plain PPO
     uses ppo.ent_coef."""
     trust_region_delta: float = math.inf
-    """BPO-PPO Trust Region Masking (seeds/001): a trajectory segment of the rollout (one
-    environment's steps up to an episode end) is left out of the policy loss when its score exceeds
+    """BPO-PPO Trust Region Masking (Li et al., "Trust Region Masking for Long-Horizon LLM
+    Reinforcement Learning"): a trajectory segment of the rollout (one environment's steps up to an
+    episode end) is left out of the policy loss when its score exceeds
     delta; the loss still averages over all steps. inf turns it off."""
     trust_region_criterion: Literal["max_abs_log_ratio", "mean_k3"] = "max_abs_log_ratio"
     """Segment score: the largest per-step |log pi/mu|, or the mean k3 = rho - 1 - log rho."""
@@ -219,6 +220,15 @@ class PPOConfig:
     """Hidden activation of actor and critic (the paper's tables: ReLU)."""
     ortho_init: bool = True
     """SB3's orthogonal initialisation (gains sqrt 2, 0.01 for the policy head, 1 for the value head)."""
+    kl_coef: float = 0.0
+    """beta of a penalty beta KL(pi_theta || pi_old) added to the actor loss, pi_old being the target
+    policy before the update (for PPO the policy that collected the rollout). 0 turns it off (the
+    paper has none). Estimated on the rollout's samples, which mu drew in BPO-PPO, with the
+    importance ratio rho = pi_theta / (collecting policy) of ``kl_estimator``. Static."""
+    kl_estimator: Literal["k2", "k3"] = "k3"
+    """Loss form of the KL penalty, both with the expected gradient of the KL: 'k2' is
+    sg(rho) * 0.5 (log pi_theta - log pi_old)^2, 'k3' is rho * (pi_old/pi_theta - 1 - log(pi_old/pi_theta)),
+    whose value is also an unbiased estimate of the KL. The ``kl_penalty`` metric is beta times its mean."""
 
 
 @dataclass(frozen=True)

@@ -5,13 +5,15 @@ With log rho = log pi(a|s) - log mu(a|s) (the IS ratio of eq. 6 before truncatio
 * IS ratio mean / min / max, and the effective-sample-size fraction (sum rho)^2 / (n sum rho^2):
   1 when pi = mu, near 1/n when one sample carries all the weight;
 * the fractions of ratios truncated by rho_bar and by c_bar;
-* KL(mu || pi) and KL(pi || mu) from the samples by the k1 and k3 estimators (seeds/000), and
+* KL(mu || pi) and KL(pi || mu) from the samples by the k1 and k3 estimators (``bpo.kl``), and
   exactly from the two action distributions where that is a closed form;
 * the log-probability mismatch between the log mu stored at collection and log mu recomputed by the
-  learner with the same parameters: mean log-ratio and half the mean squared log-ratio (seeds/002).
-  Both must be ~0; above 0.01 the rollout and the learner disagree about the data;
-* Trust Region Masking (seeds/001): a trajectory segment is accepted only if its largest per-step
-  |log rho| (or its mean k3) is at most delta.
+  learner with the same parameters: mean log-ratio and half the mean squared log-ratio, the two
+  usual sampler/trainer mismatch metrics (docs/choices.md). Both must be ~0; above 0.01 the
+  rollout and the learner disagree about the data;
+* Trust Region Masking (Li et al., "Trust Region Masking for Long-Horizon LLM Reinforcement
+  Learning"): a trajectory segment is accepted only if its largest per-step |log rho| (or its
+  mean k3) is at most delta.
 
 Every function works on arrays of any shape and is jit-safe.
 """
@@ -23,7 +25,7 @@ import jax.numpy as jnp
 
 from bpo import distributions as D
 
-MISMATCH_WARNING = 0.01  # seeds/002: "expected < 0.01, warning above 0.01, critical above 0.1"
+MISMATCH_WARNING = 0.01  # the mismatch metrics' usual thresholds: below 0.01 expected, above 0.1 critical
 # Per-update diagnostics, and how updates are pooled (for curves and summaries): min, max or mean.
 POOLING = {"is_ratio_mean": "mean", "is_ratio_min": "min", "is_ratio_max": "max", "ess_frac": "mean",
            "rho_truncated_frac": "mean", "c_truncated_frac": "mean", "kl_mu_pi_k1": "mean", "kl_mu_pi_k3": "mean",
@@ -93,7 +95,7 @@ def exact_kls(pi: D.Dist, mu: D.Dist, discrete: bool, valid=None) -> dict:
 
 
 def logprob_mismatch(stored_log_prob, recomputed_log_prob, valid=None) -> dict:
-    """seeds/002's two metrics of d = stored - recomputed log-probability: mean d (linear) and
+    """The two mismatch metrics of d = stored - recomputed log-probability: mean d (linear) and
     0.5 mean d^2 (quadratic); both estimate the KL between what acted and what the learner sees."""
     d = stored_log_prob - recomputed_log_prob
     return {"logprob_mismatch": _mean(d, valid), "logprob_mismatch_sq": 0.5 * _mean(d**2, valid)}
@@ -125,7 +127,7 @@ def segment_ids(done):
 
 
 def trust_region_mask(log_ratio, done, delta, criterion: str = "max_abs_log_ratio"):
-    """Trust Region Masking (seeds/001, Algorithm 1) on a rollout ``[T, N]``: 1 on the steps of
+    """Trust Region Masking (Li et al., Algorithm 1) on a rollout ``[T, N]``: 1 on the steps of
     accepted segments, 0 on rejected ones. ``max_abs_log_ratio``: accept if max_t |log rho_t| <= delta
     (length-invariant, catches both directions); ``mean_k3``: accept if the segment's mean of
     rho - 1 - log rho is <= delta. The loss must then average over *all* steps (masked ones add

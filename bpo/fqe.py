@@ -115,5 +115,6 @@ def fqe_step(state: QState, batch, log_pi, *, predict, next_values, tx, gamma, b
     (loss, td), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
-    new_state = QState(params=params, target_params=polyak_update(state.target_params, params, tau), opt_state=opt_state)
+    new_state = QState(params=params, target_params=polyak_update(state.target_params, params, tau),
+                       opt_state=opt_state)
     return new_state, {"loss": loss, "td_loss": td, "clip_frac": clip_frac, "target_mean": jnp.mean(targets)}

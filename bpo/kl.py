@@ -1,4 +1,5 @@
-"""KL(p_theta || ref) penalties in the forms whose gradients are right (seeds/000).
+"""KL(p_theta || ref) penalties in the forms whose gradients are right (the k1, k2, k3 estimators
+and the note "Different KL Estimators and their correctness for Reinforcement Learning").
 
 ``log_p`` is log p_theta(x) (differentiable), ``log_ref`` the reference's log-probability, and
 ``log_sample`` the log-probability of whatever drew x (the behaviour policy; p_theta itself when
@@ -11,11 +12,15 @@ on-policy). Value-unbiased is not gradient-correct:
 | loss, off-policy / explicit rho | ``sg_rho_k2_loss``, ``rho_k3_loss`` | rho * k2 with rho differentiated |
 
 Each function returns per-sample values; average them (and, for ``k1_reward``, subtract beta times
-it from the rewards).
+it from the rewards). The PPO actor loss uses ``kl_penalty_loss`` (``PPOConfig.kl_coef``).
 """
+
+from typing import Literal
 
 import jax
 import jax.numpy as jnp
+
+KLEstimator = Literal["k2", "k3"]
 
 sg = jax.lax.stop_gradient
 
@@ -57,3 +62,14 @@ def sg_rho_k2_loss(log_p, log_ref, log_sample):
 def rho_k3_loss(log_p, log_ref, log_sample):
     """Off-policy: rho * k3 with rho differentiated; per sample the same gradient as sg(rho) * k2."""
     return _rho(log_p, log_sample) * k3(log_p, log_ref)
+
+
+def kl_penalty_loss(log_p, log_ref, log_sample, estimator: KLEstimator = "k3"):
+    """Per-sample loss whose expectation under x ~ sample has the gradient of KL(p_theta || ref):
+    ``"k2"`` is sg(rho) * k2, ``"k3"`` is rho * k3 (rho = p / sample). Both have the same gradient
+    per sample; the mean of ``"k3"`` is also an unbiased, non-negative estimate of the KL itself."""
+    if estimator == "k2":
+        return sg_rho_k2_loss(log_p, log_ref, log_sample)
+    if estimator == "k3":
+        return rho_k3_loss(log_p, log_ref, log_sample)
+    raise ValueError(f"kl_estimator must be 'k2' or 'k3', got {estimator!r}")

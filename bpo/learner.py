@@ -1,11 +1,12 @@
 """The on-policy learner of PPO (Listing 1) and BPO-PPO (Listing 4), independent of how the
-environment is stepped: the JAX runner calls these functions inside one jitted program, a host
-runner (Gymnasium on the CPU) calls ``act`` once per vector step and ``update`` once per rollout.
+environment is stepped: the JAX runner calls its methods inside one jitted program, a host
+runner (Gymnasium on the CPU) calls ``act_with`` once per vector step and ``update`` once per
+rollout.
 
     act:     normalise the observation; sample from pi (ppo) or mu (bpo); gSDE noise when due
-    update:  add the rollout to D (bpo); GAE (ppo) or truncated IS-TD(lambda) returns (bpo);
-             n_epochs of PPO steps, ratio pi_theta / pi_old (ppo) or / mu (bpo);
-             behaviour step: FQE Q, r-hat, FQE Q-hat, mu (bpo)
+    update:  add the rollout to D (bpo); ``ppo_batch`` (GAE) or ``bpo_ppo_batch`` (truncated
+             IS-TD(lambda) returns); n_epochs of PPO steps, ratio pi_theta / pi_old (ppo) or / mu
+             (bpo); behaviour step: FQE Q, r-hat, FQE Q-hat, mu (bpo)
 
 Rollout rows are time-major ``[n_steps, n_envs, ...]`` dicts with ``obs`` (normalised as the
 acting policy saw it), ``raw_obs``, ``action``, ``log_prob``, ``reward``, ``terminated``,
@@ -17,190 +18,245 @@ every vector step, on the observations the environments return.
 from __future__ import annotations
 
 import math
-from typing import Callable, NamedTuple
+from dataclasses import dataclass
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import optax
 
 from bpo import diagnostics as dg
 from bpo import distributions as D
 from bpo import replay as rb
-from bpo.agents.bpo import make_behaviour
+from bpo.agents.bpo import Behaviour, BehaviourState, DistFn, make_behaviour
 from bpo.agents.ppo import PPOState, linear_schedule, make_optimizer, ppo_update
-from bpo.config import OnPolicyTrainConfig, PPOHyperparams
+from bpo.config import BehaviourConfig, OnPolicyTrainConfig, PPOHyperparams
 from bpo.networks import Actor, Critic
-from bpo.normalization import RunningStats, init_stats, normalize, update_stats
+from bpo.normalization import RunningStats, init_stats, update_stats
+from bpo.normalization import normalize as normalize_obs
 from bpo.returns import gae_returns, tis_advantages
 from envs.functional import EnvSpec
+
+Rows = dict[str, jax.Array]
+"""A rollout, time-major ``[n_steps, n_envs, ...]`` (module docstring)."""
+Batch = dict[str, jax.Array]
+"""What the PPO epochs train on: obs, action, old_log_prob (the ratio's denominator), advantage,
+return (the value target), adv_weight, pi_old_log_prob and behaviour_log_prob (the KL penalty's)."""
+ActResult = tuple[jax.Array, jax.Array, jax.Array, jax.Array, jax.Array]
+"""(action, environment action (clipped to the bounds), log-prob, normalised obs, gSDE matrices)."""
 
 
 class LearnerState(NamedTuple):
     ppo: PPOState
-    behaviour: tuple  # BehaviourState for bpo, () for ppo
-    replay: rb.Replay | tuple
+    behaviour: BehaviourState | tuple  # () for ppo
+    replay: rb.Replay | tuple  # () for ppo
     stats: RunningStats
     update: jnp.ndarray  # updates done
 
 
-class Learner(NamedTuple):
-    init: Callable  # (keys (actor, critic, behaviour), hp, obs0 [n_envs, obs]) -> LearnerState
-    act: Callable  # (state, k_act, k_sde, obs, sde, step_index) -> (action, env_action, log_prob, obs_n, sde)
-    act_with: Callable  # (acting params, stats, k_act, k_sde, obs, sde, step_index) -> as act
-    acting_params: Callable  # (state) -> parameters of the collecting policy (mu for bpo, pi for ppo)
-    observe: Callable  # (stats, obs) -> stats
-    normalize: Callable  # (stats, obs) -> network input
-    update: Callable  # (state, k_ppo, k_beh, rows, hp) -> (state, metrics)
-    greedy_action: Callable  # (state, obs) -> deterministic environment action
-    greedy_with: Callable  # (actor params, stats, obs) -> deterministic environment action
-    sde_init: Callable  # () -> initial gSDE exploration matrices (zeros; a dummy without gSDE)
-    critic_apply: Callable  # (critic_params, obs) -> V(s)
+def ppo_batch(rows: Rows, values, next_values, hp: PPOHyperparams) -> Batch:
+    """Listing 1's data: GAE(lambda) returns G_t (eq. 6 on-policy, Lemma 3), advantages
+    G_t - V(s_t), ratio pi_theta / pi_old with pi_old the collecting policy. ``values`` and
+    ``next_values`` are V(s_t) and V(s_{t+1}) of the rows' observations."""
+    done = jnp.maximum(rows["terminated"], rows["truncated"])
+    adv_weight = jnp.ones_like(rows["reward"])
+    returns = gae_returns(rows["reward"], values, next_values, rows["terminated"], done, gamma=hp.gamma,
+                          lam=hp.gae_lambda)
+    return {"obs": rows["obs"], "action": rows["action"], "old_log_prob": rows["log_prob"],
+            "advantage": returns - values, "return": returns, "adv_weight": adv_weight,
+            "pi_old_log_prob": rows["log_prob"], "behaviour_log_prob": rows["log_prob"]}
 
 
-def make_learner(cfg: OnPolicyTrainConfig, spec: EnvSpec) -> Learner:
-    p, b = cfg.ppo, cfg.bpo
-    discrete, use_bpo = spec.discrete, cfg.algo == "bpo"
-    use_sde = p.use_sde and not discrete
-    n_envs = p.n_envs
-    batch_size = p.n_steps * n_envs
-    actor = Actor(p.pi_hidden, spec.n_actions, discrete, use_sde, p.log_std_init, p.activation, p.ortho_init)
-    critic = Critic(p.vf_hidden, p.activation, p.ortho_init)
-    tx = make_optimizer(p.max_grad_norm, p.adam_eps)
-    low = None if discrete else jnp.asarray(spec.action_low)
-    high = None if discrete else jnp.asarray(spec.action_high)
+def bpo_ppo_batch(rows: Rows, values, next_values, pi_old: DistFn, mu: DistFn, hp: PPOHyperparams,
+                  cfg: BehaviourConfig, discrete: bool) -> tuple[Batch, dict]:
+    """Listing 4's data, on a rollout collected by mu (``rows['log_prob']`` = log mu(a|s)).
 
-    def norm(stats, obs):
-        return normalize(stats, obs) if p.normalize_observations else obs
+    ``pi_old``: the target policy before this update; ``mu``: the behaviour policy with the
+    parameters that collected the rollout (for the diagnostics). Value targets G_t are
+    the truncated IS-TD(lambda) returns of eq. (6) with log rho = log pi_old - log mu; advantages
+    are eq. (11), G_t - V(s_t), with ``cfg.advantage = 'eq11'``, or the authors' form without
+    rho_t (``bpo.returns.tis_advantages``). The ratio of eq. (10) is pi_theta / mu, or with
+    ``weight_on_advantage`` pi_theta / pi_old with the advantage weighted by min(rho_bar, pi_old/mu).
+    Trust Region Masking (finite ``trust_region_delta``) zeroes the advantage weight of whole
+    segments whose pi_old/mu is too far from 1. Returns the batch and the off-policy diagnostics."""
+    done = jnp.maximum(rows["terminated"], rows["truncated"])
+    adv_weight = jnp.ones_like(rows["reward"])
+    old_log_prob = rows["log_prob"]
+    pi_dist = pi_old(rows["obs"])
+    log_pi = D.log_prob(pi_dist, rows["action"], discrete)
+    log_ratio = log_pi - rows["log_prob"]
+    advantages, returns = tis_advantages(
+        rows["reward"], values, next_values, rows["terminated"], done, log_ratio, gamma=hp.gamma, lam=hp.gae_lambda,
+        rho_bar=hp.rho_bar, c_bar=hp.c_bar, traj=cfg.traj, current_rho=cfg.advantage == "eq11",
+    )
+    if cfg.weight_on_advantage:
+        old_log_prob = log_pi
+        adv_weight = jnp.minimum(hp.rho_bar, jnp.exp(log_ratio))
+    mu_dist = mu(rows["obs"])
+    # pi_old is evaluated again rather than reusing pi_dist: with the second evaluation XLA compiles
+    # the update as it always has, and gSDE runs keep their results to the last bit.
+    diagnostics = dg.off_policy_diagnostics(log_pi, rows["log_prob"], D.log_prob(mu_dist, rows["action"], discrete),
+                                            pi_old(rows["obs"]), mu_dist, discrete, hp.rho_bar, hp.c_bar)
+    if math.isfinite(cfg.trust_region_delta):
+        mask = dg.trust_region_mask(log_ratio, done, cfg.trust_region_delta, cfg.trust_region_criterion)
+        adv_weight = adv_weight * mask  # masked steps add 0; the loss still divides by every step
+        diagnostics.update(trm_mask_rate=1.0 - jnp.mean(mask),
+                           trm_segments_masked=dg.masked_segment_fraction(mask, done))
+    batch = {"obs": rows["obs"], "action": rows["action"], "old_log_prob": old_log_prob, "advantage": advantages,
+             "return": returns, "adv_weight": adv_weight, "pi_old_log_prob": log_pi,
+             "behaviour_log_prob": rows["log_prob"]}
+    return batch, diagnostics
 
-    def observe(stats, obs):
-        return update_stats(stats, obs) if p.normalize_observations else stats
 
-    def env_action(action):
-        return action if discrete else jnp.clip(action, low, high)
+@dataclass(frozen=True, eq=False)
+class Learner:
+    """PPO or BPO-PPO for one configuration and environment; build it with ``make_learner``.
+    ``behaviour`` is None for PPO. Every method is pure and jit-compatible."""
 
-    def dist_fn(params):
-        return lambda obs: actor.apply(params, obs)[0]
+    cfg: OnPolicyTrainConfig
+    spec: EnvSpec
+    actor: Actor
+    critic: Critic
+    tx: optax.GradientTransformation
+    behaviour: Behaviour | None
+    action_low: jax.Array | None  # continuous actions: the bounds the environment accepts
+    action_high: jax.Array | None
 
-    def critic_fn(params, obs):
-        return critic.apply(params, obs)
+    @property
+    def rollout_size(self) -> int:
+        return self.cfg.ppo.n_steps * self.cfg.ppo.n_envs
 
-    def behaviour_for(hp):
-        return make_behaviour(b, discrete, spec.n_actions, lambda prm, o: actor.apply(prm, o)[0], hp,
-                              spec.action_low, spec.action_high, b.clip_actions)
-
-    def init(keys, hp: PPOHyperparams, obs0) -> LearnerState:
+    def init(self, keys: tuple[jax.Array, jax.Array, jax.Array], hp: PPOHyperparams, obs0) -> LearnerState:
+        """State from keys (actor, critic, behaviour) and the first observations [n_envs, obs]."""
         k_actor, k_critic, k_beh = keys
+        spec, discrete = self.spec, self.spec.discrete
         stats = update_stats(init_stats(spec.obs_dim), obs0)
-        actor_params = actor.init(k_actor, obs0)
-        critic_params = critic.init(k_critic, obs0)
-        ppo_state = PPOState(actor_params, critic_params, tx.init(actor_params), tx.init(critic_params))
+        actor_params = self.actor.init(k_actor, obs0)
+        critic_params = self.critic.init(k_critic, obs0)
+        ppo_state = PPOState(actor_params, critic_params, self.tx.init(actor_params), self.tx.init(critic_params))
         bstate, replay = (), ()
-        if use_bpo:
+        if self.behaviour is not None:
             action0 = jnp.int32(0) if discrete else jnp.zeros(spec.n_actions, jnp.float32)
-            bstate = behaviour_for(hp).init(k_beh, obs0[0], action0, actor_params)  # mu starts equal to pi
+            bstate = self.behaviour.init(k_beh, obs0[0], action0, actor_params, hp)  # mu starts equal to pi
             zero = jnp.float32(0.0)
             example = {"obs": obs0[0], "action": action0, "reward": zero, "terminated": zero, "truncated": zero,
                        "next_obs": obs0[0], "log_mu": zero}
-            replay = rb.init_replay(example, b.replay_size)
+            replay = rb.init_replay(example, self.cfg.bpo.replay_size)
         return LearnerState(ppo_state, bstate, replay, stats, jnp.zeros((), jnp.int32))
 
-    def sde_init():
-        return jnp.zeros((n_envs, p.pi_hidden[-1], spec.n_actions) if use_sde else (n_envs,))
+    @property
+    def use_sde(self) -> bool:
+        """gSDE exploration (continuous actions only)."""
+        return self.cfg.ppo.use_sde and not self.spec.discrete
 
-    def acting_params(state: LearnerState):
-        return state.behaviour.mu_params if use_bpo else state.ppo.actor_params
+    def sde_init(self) -> jax.Array:
+        """Initial gSDE exploration matrices [n_envs, latent, action] (zeros; a dummy without gSDE)."""
+        p = self.cfg.ppo
+        return jnp.zeros((p.n_envs, p.pi_hidden[-1], self.spec.n_actions) if self.use_sde else (p.n_envs,))
 
-    def act(state: LearnerState, k_act, k_sde, obs, sde, step_index):
-        return act_with(acting_params(state), state.stats, k_act, k_sde, obs, sde, step_index)
+    def acting_params(self, state: LearnerState) -> dict:
+        """Parameters of the collecting policy: mu for bpo, pi for ppo."""
+        return state.behaviour.mu_params if self.behaviour is not None else state.ppo.actor_params
 
-    def act_with(params, stats, k_act, k_sde, obs, sde, step_index):
+    def normalize(self, stats: RunningStats, obs) -> jax.Array:
+        """The networks' input for raw observations ``obs``."""
+        return normalize_obs(stats, obs) if self.cfg.ppo.normalize_observations else obs
+
+    def observe(self, stats: RunningStats, obs) -> RunningStats:
+        return update_stats(stats, obs) if self.cfg.ppo.normalize_observations else stats
+
+    def env_action(self, action) -> jax.Array:
+        if self.spec.discrete:
+            return action
+        return jnp.clip(action, self.action_low, self.action_high)
+
+    def dist_fn(self, params) -> DistFn:
+        return lambda obs: self.actor.apply(params, obs)[0]
+
+    def critic_apply(self, critic_params, obs) -> jax.Array:
+        """V(s)."""
+        return self.critic.apply(critic_params, obs)
+
+    def act(self, state: LearnerState, k_act, k_sde, obs, sde, step_index) -> ActResult:
+        return self.act_with(self.acting_params(state), state.stats, k_act, k_sde, obs, sde, step_index)
+
+    def act_with(self, params, stats: RunningStats, k_act, k_sde, obs, sde, step_index) -> ActResult:
         """``act`` from just the acting parameters and the statistics: a host runner calls this
         every vector step, and passing the whole learner state would cost a dispatch per leaf."""
-        obs_n = norm(stats, obs)
-        dist, latent = actor.apply(params, obs_n)
-        if use_sde:
+        discrete = self.spec.discrete
+        obs_n = self.normalize(stats, obs)
+        dist, latent = self.actor.apply(params, obs_n)
+        if self.use_sde:
             action, sde = D.gsde_action(k_sde, dist, latent, sde, params["params"]["log_std"], step_index,
-                                        p.sde_sample_freq)
+                                        self.cfg.ppo.sde_sample_freq)
         else:
             action = D.sample(k_act, dist, discrete)
-        return action, env_action(action), D.log_prob(dist, action, discrete), obs_n, sde
+        return action, self.env_action(action), D.log_prob(dist, action, discrete), obs_n, sde
 
-    def greedy_action(state: LearnerState, obs):
-        return greedy_with(state.ppo.actor_params, state.stats, obs)
+    def greedy_action(self, state: LearnerState, obs) -> jax.Array:
+        """Deterministic environment action of pi (argmax or the Gaussian mean)."""
+        return self.greedy_with(state.ppo.actor_params, state.stats, obs)
 
-    def greedy_with(actor_params, stats, obs):
-        return env_action(D.mode(dist_fn(actor_params)(norm(stats, obs)), discrete))
+    def greedy_with(self, actor_params, stats: RunningStats, obs) -> jax.Array:
+        return self.env_action(D.mode(self.dist_fn(actor_params)(self.normalize(stats, obs)), self.spec.discrete))
 
-    def returns_and_batch(state: LearnerState, rows, hp):
-        values = critic_fn(state.ppo.critic_params, rows["obs"])
-        next_values = critic_fn(state.ppo.critic_params, rows["next_obs"])
-        done = jnp.maximum(rows["terminated"], rows["truncated"])
-        adv_weight = jnp.ones_like(rows["reward"])
-        old_log_prob = rows["log_prob"]
-        diagnostics = {}
-        if use_bpo:
-            log_pi = D.log_prob(dist_fn(state.ppo.actor_params)(rows["obs"]), rows["action"], discrete)
-            log_ratio = log_pi - rows["log_prob"]
-            advantages, returns = tis_advantages(
-                rows["reward"], values, next_values, rows["terminated"], done, log_ratio, gamma=hp.gamma,
-                lam=hp.gae_lambda, rho_bar=hp.rho_bar, c_bar=hp.c_bar, traj=b.traj,
-                current_rho=b.advantage == "eq11",
-            )
-            if b.weight_on_advantage:
-                old_log_prob = log_pi
-                adv_weight = jnp.minimum(hp.rho_bar, jnp.exp(log_ratio))
-            # mu's parameters are still those that collected the rollout: the behaviour step comes later.
-            mu_dist = dist_fn(state.behaviour.mu_params)(rows["obs"])
-            diagnostics = dg.off_policy_diagnostics(
-                log_pi, rows["log_prob"], D.log_prob(mu_dist, rows["action"], discrete),
-                dist_fn(state.ppo.actor_params)(rows["obs"]), mu_dist, discrete, hp.rho_bar, hp.c_bar)
-            if math.isfinite(b.trust_region_delta):
-                mask = dg.trust_region_mask(log_ratio, done, b.trust_region_delta, b.trust_region_criterion)
-                adv_weight = adv_weight * mask  # masked steps add 0; the loss still divides by every step
-                diagnostics.update(trm_mask_rate=1.0 - jnp.mean(mask),
-                                   trm_segments_masked=dg.masked_segment_fraction(mask, done))
-        else:
-            returns = gae_returns(rows["reward"], values, next_values, rows["terminated"], done,
-                                  gamma=hp.gamma, lam=hp.gae_lambda)
-            advantages = returns - values
-        batch = {"obs": rows["obs"], "action": rows["action"], "old_log_prob": old_log_prob,
-                 "advantage": advantages, "return": returns, "adv_weight": adv_weight}
-        return jax.tree.map(flatten, batch), diagnostics
+    def flatten(self, x):
+        return x.reshape((self.rollout_size,) + x.shape[2:])
 
-    def flatten(x):
-        return x.reshape((batch_size,) + x.shape[2:])
-
-    def update(state: LearnerState, k_ppo, k_beh, rows, hp: PPOHyperparams):
+    def update(self, state: LearnerState, k_ppo, k_beh, rows: Rows, hp: PPOHyperparams) -> tuple[LearnerState, dict]:
+        """One phase of Listing 1 (ppo) or Listing 4 lines 4-16 (bpo) on a rollout."""
+        p, b, beh, discrete = self.cfg.ppo, self.cfg.bpo, self.behaviour, self.spec.discrete
         replay = state.replay
-        if use_bpo:
+        if beh is not None:
             transitions = {"obs": rows["raw_obs"], "action": rows["action"], "reward": rows["reward"],
                            "terminated": rows["terminated"], "truncated": rows["truncated"],
                            "next_obs": rows["raw_next_obs"], "log_mu": rows["log_prob"]}
-            replay = rb.add(replay, jax.tree.map(flatten, transitions), jnp.ones(batch_size, bool))
-        batch, diagnostics = returns_and_batch(state, rows, hp)
-        progress_remaining = jnp.maximum(1.0 - (state.update + 1) * batch_size / cfg.total_timesteps, 0.0)
+            replay = rb.add(replay, jax.tree.map(self.flatten, transitions), jnp.ones(self.rollout_size, bool))
+        values = self.critic_apply(state.ppo.critic_params, rows["obs"])
+        next_values = self.critic_apply(state.ppo.critic_params, rows["next_obs"])
+        if beh is not None:
+            # mu's parameters are still those that collected the rollout: the behaviour step comes later.
+            batch, diagnostics = bpo_ppo_batch(rows, values, next_values, self.dist_fn(state.ppo.actor_params),
+                                               self.dist_fn(state.behaviour.mu_params), hp, b, discrete)
+        else:
+            batch, diagnostics = ppo_batch(rows, values, next_values, hp), {}
+        batch = jax.tree.map(self.flatten, batch)
+        progress_remaining = jnp.maximum(1.0 - (state.update + 1) * self.rollout_size / self.cfg.total_timesteps, 0.0)
         ppo_state, ppo_metrics = ppo_update(
-            k_ppo, state.ppo, batch, actor_apply=actor.apply, critic_apply=critic_fn, tx=tx,
-            n_epochs=p.n_epochs, batch_size=p.batch_size,
+            k_ppo, state.ppo, batch, actor_apply=self.actor.apply,
+            critic_apply=self.critic_apply, tx=self.tx, n_epochs=p.n_epochs, batch_size=p.batch_size,
             lr=linear_schedule(hp.learning_rate, progress_remaining, p.lr_schedule),
             clip_range=linear_schedule(hp.clip_range, progress_remaining, p.clip_range_schedule),
             ent_coef=hp.ent_coef, vf_coef=hp.vf_coef, discrete=discrete, normalize_advantage=p.normalize_advantage,
+            kl_coef=p.kl_coef, kl_estimator=p.kl_estimator,
         )
         bstate, beh_metrics = state.behaviour, {}
-        if use_bpo:
-            normed = replay.replace(data={**replay.data, "obs": norm(state.stats, replay.data["obs"]),
-                                          "next_obs": norm(state.stats, replay.data["next_obs"])})
+        if beh is not None:
+            normed = replay.replace(data={**replay.data, "obs": self.normalize(state.stats, replay.data["obs"]),
+                                          "next_obs": self.normalize(state.stats, replay.data["next_obs"])})
             lr_scale = linear_schedule(1.0, progress_remaining, b.lr_schedule)
-            bstate, beh_metrics = behaviour_for(hp).step(k_beh, bstate, normed, dist_fn(ppo_state.actor_params),
-                                                         hp.gamma, lr_scale)
+            bstate, beh_metrics = beh.step(k_beh, bstate, normed, self.dist_fn(ppo_state.actor_params), hp, lr_scale)
         new_state = LearnerState(ppo_state, bstate, replay, state.stats, state.update + 1)
         return new_state, {**ppo_metrics, **beh_metrics, **diagnostics}
 
-    return Learner(init=init, act=act, act_with=act_with, acting_params=acting_params, observe=observe,
-                   normalize=norm, update=update, greedy_action=greedy_action, greedy_with=greedy_with,
-                   sde_init=sde_init, critic_apply=critic_fn)
+
+def make_learner(cfg: OnPolicyTrainConfig, spec: EnvSpec) -> Learner:
+    """The actor and critic (separate networks and Adam optimisers, Tables 3-4) and, for BPO-PPO,
+    the behaviour step with mu of pi's architecture."""
+    p, discrete = cfg.ppo, spec.discrete
+    use_sde = p.use_sde and not discrete
+    actor = Actor(p.pi_hidden, spec.n_actions, discrete, use_sde, p.log_std_init, p.activation, p.ortho_init)
+    critic = Critic(p.vf_hidden, p.activation, p.ortho_init)
+    behaviour = None
+    if cfg.algo == "bpo":
+        behaviour = make_behaviour(cfg.bpo, discrete, spec.n_actions, lambda prm, o: actor.apply(prm, o)[0],
+                                   spec.action_low, spec.action_high, cfg.bpo.clip_actions)
+    low = None if discrete else jnp.asarray(spec.action_low)
+    high = None if discrete else jnp.asarray(spec.action_high)
+    return Learner(cfg, spec, actor, critic, make_optimizer(p.max_grad_norm, p.adam_eps), behaviour, low, high)
 
 
-def keyed_update(learner: Learner, state: LearnerState, key, rows, hp: PPOHyperparams):
+def keyed_update(learner: Learner, state: LearnerState, key, rows: Rows, hp: PPOHyperparams):
     """One learner update from a run's key: ``(key, state, rows, hp) -> (key, state, metrics)``.
     Both runners call this, so given the same rollout they perform the same update."""
     key, k_ppo, k_beh = jax.random.split(key, 3)

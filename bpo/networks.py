@@ -1,7 +1,7 @@
 """Network architectures: MLP torsos with optional layer norm and a zero-initialised head
 (Appendix C.2), and the linear-softmax policy of the ShortCorridor experiment (Section 6)."""
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import flax.linen as nn
 import jax

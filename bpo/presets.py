@@ -2,7 +2,7 @@
 are sensible settings for environments the paper does not use.
 
 * ``short_corridor``: Table 2 (Figure 2), REINFORCE and BPO-REINFORCE on ShortCorridor.
-* ``cartpole_ppo``: the authors' CartPole-v1 settings for PPO and BPO-PPO (BPO_NOTES).
+* ``cartpole_ppo``: the authors' CartPole-v1 settings for PPO and BPO-PPO (docs/choices.md).
 * ``cartpole_continuous_ppo``, ``acrobot_ppo``, ``pendulum_ppo``, ``mountaincar_continuous_ppo``,
   ``short_corridor_ppo``: classic control with PPO/BPO-PPO (rl-zoo-like PPO settings; the BPO part
   follows ``cartpole_ppo`` scaled to the rollout size).
@@ -16,7 +16,12 @@ of a preset with ``apply_variant`` (``bpo train PRESET --variant NAME``).
 from dataclasses import replace
 
 from bpo.config import (
-    BehaviourConfig, ConfigError, EpisodicTrainConfig, OnPolicyTrainConfig, PPOConfig, ReinforceConfig,
+    BehaviourConfig,
+    ConfigError,
+    EpisodicTrainConfig,
+    OnPolicyTrainConfig,
+    PPOConfig,
+    ReinforceConfig,
 )
 from bpo.config import replace as replace_dotted
 

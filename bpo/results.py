@@ -15,7 +15,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from bpo.config import to_dict
+from bpo.config import ConfigError, to_dict
 
 
 def _umask() -> int:
@@ -39,6 +39,26 @@ def atomic_write_text(path: Path, text: str) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def ensure_writable_dir(path: Path, field: str = "out") -> Path:
+    """Create ``path`` (with its parents) and prove a file can be written in it, before any work
+    that would be lost if it could not; otherwise a ``ConfigError`` naming ``field``."""
+    path = Path(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path, prefix=".bpo-write-check-"):
+            pass
+    except OSError as e:
+        raise ConfigError(field, f"cannot write to {str(path)!r} ({e.strerror or e}); allowed: a folder this user "
+                          "can create and write") from None
+    return path
+
+
+def rescue_dir(run_dir: Path) -> Path:
+    """Where results go when ``run_dir`` stopped being writable after the run started: a new
+    folder in the system's temporary directory, named after the run directory."""
+    return Path(tempfile.mkdtemp(prefix=f"bpo-rescued-{Path(run_dir).name or 'run'}-"))
 
 
 def atomic_write_json(path: Path, obj) -> None:

@@ -124,15 +124,17 @@ def gae_returns(rewards, values, next_values, terminated, done, *, gamma, lam):
     )
 
 
-def pdis_returns(rewards, terminated, done, log_ratio, *, gamma, rho_bar=jnp.inf, c_bar=jnp.inf, traj=False):
+def pdis_returns(rewards, terminated, done, log_ratio, *, gamma, lam=1.0, rho_bar=jnp.inf, c_bar=jnp.inf,
+                 traj: bool | TrajMode = False):
     """Per-decision IS Monte Carlo return, Listing 3 line 7 (eq. 1 when rho_bar = c_bar = inf).
 
-    ``G_t = sum_{k>=t} gamma^{k-t} (prod_{i=t}^{k-1} c_i) rho_k r_k`` within the episode:
-    eq. (6) with lambda = 1 and a zero value function.
+    ``G_t = sum_{k>=t} (gamma lam)^{k-t} (prod_{i=t}^{k-1} c_i) rho_k r_k`` within the episode:
+    eq. (6) with a zero value function; the listing has lambda = 1. With ``log_ratio = 0`` (and
+    rho_bar, c_bar >= 1) it is the discounted Monte Carlo return of REINFORCE (Listing 2).
     """
     zeros = jnp.zeros_like(rewards)
     return tis_lambda_returns(
-        rewards, zeros, zeros, terminated, done, log_ratio, gamma=gamma, lam=1.0, rho_bar=rho_bar, c_bar=c_bar,
+        rewards, zeros, zeros, terminated, done, log_ratio, gamma=gamma, lam=lam, rho_bar=rho_bar, c_bar=c_bar,
         traj=traj,
     )
 

@@ -86,7 +86,8 @@ def _validate_behaviour(b: BehaviourConfig) -> None:
     for name in ("q_batch_size", "mu_batch_size"):
         if getattr(b, name) > b.replay_size:
             raise ConfigError(
-                "bpo.replay_size", f"must hold at least one batch: replay_size={b.replay_size} < {name}={getattr(b, name)}"
+                "bpo.replay_size",
+                f"must hold at least one batch: replay_size={b.replay_size} < {name}={getattr(b, name)}",
             )
     _positive("bpo.q_lr", b.q_lr)
     _positive("bpo.mu_lr", b.mu_lr)
@@ -150,6 +151,9 @@ def _validate_onpolicy(cfg: OnPolicyTrainConfig) -> OnPolicyTrainConfig:
         raise ConfigError("ppo.sde_sample_freq",
                           f"must be -1 (once per rollout) or an integer >= 1, got {p.sde_sample_freq!r}")
     _choice("ppo.activation", p.activation, ("relu", "tanh"))
+    if not (isinstance(p.kl_coef, (int, float)) and not isinstance(p.kl_coef, bool) and 0 <= p.kl_coef < math.inf):
+        raise ConfigError("ppo.kl_coef", f"must be a finite number >= 0 (0: no KL penalty), got {p.kl_coef!r}")
+    _choice("ppo.kl_estimator", p.kl_estimator, ("k2", "k3"))
     for name in ("pi_hidden", "vf_hidden"):
         _widths(f"ppo.{name}", getattr(p, name))
     # An MJX port has its Gymnasium original's spec (tested), which is cheaper to build.

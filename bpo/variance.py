@@ -30,6 +30,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from envs.short_corridor import GOAL, N_ACTIONS, ShortCorridorEnv
+
 
 @dataclass(frozen=True)
 class TabularMDP:
@@ -197,8 +199,6 @@ def random_mdp(seed: int, n_states: int = 5, n_actions: int = 3, gamma: float = 
 def short_corridor_mdp(gamma: float = 0.99) -> TabularMDP:
     """ShortCorridor (envs/short_corridor.py) as a tabular MDP over cells 0..2; reaching GOAL
     (cell 3) terminates. Dynamics and rewards are read off the environment's own ``step``."""
-    from envs.short_corridor import GOAL, N_ACTIONS, ShortCorridorEnv
-
     env = ShortCorridorEnv()
     P, R = np.zeros((GOAL, N_ACTIONS, GOAL)), np.zeros((GOAL, N_ACTIONS))
     for cell in range(GOAL):

@@ -18,6 +18,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from envs.short_corridor import ShortCorridorJax
+
 
 class EnvSpec(NamedTuple):
     obs_dim: int
@@ -79,8 +81,6 @@ class ShortCorridorFunctional:
     """The pure-JAX ShortCorridor (``envs.short_corridor``) behind this interface."""
 
     def __init__(self, max_steps: int = 1000):
-        from envs.short_corridor import ShortCorridorJax
-
         self._env = ShortCorridorJax(max_steps=max_steps)
         self.spec = EnvSpec(self._env.obs_dim, True, self._env.n_actions, None, None, max_steps)
 

@@ -54,8 +54,7 @@ if "TruncationProbe-v0" not in gym.registry:
 
 
 def _make(env_id: str) -> gym.Env:
-    import envs  # noqa: F401  (registers ShortCorridor-v0)
-
+    # ShortCorridor-v0 is registered by the ``envs`` package, which importing this module imports first.
     return Snapshots(gym.make(env_id, disable_env_checker=True))
 
 
@@ -106,7 +105,7 @@ class Snapshots(gym.Wrapper):
 _NOT_STATE = ("observation_space", "action_space", "spec", "_np_random", "np_random", "render_mode", "metadata")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def gym_spec(env_id: str) -> EnvSpec:
     """Observation size, action space and step limit of a Gymnasium environment (cached: validating a
     sweep builds hundreds of configs, and each MuJoCo model compile costs time and log lines)."""

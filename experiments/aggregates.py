@@ -13,8 +13,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+from matplotlib.figure import Figure
+from rliable import library as rly
+from rliable import metrics
 
 from bpo import results
+from experiments.common import row_label, save_figure, sort_rows
 
 
 def normalised_scores(cells: dict, baseline: str, rows: list[str]) -> tuple[list, dict[str, np.ndarray]]:
@@ -36,11 +40,6 @@ def normalised_scores(cells: dict, baseline: str, rows: list[str]) -> tuple[list
 
 def write_aggregates(cells: dict, baseline: str, out: Path, reps: int = 2000, seed: int = 0) -> list[Path]:
     """aggregates.json, iqm.{png,pdf} and probability_of_improvement.{png,pdf} in ``out``."""
-    from rliable import library as rly
-    from rliable import metrics
-
-    from experiments.table import row_label, sort_rows
-
     tasks, scores = normalised_scores(cells, baseline, sort_rows({r for by_row in cells.values() for r in by_row}))
     if not tasks:
         return []
@@ -68,28 +67,22 @@ def write_aggregates(cells: dict, baseline: str, out: Path, reps: int = 2000, se
     out = Path(out)
     results.atomic_write_json(out / "aggregates.json", summary)
     paths = [out / "aggregates.json"]
-    paths += _plot_iqm(summary, rows, out, row_label)
+    paths += _plot_iqm(summary, out)
     if others:
-        paths += _plot_improvement(summary, others, baseline, out, row_label)
+        paths += _plot_improvement(summary, others, baseline, out)
     return paths
 
 
-def _save(fig, out: Path, stem: str) -> list[Path]:
-    from experiments.plotting import save_figure
-
+def _save(fig: Figure, out: Path, stem: str) -> list[Path]:
     return save_figure(fig, out, stem, dpi=150, bbox_inches="tight")
 
 
 def _interval_plot(entries: list[tuple[str, float, float, float]], xlabel: str, title: str, reference=None,
                    colours: list[str] | None = None):
     """Horizontal 95% intervals with the point estimate marked; ``colours`` match the curves' rows."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 0.55 * len(entries) + 1.2))
-    for i, (label, point, low, high) in enumerate(entries):
+    fig = Figure(figsize=(7, 0.55 * len(entries) + 1.2))
+    ax = fig.subplots()
+    for i, (_, point, low, high) in enumerate(entries):
         ax.barh(i, high - low, left=low, height=0.6, alpha=0.5, color=colours[i] if colours else f"C{i}")
         ax.plot([point, point], [i - 0.3, i + 0.3], color="k", linewidth=2)
     ax.set_yticks(range(len(entries)), [e[0] for e in entries])
@@ -102,14 +95,14 @@ def _interval_plot(entries: list[tuple[str, float, float, float]], xlabel: str, 
     return fig
 
 
-def _plot_iqm(summary: dict, rows, out: Path, row_label) -> list[Path]:
+def _plot_iqm(summary: dict, out: Path) -> list[Path]:
     entries = [(row_label(r), v["point"], v["low"], v["high"]) for r, v in summary["iqm"].items()]
     fig = _interval_plot(entries, "IQM of min-max normalised final return",
                          f"IQM over {len(summary['tasks'])} tasks, 95% stratified-bootstrap CI")
     return _save(fig, out, "iqm")
 
 
-def _plot_improvement(summary: dict, others, baseline: str, out: Path, row_label) -> list[Path]:
+def _plot_improvement(summary: dict, others, baseline: str, out: Path) -> list[Path]:
     poi = summary["probability_of_improvement"]
     entries = [(row_label(r), poi[r]["point"], poi[r]["low"], poi[r]["high"]) for r in others]
     rows = list(summary["iqm"])  # every row, in the curves' order: colours match the learning curves

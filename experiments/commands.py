@@ -1,17 +1,28 @@
-"""``bpo sweep``, ``bpo plot`` and ``bpo table``: argument parsing and checks (before anything is
-started or compiled), then the work in experiments.launch, experiments.plots, experiments.table."""
+"""``bpo sweep``, ``bpo plot``, ``bpo table`` and ``bpo reproduce``: argument parsing and checks
+(before anything is started or compiled), then the work in experiments.launch, experiments.plotting
+and experiments.table. ``bpo reproduce NAME`` is ``bpo sweep NAME`` followed by ``bpo plot`` and
+``bpo table`` on its results.
+
+Outputs go to ``runs/NAME`` (git-ignored) unless ``--out`` says otherwise: the committed results
+under ``results/`` are only rewritten on request (``--out results/NAME``)."""
 
 from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import tyro
 
 from bpo.config import ConfigError
+from experiments import launch, store
+from experiments.plotting import plot_results
 from experiments.sweep import Grid, Sweep, expand, load_sweep, parse_assignment
+from experiments.table import write_tables
+
+RUNS_DIR = Path("runs")
+"""Where sweeps and reproductions write by default: git-ignored, so the committed results/ stay as they are."""
 
 
 @dataclass(frozen=True)
@@ -20,16 +31,16 @@ class SweepArgs:
     each with all its seeds vmapped in one process. Finished runs are skipped, so running the same
     command again resumes an interrupted sweep."""
 
-    sweep: tyro.conf.Positional[str | None] = None
-    """Sweep file: a name in experiments/sweeps (fig2, table1, table1_small, ablations) or a path.
-    Without it, the grid comes from --preset, --envs, --variants and --grid."""
+    sweep: Annotated[tyro.conf.Positional[str | None], tyro.conf.arg(metavar="SWEEP")] = None
+    """Sweep file: a name in experiments/sweeps (fig2, classic, mujoco_small, table1_small, table1,
+    ablations) or a path. Without it, the grid comes from --preset, --envs, --variants and --grid."""
     backend: Literal["local", "slurm"] = "local"
     """local: worker processes on this machine. slurm: a submitit job array, resources from the sweep
     file (and the --slurm-* flags)."""
     workers: int | None = None
     """local: runs at once; default one per available core."""
     out: Path | None = None
-    """Results folder; default results/NAME."""
+    """Results folder; default runs/NAME (git-ignored). The committed results: --out results/NAME."""
     dry_run: bool = False
     """Print the runs, one line each (with their state: new, finished, redo), and exit."""
     wait: bool = True
@@ -41,7 +52,8 @@ class SweepArgs:
     envs: tuple[str, ...] = ()
     """Without a sweep file: environments (default: the preset's)."""
     variants: tuple[str, ...] = ()
-    """Without a sweep file: Table 1 rows or ablations (PPO presets), reinforce/bpo (episodic)."""
+    """Without a sweep file: Table 1 rows or ablations, or bpo (the preset's own BPO settings) for PPO
+    presets; reinforce/bpo for episodic presets."""
     grid: tuple[str, ...] = ()
     """Without a sweep file: swept fields, KEY=V1,V2 (or KEY=[V1, V2]), e.g. bpo.c_bar=1.0,1.5."""
     set: tuple[str, ...] = ()
@@ -50,7 +62,7 @@ class SweepArgs:
     seeds: int | None = None
     """Seeds per run (overrides the sweep file's)."""
     name: str | None = None
-    """Without a sweep file: the sweep's name (results/NAME); default 'sweep-PRESET'."""
+    """Without a sweep file: the sweep's name (runs/NAME); default 'sweep-PRESET'."""
     slurm_partition: str | None = None
     """slurm: partition, overriding the sweep file's."""
     slurm_timeout_min: int | None = None
@@ -79,9 +91,12 @@ def build_sweep(args: SweepArgs) -> Sweep:
 
 
 def sweep_main(argv: list[str]) -> int:
-    from experiments import launch, store
+    return run_sweep(tyro.cli(SweepArgs, args=argv, prog="bpo sweep"))[0]
 
-    args = tyro.cli(SweepArgs, args=argv, prog="bpo sweep")
+
+def run_sweep(args: SweepArgs) -> tuple[int, Path | None]:
+    """``bpo sweep`` with parsed arguments: (exit code, the sweep's results folder or None when it
+    stopped at a bad argument)."""
     try:
         if args.workers is not None and args.workers < 1:
             raise ConfigError("workers", f"must be an integer >= 1, got {args.workers}")
@@ -91,8 +106,8 @@ def sweep_main(argv: list[str]) -> int:
         specs = expand(sweep)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
-        return 2
-    sweep_dir = args.out or Path("results") / sweep.name
+        return 2, None
+    sweep_dir = args.out or RUNS_DIR / sweep.name
     states = {s.run_id: ("finished" if store.is_finished(sweep_dir, s) else
                          "redo" if (sweep_dir / s.run_id).exists() else "new") for s in specs}
     if args.dry_run:
@@ -102,7 +117,7 @@ def sweep_main(argv: list[str]) -> int:
             overrides = " ".join(f"{k}={v}" for k, v in s.overrides)
             print(f"{states[s.run_id]:>8}  {s.run_id}  [{cfg.algo}, {cfg.seeds} seeds, {budget}] {overrides}".rstrip())
         print(f"{len(specs)} runs, {sum(v == 'finished' for v in states.values())} finished -> {sweep_dir}")
-        return 0
+        return 0, sweep_dir
     if not launch.slurm_in_flight(sweep_dir):  # jobs still running may be writing into .staging
         store.clear_staging(sweep_dir)
     store.write_sweep_file(sweep_dir, sweep.name, specs)
@@ -125,7 +140,49 @@ def sweep_main(argv: list[str]) -> int:
     if failed:
         print(f"{len(failed)} runs failed: {sorted(failed)}; their logs are in {sweep_dir / 'logs'} "
               "(run the command again to retry them)", file=sys.stderr)
+        return 1, sweep_dir
+    return 0, sweep_dir
+
+
+@dataclass(frozen=True)
+class ReproduceArgs:
+    """Reproduce a result: run the sweep file NAME (as `bpo sweep NAME` does: same configs, seeds and
+    seed chunks, so the same numbers), then `bpo plot` and `bpo table` on its results folder.
+    Finished runs are kept, so running it again resumes it (or only redraws the plot and table)."""
+
+    name: Annotated[tyro.conf.Positional[str], tyro.conf.arg(metavar="NAME")]
+    """Sweep file: a name in experiments/sweeps (fig2: Figure 2, 100 runs each of REINFORCE and
+    BPO-REINFORCE on ShortCorridor; classic: PPO vs BPO-PPO on CartPole and Pendulum; mujoco_small:
+    PPO vs BPO (1.0, 1.5) on HalfCheetah and Hopper, 300k steps; table1_small, table1, ablations)
+    or a path to one."""
+    out: Path | None = None
+    """Results folder; default runs/NAME (git-ignored). The committed results: --out results/NAME."""
+    seeds: int | None = None
+    """Seeds per run (overrides the sweep file's)."""
+    workers: int | None = None
+    """local: runs at once; default one per available core."""
+    backend: Literal["local", "slurm"] = "local"
+    """local: worker processes on this machine. slurm: a submitit job array (waits for it to end)."""
+    set: tuple[str, ...] = ()
+    """Fields fixed for every run, KEY=VALUE, e.g. total_timesteps=100000 or episodes=50."""
+    progress: bool = True
+    """Show the sweep's progress bar."""
+
+
+def reproduce_main(argv: list[str]) -> int:
+    args = tyro.cli(ReproduceArgs, args=argv, prog="bpo reproduce")
+    code, sweep_dir = run_sweep(SweepArgs(sweep=args.name, backend=args.backend, workers=args.workers,
+                                          out=args.out, progress=args.progress, set=args.set, seeds=args.seeds))
+    if code != 0:
+        return code
+    paths = plot_results(sweep_dir, sweep_dir)
+    try:
+        paths += write_tables(sweep_dir, sweep_dir)
+    except FileNotFoundError as e:  # e.g. no baseline row: the runs and the plot are there all the same
+        print(f"error: table: {e}; see `bpo table --help`", file=sys.stderr)
         return 1
+    print((sweep_dir / "table1.md").read_text())
+    print("wrote " + ", ".join(str(p) for p in paths))
     return 0
 
 
@@ -173,8 +230,6 @@ def table_main(argv: list[str]) -> int:
             raise ConfigError("alpha", f"must be in (0, 1), got {args.alpha}")
         if args.bootstrap_reps < 100:
             raise ConfigError("bootstrap_reps", f"must be an integer >= 100, got {args.bootstrap_reps}")
-        from experiments.table import write_tables
-
         paths = write_tables(args.results_dir, args.out or args.results_dir, baseline=args.baseline,
                              alpha=args.alpha, alternative=args.alternative, reps=args.bootstrap_reps)
     except (ConfigError, FileNotFoundError) as e:
@@ -189,8 +244,6 @@ def plot_main(argv: list[str]) -> int:
     args = tyro.cli(PlotArgs, args=argv, prog="bpo plot")
     try:
         _check_results_dir(args.results_dir)
-        from experiments.plotting import plot_results
-
         paths = plot_results(args.results_dir, args.out or args.results_dir)
     except (ConfigError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)

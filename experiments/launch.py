@@ -19,7 +19,13 @@ import sys
 import time
 from pathlib import Path
 
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from bpo import checkpoint as ckpt
 from bpo import results
+from bpo.config import to_dict
+from bpo.runtime import enable_compile_cache
+from bpo.training import default_checkpoint_every, run_validated, write
 from experiments import store
 from experiments.sweep import RunSpec, SlurmResources
 
@@ -28,14 +34,9 @@ def execute(sweep_dir: str | Path, run_id: str) -> dict:
     """Train one run of the sweep in ``sweep_dir`` and publish its run directory; its summary.
     The run checkpoints into ``SWEEP/.checkpoints/RUN-ID`` about ten times, and an interrupted run
     continues from its last checkpoint (unless its configuration changed since)."""
-    from bpo import checkpoint as ckpt
-    from bpo.runtime import enable_compile_cache
-    from bpo.config import to_dict
-    from bpo.train import default_checkpoint_every, run, write
-
     enable_compile_cache()
     spec = {s.run_id: s for s in store.read_specs(sweep_dir)}[run_id]
-    cfg = spec.config()
+    cfg = spec.build()  # validated by the planner (experiments.sweep.expand) before any worker started
     directory = Path(sweep_dir) / store.CHECKPOINTS / run_id
     if ckpt.exists(directory):
         stored = json.loads((directory / ckpt.INFO_FILE).read_text())["config"]
@@ -45,7 +46,7 @@ def execute(sweep_dir: str | Path, run_id: str) -> dict:
             print(f"{run_id}: continuing from checkpoint {directory}", flush=True)
     every = default_checkpoint_every(cfg)
     summary = store.publish(Path(sweep_dir), spec, lambda staging: write(
-        run(cfg, checkpoint_dir=directory, checkpoint_every=every), staging))
+        run_validated(cfg, checkpoint_dir=directory, checkpoint_every=every), staging))
     ckpt.remove(directory)
     return summary
 
@@ -64,9 +65,7 @@ def _die_with_parent() -> None:
         pass
 
 
-def _progress(show: bool):
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
+def _progress(show: bool) -> Progress:
     return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                     TextColumn("eta"), TimeRemainingColumn(), disable=not show, transient=False)
 
@@ -142,6 +141,9 @@ def run_slurm(sweep_dir: Path, specs: list[RunSpec], resources: SlurmResources, 
               show_progress: bool = True) -> dict[str, str]:
     """Submit ``specs`` as one Slurm job array (one job per run); with ``wait``, follow the jobs to the
     end. Returns {run_id: error} of the runs that failed."""
+    # Imported here, the one import of experiments/ not at the top: importing submitit reconfigures
+    # the logging module (logging.config.dictConfig, closing the handlers there were), which only the
+    # Slurm backend should pay for.
     import submitit
 
     sweep_dir = Path(sweep_dir).resolve()
@@ -154,7 +156,7 @@ def run_slurm(sweep_dir: Path, specs: list[RunSpec], resources: SlurmResources, 
     )
     jobs = executor.map_array(execute, [str(sweep_dir)] * len(specs), [s.run_id for s in specs])
     recorded = json.loads(_jobs_file(sweep_dir).read_text()) if _jobs_file(sweep_dir).exists() else {}
-    recorded.update({s.run_id: j.job_id for s, j in zip(specs, jobs)})
+    recorded.update({s.run_id: j.job_id for s, j in zip(specs, jobs, strict=True)})
     results.atomic_write_json(_jobs_file(sweep_dir), recorded)
     print(f"submitted {len(jobs)} Slurm jobs (array {jobs[0].job_id.split('_')[0]}); logs in {sweep_dir / '.slurm'}")
     if not wait:
@@ -162,7 +164,7 @@ def run_slurm(sweep_dir: Path, specs: list[RunSpec], resources: SlurmResources, 
     failed, missing = {}, {}
     with _progress(show_progress) as bar:
         task = bar.add_task(f"sweep {sweep_dir.name} (slurm)", total=len(jobs))
-        pending = dict(zip(jobs, specs))
+        pending = dict(zip(jobs, specs, strict=True))
         while pending:
             time.sleep(2.0)
             queued = _queued({j.job_id for j in pending})

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from bpo.config import ConfigError, EpisodicTrainConfig, replace
-from bpo.validation import validate
 from bpo.presets import apply_variant, get_preset
+from bpo.validation import validate
 
 SWEEPS_DIR = Path(__file__).parent / "sweeps"
 
@@ -53,8 +53,8 @@ class Grid:
     envs: tuple[str, ...] = ()
     """Environments, each with the preset's Table 5 overrides; () keeps the preset's own."""
     variants: tuple[str, ...] = ()
-    """Table 1 rows or ablations for PPO presets; 'reinforce'/'bpo' (the algorithm) for episodic
-    presets; () keeps the preset's own."""
+    """Table 1 rows or ablations, or 'bpo' (the algorithm with the preset's own BPO settings), for
+    PPO presets; 'reinforce'/'bpo' (the algorithm) for episodic presets; () keeps the preset's own."""
     grid: tuple[tuple[str, tuple], ...] = ()
     """(dotted field, values) pairs swept as a product; they are part of each run's id."""
     fixed: tuple[tuple[str, Any], ...] = ()
@@ -66,7 +66,7 @@ class Grid:
 @dataclass(frozen=True)
 class Sweep:
     name: str
-    """Results go to results/NAME/ unless --out says otherwise."""
+    """Results go to runs/NAME/ unless --out says otherwise."""
     grids: tuple[Grid, ...]
     description: str = ""
     slurm: SlurmResources = field(default_factory=SlurmResources)
@@ -87,16 +87,23 @@ class RunSpec:
     seeds: int
 
     def config(self):
+        """The run's config, validated (a ConfigError names the bad field)."""
+        return validate(self.build())
+
+    def build(self):
+        """The run's config, not validated: for a worker whose planner validated it (``expand``)."""
         cfg = get_preset(self.preset, self.env)
         if self.variant is not None:
             if isinstance(cfg, EpisodicTrainConfig):
                 if self.variant not in ("reinforce", "bpo"):
                     raise ConfigError("variant", f"preset {self.preset!r} is episodic; allowed: ['bpo', 'reinforce']")
                 cfg = replace(cfg, algo=self.variant)
+            elif self.variant == "bpo":  # BPO-PPO with the preset's own settings (no Table 1 row applied)
+                cfg = replace(cfg, algo="bpo")
             else:
                 cfg = apply_variant(cfg, self.variant)
         cfg = apply_overrides(cfg, dict(self.overrides))
-        return validate(replace(cfg, seeds=self.seeds))
+        return replace(cfg, seeds=self.seeds)
 
     @property
     def row(self) -> str:
@@ -109,7 +116,7 @@ class RunSpec:
                 "label_overrides": [list(p) for p in self.label_overrides]}
 
     @classmethod
-    def from_json(cls, d: dict) -> "RunSpec":
+    def from_json(cls, d: dict) -> RunSpec:
         pairs = lambda xs: tuple((k, _as_tuple(v)) for k, v in xs)  # noqa: E731 - JSON lists back to tuples
         return cls(run_id=d["run_id"], preset=d["preset"], env=d["env"], variant=d["variant"],
                    overrides=pairs(d["overrides"]), label_overrides=pairs(d["label_overrides"]), seeds=d["seeds"])
@@ -205,7 +212,7 @@ def expand(sweep: Sweep) -> list[RunSpec]:
         names = [k for k, _ in grid.grid]
         for env, variant, values in itertools.product(grid.envs or (None,), grid.variants or (None,),
                                                        itertools.product(*(v for _, v in grid.grid))):
-            label = tuple(zip(names, values))
+            label = tuple(zip(names, values, strict=True))
             spec = RunSpec(run_id="", preset=grid.preset, env=env, variant=variant,
                            overrides=label + tuple(grid.fixed), label_overrides=label, seeds=grid.seeds)
             cfg = spec.config()

@@ -14,55 +14,18 @@ from pathlib import Path
 import numpy as np
 
 from bpo import results
-from bpo.presets import ABLATIONS, PAPER_TABLE1, TABLE1_ROWS
+from bpo.presets import PAPER_TABLE1
+from experiments.aggregates import write_aggregates
+from experiments.common import (
+    OPTIMAL_RETURNS,
+    SETTING_NAMES,
+    row_label,
+    setting_label,
+    sort_rows,
+    sort_settings,
+    welch_p,
+)
 from experiments.store import finished_runs
-
-ROW_LABELS = {
-    "reinforce": ("REINFORCE", "REINFORCE"),
-    "bpo": ("BPO", "BPO"),
-    "ppo": ("PPO", "PPO"),
-    "bpo_c1.5_rho1.5": ("BPO (c̄, ρ̄ = 1.5, 1.5)", r"BPO ($\bar{c}, \bar{\rho} = 1.5, 1.5$)"),
-    "bpo_c1.0_rho1.0": ("BPO (c̄, ρ̄ = 1.0, 1.0)", r"BPO ($\bar{c}, \bar{\rho} = 1.0, 1.0$)"),
-    "bpo_c1.0_rho1.5": ("BPO (c̄, ρ̄ = 1.0, 1.5)", r"BPO ($\bar{c}, \bar{\rho} = 1.0, 1.5$)"),
-    "bpo_traj_c1.0": ("BPO (traj c̄ = 1.0)", r"BPO (traj $\bar{c} = 1.0$)"),
-    "bpo_no_qhat": ("BPO without Q̂", r"BPO without $\hat{Q}$"),
-    "bpo_no_symlog": ("BPO without symlog", "BPO without symlog"),
-}
-SETTING_NAMES = {"mujoco_gsde": "gSDE", "mujoco_default": "default"}
-ROW_ORDER = ("reinforce", "bpo") + TABLE1_ROWS + tuple(ABLATIONS)
-
-
-def row_label(row: str, latex: bool = False) -> str:
-    head, _, rest = row.partition(" ")
-    label = ROW_LABELS.get(head, (head, head.replace("_", r"\_")))[int(latex)]
-    return f"{label} {rest.replace('_', chr(92) + '_') if latex else rest}".strip()
-
-
-def setting_label(setting: tuple[str, str]) -> str:
-    env, preset = setting
-    return f"{env} ({SETTING_NAMES.get(preset, preset)})"
-
-
-def sort_rows(rows) -> list[str]:
-    def key(row):
-        head = row.partition(" ")[0]
-        return (ROW_ORDER.index(head) if head in ROW_ORDER else len(ROW_ORDER), row)
-
-    return sorted(set(rows), key=key)
-
-
-def sort_settings(settings) -> list[tuple[str, str]]:
-    paper = list(PAPER_TABLE1)
-    return sorted(set(settings), key=lambda s: (paper.index(s) if s in paper else len(paper), s))
-
-
-def welch_p(row_values, baseline_values, alternative: str = "greater") -> float:
-    """Welch's t-test p-value of row mean vs baseline mean; 'greater' is one-sided (row > baseline)."""
-    from scipy import stats
-
-    if len(row_values) < 2 or len(baseline_values) < 2:
-        return math.nan
-    return float(stats.ttest_ind(row_values, baseline_values, equal_var=False, alternative=alternative).pvalue)
 
 
 def mark(mean: float, baseline_mean: float, p: float, alpha: float) -> str:
@@ -120,7 +83,10 @@ def _cell_text(cell: dict | None, latex: bool) -> str:
     return {"bold": f"**{text}**", "italic": f"*{text}*"}.get(cell["mark"], text)
 
 
-def to_markdown(table: dict, settings, rows, baseline: str, alpha: float, alternative: str) -> str:
+def to_markdown(table: dict, settings, rows, baseline: str, alpha: float, alternative: str,
+                runs: list[dict] = ()) -> str:
+    """The table with its p-values; then, where they apply, the optimal return of a column's
+    environment, the paper's Table 1 for the same cells, and ``runs`` (``run_lines``)."""
     lines = ["| | " + " | ".join(setting_label(s) for s in settings) + " |",
              "| --- |" + " --- |" * len(settings)]
     for row in rows:
@@ -138,6 +104,10 @@ def to_markdown(table: dict, settings, rows, baseline: str, alpha: float, altern
         lines.append(f"| {row_label(row)} | " + " | ".join("–" if p is None else f"{p:.3f}" for p in ps) + " |")
     ns = sorted({c["n"] for c in table.values()})
     lines += ["", f"Seeds per cell: {', '.join(map(str, ns))}."]
+    optima = [f"{env} {OPTIMAL_RETURNS[env]:.2f}" for env in dict.fromkeys(s[0] for s in settings)
+              if env in OPTIMAL_RETURNS]
+    if optima:
+        lines += ["", f"Optimal expected return: {', '.join(optima)}."]
     paper = [s for s in settings if s in PAPER_TABLE1]
     if paper:
         lines += ["", "The paper's Table 1 (1.5M/2M steps, 10 seeds) for the same cells:", "",
@@ -147,7 +117,24 @@ def to_markdown(table: dict, settings, rows, baseline: str, alpha: float, altern
             if any(vals):
                 lines.append(f"| {row_label(row)} | " + " | ".join("–" if v is None else f"{v[0]} ± {v[1]}"
                                                                    for v in vals) + " |")
+    if runs:
+        lines += ["", "Runs:", "", "| run | row | seeds | budget | wall s | env steps/s |",
+                  "| --- | --- | --- | --- | --- | --- |"]
+        lines += run_lines(runs)
     return "\n".join(lines)
+
+
+def run_lines(runs: list[dict]) -> list[str]:
+    """One Markdown line per run: its budget, wall time and training throughput (from its summary)."""
+    lines = []
+    for r in sorted(runs, key=lambda r: r["run_id"]):
+        s = r["summary"]
+        budget = (f"{s['total_timesteps']:.0f} steps" if "total_timesteps" in s else
+                  f"{s['episodes']} episodes" if "episodes" in s else "–")
+        steps_per_s = s.get("train_steps_per_s")
+        lines.append(f"| {r['run_id']} | {row_label(r['row'])} | {r['seeds']} | {budget} | {s['wall_time_s']:.0f} "
+                     f"| {'–' if steps_per_s is None else f'{steps_per_s:.0f}'} |")
+    return lines
 
 
 def to_latex(table: dict, settings, rows) -> str:
@@ -164,17 +151,18 @@ def to_latex(table: dict, settings, rows) -> str:
 
 def write_tables(results_dir: Path, out: Path, baseline: str | None = None, alpha: float = 0.05,
                  alternative: str = "greater", reps: int = 2000) -> list[Path]:
-    from experiments.aggregates import write_aggregates
-
     out = Path(out)
-    cells = collect(finished_runs(results_dir))
+    runs = finished_runs(results_dir)
+    cells = collect(runs)
     all_rows = {row for rows in cells.values() for row in rows}
     baseline = baseline or default_baseline(all_rows)
     if baseline not in all_rows:
         raise FileNotFoundError(f"baseline row {baseline!r} not found; rows: {sort_rows(all_rows)}")
     table = compute_table(cells, baseline, alpha, alternative)
     settings, rows = sort_settings(cells), sort_rows(all_rows)
-    results.atomic_write_text(out / "table1.md", to_markdown(table, settings, rows, baseline, alpha, alternative) + "\n")
+    details = [{**r, "summary": results.read_summary(Path(results_dir) / r["run_id"])} for r in runs]
+    results.atomic_write_text(out / "table1.md",
+                              to_markdown(table, settings, rows, baseline, alpha, alternative, details) + "\n")
     results.atomic_write_text(out / "table1.tex", to_latex(table, settings, rows) + "\n")
     results.atomic_write_json(out / "table1.json", {
         "baseline": baseline, "alpha": alpha, "alternative": alternative,

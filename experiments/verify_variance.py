@@ -12,18 +12,20 @@ and variance.png/pdf to ``--out``.
 
 from __future__ import annotations
 
-import os
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import tyro
+from matplotlib.figure import Figure
 
 from bpo import variance as V
-from bpo.config import ConfigError
+from bpo.config import ConfigError, replace
+from bpo.presets import get_preset
 from bpo.results import atomic_write_json, atomic_write_text
+from bpo.training import run
+from experiments.common import save_figure
 
 Z_AGREE = 4.0  # |MC - exact| / SE below this counts as agreement
 PI_STAR = float(2.0 - np.sqrt(2.0))  # ShortCorridor's optimal P(right), envs/short_corridor.py
@@ -34,8 +36,8 @@ class VerifyVarianceArgs:
     """Check Theorem 2 (Var under mu-hat <= Var under pi) exactly and by Monte Carlo on ShortCorridor
     and random MDPs; measure the variance under BPO-REINFORCE's learned mu on ShortCorridor."""
 
-    out: Path = Path("results/variance")
-    """Output folder."""
+    out: Path = Path("runs/variance")
+    """Output folder (git-ignored runs/ by default; the committed results: --out results/variance)."""
     n_random: int = 20
     """Random MDPs (5 states, 3 actions, gamma 0.9, episodic) besides ShortCorridor."""
     episodes: int = 100_000
@@ -140,7 +142,7 @@ def learned_variances(pi_probs: np.ndarray, mu_probs: np.ndarray, eval_episode: 
     for c in checkpoints:
         idx = int(np.flatnonzero(eval_episode[0] == c)[0])
         per_seed = {"var_pi": [], "var_mu_hat": [], "var_mu_learned": [], "var_mu_best_state_independent": []}
-        for p_pi, p_mu in zip(pi_probs[:, idx, 1].astype(float), mu_probs[:, idx, 1].astype(float)):
+        for p_pi, p_mu in zip(pi_probs[:, idx, 1].astype(float), mu_probs[:, idx, 1].astype(float), strict=True):
             pi, mu = V.state_independent(p_pi), V.state_independent(p_mu)
             v, q = V.policy_evaluation(mdp, pi)
             mh = V.mu_hat(pi, V.q_hat(mdp, pi, q))
@@ -161,10 +163,6 @@ def learned_variances(pi_probs: np.ndarray, mu_probs: np.ndarray, eval_episode: 
 
 def train_short_corridor(seeds: int, episodes: int, seed: int) -> dict:
     """BPO-REINFORCE with the ``short_corridor`` preset; returns the evaluation metrics (numpy)."""
-    from bpo.config import replace
-    from bpo.presets import get_preset
-    from bpo.train import run
-
     cfg = replace(get_preset("short_corridor"), algo="bpo", seeds=seeds, episodes=episodes, seed=seed)
     return run(cfg).metrics["eval"]
 
@@ -201,26 +199,9 @@ def format_table(summary: dict, learned: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _save_figure(fig, path: Path) -> None:
-    """Atomic like bpo.results: render to a temporary file in the same folder, then rename."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix)
-    os.close(fd)
-    try:
-        fig.savefig(tmp, dpi=150)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-
-
 def plot(out: Path, sc: dict, learned: list[dict]) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    fig = Figure(figsize=(10, 4))
+    axes = fig.subplots(1, 2)
     ep = np.array([r["episode"] for r in learned])
     for key, label, color in (("var_pi", "pi (on-policy)", "tab:blue"), ("var_mu_hat", "mu-hat (eq. 5)", "tab:green"),
                               ("var_mu_learned", "learned mu (BPO)", "tab:orange"),
@@ -241,9 +222,7 @@ def plot(out: Path, sc: dict, learned: list[dict]) -> None:
     axes[1].set_title(f"mean ± SE over {learned[0]['seeds']} seeds; Var under mu-hat at pi*: "
                       f"{sc['var_mu_hat'] / sc['var_pi']:.3f} of pi's", fontsize=9)
     fig.tight_layout()
-    for ext in ("png", "pdf"):
-        _save_figure(fig, out / f"variance.{ext}")
-    plt.close(fig)
+    save_figure(fig, out, "variance", dpi=150)
 
 
 def run_verification(a: VerifyVarianceArgs, gamma: float) -> tuple[dict, list[dict]]:
@@ -268,8 +247,6 @@ def run_verification(a: VerifyVarianceArgs, gamma: float) -> tuple[dict, list[di
 
 
 def verify_variance_main(argv: list[str]) -> int:
-    from bpo.presets import get_preset
-
     args = tyro.cli(VerifyVarianceArgs, args=argv, prog="bpo verify-variance")
     preset = get_preset("short_corridor")
     try:

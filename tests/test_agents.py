@@ -25,7 +25,7 @@ def test_reinforce_gradient_matches_closed_form():
     grad = jax.grad(reinforce_loss)(params, policy.apply, obs, actions, returns, mask)["params"]["theta"]
     x = np.array(SHORT_CORRIDOR_FEATURES)
     pi = np.array([0.7, 0.3])
-    want = sum(m * g * (x[a] - pi @ x) for a, g, m in zip(actions, returns, mask))
+    want = sum(m * g * (x[a] - pi @ x) for a, g, m in zip(actions, returns, mask, strict=True))
     np.testing.assert_allclose(-np.asarray(grad), want, rtol=1e-5)
     assert float(jax.nn.softmax(policy.apply(params, obs[:1]))[0, 1]) == pytest.approx(0.3, rel=1e-6)
 
@@ -38,7 +38,7 @@ def test_sgd_update_is_listing2_step():
     actions, returns, mask = jnp.array([1, 0]), jnp.array([-2.0, -1.0]), jnp.ones(2)
     new, _, _ = reinforce_update(params, tx.init(params), tx, policy.apply, obs, actions, returns, mask)
     x = np.array(SHORT_CORRIDOR_FEATURES)
-    step = 0.1 * sum(g * (x[a] - np.array([0.5, 0.5]) @ x) for a, g in zip([1, 0], [-2.0, -1.0]))
+    step = 0.1 * sum(g * (x[a] - np.array([0.5, 0.5]) @ x) for a, g in zip([1, 0], [-2.0, -1.0], strict=True))
     np.testing.assert_allclose(new["params"]["theta"] - params["params"]["theta"], step, rtol=1e-6)
 
 

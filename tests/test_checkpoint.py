@@ -15,7 +15,7 @@ import pytest
 from bpo import checkpoint as ckpt
 from bpo.config import replace
 from bpo.presets import get_preset
-from bpo.train import run
+from bpo.training import run
 from envs.gymnasium_envs import make_vector_env
 
 SHORT_CORRIDOR = ["train", "short_corridor", "--algo", "bpo", "--episodes", "200", "--eval-every", "10",
@@ -59,6 +59,7 @@ def same_run_directories(a: Path, b: Path):
     assert sa["final_eval_returns"] == sb["final_eval_returns"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args", [SHORT_CORRIDOR, CARTPOLE_HOST], ids=["jax-runner", "gymnasium-host-runner"])
 def test_resume_after_sigkill_equals_the_uninterrupted_run(tmp_path, args):
     whole, killed = tmp_path / "whole", tmp_path / "killed"
@@ -73,6 +74,7 @@ def test_resume_after_sigkill_equals_the_uninterrupted_run(tmp_path, args):
     same_run_directories(whole, killed)
 
 
+@pytest.mark.slow
 def test_sweep_continues_an_interrupted_run_from_its_checkpoint(tmp_path):
     sweep = ["sweep", "--preset", "short_corridor", "--variants", "bpo", "--set", "episodes=200", "eval_every=10",
              "eval_episodes=3", "--seeds", "2", "--no-progress", "--workers", "1"]
@@ -96,7 +98,8 @@ def test_sweep_continues_an_interrupted_run_from_its_checkpoint(tmp_path):
     assert not (killed / ".checkpoints" / run_id / ckpt.STATE_FILE).exists()
 
 
-@pytest.mark.parametrize("env_id", ["Hopper-v5", "CartPole-v1", "TruncationProbe-v0"])
+@pytest.mark.parametrize("env_id", [pytest.param("Hopper-v5", marks=pytest.mark.mujoco), "CartPole-v1",
+                                    "TruncationProbe-v0"])
 def test_environment_snapshots_continue_identically(env_id):
     a, b = make_vector_env(env_id, 3), make_vector_env(env_id, 3)
     a.reset(seed=[1, 2, 3])
@@ -107,7 +110,7 @@ def test_environment_snapshots_continue_identically(env_id):
         a.step(x)
     b.set_attr("snapshot", list(a.call("take_snapshot")))
     for x in actions[30:]:  # episodes end and auto-reset in here: the random generators were restored too
-        for ra, rb in zip(a.step(x)[:4], b.step(x)[:4]):
+        for ra, rb in zip(a.step(x)[:4], b.step(x)[:4], strict=True):
             np.testing.assert_array_equal(ra, rb)
     a.close()
     b.close()

@@ -251,7 +251,8 @@ def test_trust_region_masking_in_the_learner():
 def test_summary_warns_about_a_mismatch_and_curves_pool_diagnostics():
     from bpo.config import replace
     from bpo.presets import get_preset
-    from bpo.train import RunOutput, diagnostic_curves, diagnostics_summary
+    from bpo.training.run_output import RunOutput
+    from bpo.training.summary import diagnostic_curves, diagnostics_summary
 
     cfg = replace(get_preset("short_corridor"), episodes=4, eval_every=2)
     train = {"logprob_mismatch": np.array([[0.0, 0.001, 0.03, 0.0]]), "is_ratio_max": np.array([[1.0, 3.0, 2.0, 5.0]]),

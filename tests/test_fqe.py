@@ -8,8 +8,18 @@ import optax
 import pytest
 
 from bpo.fqe import (
-    FQESettings, QState, expected_next_value, fqe_loss, fqe_step, polyak_update, q_bounds, q_hat_bounds, r_hat,
-    take_action, td_weights, to_real,
+    FQESettings,
+    QState,
+    expected_next_value,
+    fqe_loss,
+    fqe_step,
+    polyak_update,
+    q_bounds,
+    q_hat_bounds,
+    r_hat,
+    take_action,
+    td_weights,
+    to_real,
 )
 
 N_S, N_A, GAMMA = 3, 2, 0.9
@@ -40,7 +50,7 @@ def dataset(quarters=P_QUARTERS):
         for a in range(N_A):
             for s2, count in enumerate(quarters[s, a]):
                 rows += [(s, a, s2)] * int(count)
-    s, a, s2 = map(np.array, zip(*rows))
+    s, a, s2 = map(np.array, zip(*rows, strict=True))
     eye = np.eye(N_S, dtype=np.float32)
     terminal = s2 == N_S
     return {

@@ -9,11 +9,11 @@ import pytest
 
 from bpo.cli import main
 from bpo.config import ConfigError, OnPolicyTrainConfig, PPOConfig, replace, traced_hyperparams
-from bpo.validation import validate
 from bpo.learner import keyed_update, make_learner
 from bpo.presets import PAPER_TABLE1, apply_variant, best_bpo_row, get_preset
 from bpo.runners.host import HostRunner
-from bpo.train import run
+from bpo.training import run
+from bpo.validation import validate
 from envs.gymnasium_envs import MUJOCO_ENVS, final_observations, gym_spec, make_vector_env
 
 
@@ -30,7 +30,7 @@ def probe_config(algo: str, **changes) -> OnPolicyTrainConfig:
 def test_same_step_auto_reset_returns_the_real_final_observation():
     env = make_vector_env("TruncationProbe-v0", 2)
     env.reset(seed=[0, 1])
-    for t in range(4):
+    for _t in range(4):
         obs, _, terminated, truncated, info = env.step(np.zeros(2, np.int64))
         done = terminated | truncated
         final = final_observations(obs, done, info)
@@ -76,6 +76,7 @@ def test_host_runner_trains_like_the_jax_runner_on_twin_environments(algo):
                                    err_msg=name)
 
 
+@pytest.mark.mujoco
 @pytest.mark.parametrize("algo", ["ppo", "bpo"])
 def test_host_update_equals_the_learner_update_on_the_same_batch(algo):
     """A rollout collected by the host runner on HalfCheetah-v5, then one update. The host runner's
@@ -86,7 +87,7 @@ def test_host_update_equals_the_learner_update_on_the_same_batch(algo):
                   seeds=2, total_timesteps=256, eval_every=256, eval_episodes=1,
                   **{"ppo.n_steps": 128, "ppo.batch_size": 64, "ppo.n_epochs": 2, "bpo.replay_size": 256,
                      "bpo.n_qvf_epochs": 2, "bpo.n_mu_epochs": 2})
-    runner = HostRunner(cfg)
+    runner = HostRunner(cfg, traced_hyperparams(cfg))
     captured = {}
 
     def capture_build(obs0, build=runner._build):
@@ -120,6 +121,7 @@ SMOKE = [(env, algo, preset) for env in MUJOCO_ENVS for algo in ("ppo", "bpo")
          for preset in ("mujoco_default", "mujoco_gsde")]
 
 
+@pytest.mark.mujoco
 @pytest.mark.parametrize("env,algo,preset", SMOKE)
 def test_every_mujoco_task_runs_a_tiny_budget(env, algo, preset):
     """One rollout of at most 2,048 steps of the preset on the task (gSDE: 16 envs x 128 steps),
@@ -185,6 +187,7 @@ def test_invalid_gymnasium_configs_name_the_field(changes, field):
     assert err.value.field_name == field
 
 
+@pytest.mark.mujoco
 def test_cli_trains_a_mujoco_preset_with_tensorboard(tmp_path):
     out = tmp_path / "run"
     assert main(["train", "mujoco_default", "--env", "Hopper-v5", "--variant", "bpo_c1.0_rho1.0", "--seeds", "2",
@@ -208,6 +211,7 @@ def test_cli_env_flag_applies_table_5_and_rejects_unknown_variants(capsys):
     assert "error: variant:" in capsys.readouterr().err
 
 
+@pytest.mark.mujoco
 def test_background_and_inline_evaluation_agree():
     """Evaluation in a worker process returns exactly what evaluation in the training loop does,
     in the same order, while the training loop spends less time on it."""
@@ -227,6 +231,7 @@ def test_async_vector_envs_give_the_same_run_as_sync_ones():
     jax.tree.map(np.testing.assert_array_equal, sync, async_)
 
 
+@pytest.mark.mujoco
 def test_same_config_and_seed_give_identical_results_on_the_host():
     cfg = replace(apply_variant(get_preset("mujoco_default", "Hopper-v5"), "ppo"), total_timesteps=512,
                   eval_every=256, eval_episodes=2, **{"ppo.n_steps": 256})

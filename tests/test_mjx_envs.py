@@ -27,6 +27,8 @@ from envs.mjx.base import MAX_EPISODE_STEPS, MjxState
 STEP_TOL = 1e-9  # observation and reward, re-synced steps, float64 (seen: <= 5e-13)
 FREE_TOL = 1e-6  # observation and reward, 100 free-running steps, float64 (seen: <= 2e-7, Ant)
 
+pytestmark = pytest.mark.mjx
+
 
 def _gym(env_id):
     return gym.make(env_id, disable_env_checker=True)
@@ -70,7 +72,9 @@ def test_spec_matches_gymnasium(env_id):
     assert env.frame_skip == _gym(env_id).unwrapped.frame_skip
 
 
-@pytest.mark.parametrize("env_id", MUJOCO_ENVS)
+@pytest.mark.mujoco
+@pytest.mark.parametrize("env_id", [pytest.param(e, marks=pytest.mark.slow) if e == "Walker2d-v5" else e
+                                    for e in MUJOCO_ENVS])
 def test_parity_with_gymnasium_float64(env_id):
     with jax.enable_x64(True):
         env = make_mjx_env(env_id)
@@ -92,7 +96,7 @@ def test_parity_with_gymnasium_float64(env_id):
             state = jax.tree.map(lambda a, b: jnp.asarray(a, b.dtype), state, like)
             errors = [np.abs(np.asarray(env.observation(state.data)) - obs).max()]
             horizon = 40 if env_id == "HalfCheetah-v5" else 100  # chaotic after ~50 (module docstring)
-            for t in range(horizon):
+            for _t in range(horizon):
                 action = rng.uniform(-1.0, 1.0, env.spec.n_actions)
                 obs, reward, terminated, truncated, _ = genv.step(action)
                 state, m_obs, m_reward, m_term, m_trunc = step(None, state, jnp.asarray(action))
@@ -114,6 +118,8 @@ def test_truncation_after_1000_steps():
     assert bool(truncated) and not bool(terminated)
 
 
+@pytest.mark.slow
+@pytest.mark.mujoco
 def test_stock_mjx_contact_frames_leave_gymnasium_ant(monkeypatch):
     """The reason for ``envs.mjx.contacts``: measured on the same 100 re-synced steps."""
     import envs.mjx.base
@@ -185,6 +191,8 @@ def _gym_random_returns(env_id, n, seed, horizon):
 HORIZON = {"Ant-v5": 200}
 
 
+@pytest.mark.slow
+@pytest.mark.mujoco
 @pytest.mark.parametrize("env_id", MUJOCO_ENVS)
 def test_random_policy_returns_match_gymnasium(env_id):
     n, horizon = 16, HORIZON.get(env_id, MAX_EPISODE_STEPS)

@@ -9,15 +9,19 @@ import pytest
 
 from bpo.cli import main
 from bpo.config import ConfigError, replace
-from bpo.validation import validate
 from bpo.presets import get_preset
+from bpo.validation import validate
+
+pytestmark = pytest.mark.mjx
 
 
+@pytest.mark.slow
 def test_cli_trains_bpo_on_an_mjx_task(tmp_path):
     out = tmp_path / "run"
     # HalfCheetah: its Euler integrator compiles in a fraction of the RK4 tasks' time on a CPU.
-    assert main(["train", "mujoco_default", "--env", "HalfCheetah-v5", "--backend", "mjx", "--variant", "bpo_c1.0_rho1.5",
-                 "--seeds", "2", "--total-timesteps", "256", "--ppo.n-steps", "128", "--eval-every", "128",
+    assert main(["train", "mujoco_default", "--env", "HalfCheetah-v5", "--backend", "mjx",
+                 "--variant", "bpo_c1.0_rho1.5", "--seeds", "2", "--total-timesteps", "256", "--ppo.n-steps", "128",
+                 "--eval-every", "128",
                  "--eval-episodes", "2", "--bpo.n-qvf-epochs", "1", "--bpo.n-mu-epochs", "1", "--no-progress",
                  "--out", str(out)]) == 0
     from bpo.results import read_curve, read_summary

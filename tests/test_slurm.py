@@ -4,7 +4,11 @@
 import subprocess
 import sys
 
+import pytest
+
 from slurm_cluster import slurm_env  # noqa: F401 - the fixture
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
 SWEEP_FILE = '''
 from experiments.sweep import Grid, SlurmResources, Sweep

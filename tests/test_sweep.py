@@ -1,5 +1,6 @@
 """Sweeps: expansion and validation of the grid, the staged results store, a sweep killed with
-SIGKILL and resumed (real subprocesses), and learning-curve plots."""
+SIGKILL and resumed (real subprocesses), learning-curve plots, and `bpo reproduce` (a sweep, then
+its plot and table) with its default output folder under runs/."""
 
 import csv
 import json
@@ -10,15 +11,16 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from bpo.cli import main
-from bpo.config import ConfigError
+from bpo.config import ConfigError, replace
 from bpo.presets import TABLE1_ROWS, get_preset
 from experiments import store
-from synthetic_results import fake_run, synthetic_results
 from experiments.sweep import Grid, RunSpec, Sweep, apply_overrides, expand, load_sweep, parse_assignment
+from experiments.verify_variance import VerifyVarianceArgs
+
+from synthetic_results import fake_run, synthetic_results
 
 TINY_SC = (("episodes", 20), ("eval_every", 10), ("eval_episodes", 3))
 
@@ -32,7 +34,8 @@ def test_expand_is_the_product_with_ids_and_validated_configs():
     specs = expand(sweep)
     assert [s.run_id for s in specs] == [
         "CartPole-v1-cartpole_ppo-ppo-bpo.c_bar=1.0", "CartPole-v1-cartpole_ppo-ppo-bpo.c_bar=2.0",
-        "CartPole-v1-cartpole_ppo-bpo_c1.0_rho1.5-bpo.c_bar=1.0", "CartPole-v1-cartpole_ppo-bpo_c1.0_rho1.5-bpo.c_bar=2.0",
+        "CartPole-v1-cartpole_ppo-bpo_c1.0_rho1.5-bpo.c_bar=1.0",
+        "CartPole-v1-cartpole_ppo-bpo_c1.0_rho1.5-bpo.c_bar=2.0",
         "ShortCorridor-v0-short_corridor-reinforce", "ShortCorridor-v0-short_corridor-bpo"]
     cfg = specs[3].config()
     # The grid value wins over the variant's c_bar (overrides come after the variant).
@@ -45,10 +48,21 @@ def test_expand_is_the_product_with_ids_and_validated_configs():
 
 
 def test_sweep_files_expand():
-    sizes = {"fig2": 2, "table1": 25, "ablations": 20, "table1_small": 10}
+    sizes = {"fig2": 2, "classic": 4, "mujoco_small": 4, "table1": 25, "ablations": 20, "table1_small": 10}
     for name, n in sizes.items():
         specs = expand(load_sweep(name))
         assert len(specs) == n, name
+    # classic: PPO and BPO-PPO each with the preset's own settings (variant 'bpo' keeps them), 10 seeds.
+    for spec in expand(load_sweep("classic")):
+        assert spec.config() == replace(get_preset(spec.preset), algo=spec.variant, seeds=10,
+                                        variant="ppo" if spec.variant == "ppo" else "")
+    assert {s.preset for s in expand(load_sweep("classic"))} == {"cartpole_ppo", "pendulum_ppo"}
+    small = [s.config() for s in expand(load_sweep("mujoco_small"))]
+    assert {(c.env, c.variant, c.algo, c.bpo.c_bar, c.bpo.rho_bar) for c in small} == {
+        (env, v, a, 1.0, 1.5) for env in ("HalfCheetah-v5", "Hopper-v5")
+        for v, a in (("ppo", "ppo"), ("bpo_c1.0_rho1.5", "bpo"))}
+    assert {(c.preset, c.backend, c.seeds, c.total_timesteps) for c in small} == {
+        ("mujoco_default", "gymnasium", 3, 300_000)}
     table1 = expand(load_sweep("table1"))
     assert {s.variant for s in table1} == set(TABLE1_ROWS) and all(s.seeds == 10 for s in table1)
     assert {(s.config().env, s.preset) for s in table1} == {
@@ -151,6 +165,7 @@ def _read_all(root: Path) -> None:
         assert rows and all(len(r) == len(rows[0]) for r in rows), path
 
 
+@pytest.mark.slow
 def test_sweep_killed_with_sigkill_resumes_without_redoing_runs(tmp_path):
     out = tmp_path / "sweep"
     cmd = [sys.executable, "-m", "bpo.cli", "sweep", "--preset", "short_corridor", "--variants", "reinforce",
@@ -211,3 +226,51 @@ def test_plot_and_table_reject_a_missing_folder(tmp_path, capsys):
     assert "results_dir: " in capsys.readouterr().err
     assert main(["table", str(tmp_path)]) == 2
     assert "no finished runs" in capsys.readouterr().err
+
+
+def _tiny_sweep_file(folder: Path) -> Path:
+    """One REINFORCE run of 2 seeds x 20 episodes: a worker process in a few seconds."""
+    path = folder / "tiny.py"
+    path.write_text("from experiments.sweep import Grid, Sweep\n\n"
+                    "SWEEP = Sweep(name='tiny', grids=(Grid(preset='short_corridor', variants=('reinforce',),\n"
+                    f"             fixed={TINY_SC!r}, seeds=2),))\n")
+    return path
+
+
+def test_reproduce_is_sweep_then_plot_and_table_and_writes_under_runs(tmp_path, monkeypatch, capsys):
+    sweep_file = _tiny_sweep_file(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    run_id = "ShortCorridor-v0-short_corridor-reinforce"
+    # Without --out: runs/NAME under the working directory (git-ignored), never results/.
+    assert main(["sweep", str(sweep_file), "--dry-run"]) == 0
+    assert capsys.readouterr().out.strip().endswith(f"-> {Path('runs') / 'tiny'}")
+    assert VerifyVarianceArgs().out == Path("runs/variance")
+    assert main(["reproduce", str(sweep_file), "--no-progress"]) == 0
+    assert "| REINFORCE |" in capsys.readouterr().out
+    reproduced = tmp_path / "runs" / "tiny"
+    assert not (tmp_path / "results").exists()
+    # The same sweep by hand, elsewhere: bpo sweep, bpo plot, bpo table.
+    by_hand = tmp_path / "by_hand"
+    assert main(["sweep", str(sweep_file), "--no-progress", "--out", str(by_hand)]) == 0
+    assert main(["plot", str(by_hand)]) == 0
+    assert main(["table", str(by_hand)]) == 0
+    assert (reproduced / run_id / "curve.csv").read_bytes() == (by_hand / run_id / "curve.csv").read_bytes()
+    for name in ("config.json", "spec.json"):
+        assert (reproduced / run_id / name).read_text() == (by_hand / run_id / name).read_text()
+    assert json.loads((reproduced / "table1.json").read_text()) == json.loads((by_hand / "table1.json").read_text())
+    for name in ("curves.png", "curves.pdf", "table1.md", "table1.tex", "aggregates.json", "iqm.png"):
+        assert (reproduced / name).stat().st_size > 0, name
+    # Run again: every run is finished, so only the plot and the table are redone.
+    assert main(["reproduce", str(sweep_file), "--no-progress"]) == 0
+    assert "1 runs, 1 finished or in flight, 0 to run" in capsys.readouterr().out
+
+
+def test_reproduce_rejects_bad_arguments_before_running(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["reproduce", "fig9"]) == 2
+    assert "sweep: no sweep file" in capsys.readouterr().err
+    assert main(["reproduce", "fig2", "--seeds", "0"]) == 2
+    assert "seeds: must be an integer >= 1" in capsys.readouterr().err
+    assert main(["reproduce", "fig2", "--set", "episodes=7"]) == 2
+    assert "eval_every: must divide" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())

@@ -1,6 +1,6 @@
 """Table 1 from synthetic results whose means and Welch p-values are known by construction: the
-right cells are bold or italic, in Markdown, LaTeX and JSON; rliable's aggregates against a plain
-computation."""
+right cells are bold or italic, in Markdown, LaTeX and JSON, with the paper's numbers, known optima
+and the runs beside them; rliable's aggregates against a plain computation."""
 
 import json
 import math
@@ -8,10 +8,14 @@ import math
 import numpy as np
 import pytest
 from scipy import stats
-from synthetic_results import synthetic_results
 
 from bpo.cli import main
-from experiments.table import compute_table, mark, welch_p
+from bpo.config import replace
+from bpo.presets import get_preset
+from experiments.common import welch_p
+from experiments.table import compute_table, mark
+
+from synthetic_results import fake_run, synthetic_results
 
 
 def sample(mean: float, sd: float, n: int) -> np.ndarray:
@@ -110,6 +114,14 @@ def test_bpo_table_writes_marked_markdown_latex_and_aggregates(tmp_path, capsys)
         r: m for (s, r), m in EXPECTED.items() if s == HOPPER}
     for name in ("iqm.png", "iqm.pdf", "probability_of_improvement.png", "probability_of_improvement.pdf"):
         assert (tmp_path / "out" / name).stat().st_size > 5000
+    # The paper's Table 1 for the same cells (bpo.presets.PAPER_TABLE1), in the same column order.
+    text = "\n".join(md)
+    assert "The paper's Table 1 (1.5M/2M steps, 10 seeds) for the same cells:" in text
+    assert "| PPO | 1106 ± 111 | 2126 ± 492 |" in text and "| BPO (traj c̄ = 1.0) | 1400 ± 122 | 2770 ± 296 |" in text
+    # One line per run, with its seeds and wall time.
+    assert "| Hopper-v5/mujoco_default/ppo | PPO | 10 | – | 1 | – |" in text
+    assert sum(line.startswith("| Ant-v5/") or line.startswith("| Hopper-v5/") for line in md) == 9
+    assert "Optimal expected return" not in text  # no MuJoCo optimum is known
 
 
 def test_rliable_aggregates_match_a_plain_computation(tmp_path):
@@ -139,3 +151,15 @@ def test_rliable_aggregates_match_a_plain_computation(tmp_path):
             x, y = CELLS[task][r][:n], CELLS[task]["ppo"][:n]
             per_task.append(np.mean([(a > b) + 0.5 * (a == b) for a in x for b in y]))
         assert agg["probability_of_improvement"][r]["point"] == pytest.approx(np.mean(per_task), rel=1e-9)
+
+
+def test_episodic_table_notes_the_optimum_and_each_run(tmp_path):
+    base = get_preset("short_corridor")
+    for algo, finals in (("reinforce", [-13.0, -13.2, -12.8]), ("bpo", [-11.0, -11.2, -11.4])):
+        fake_run(tmp_path / algo, replace(base, algo=algo, seeds=3), finals)
+    assert main(["table", str(tmp_path), "--bootstrap-reps", "200"]) == 0
+    md = (tmp_path / "table1.md").read_text()
+    assert "| REINFORCE | -13.00 ± 0.12 |" in md and "| BPO | **-11.20 ± 0.12** |" in md  # baseline: REINFORCE
+    assert "Optimal expected return: ShortCorridor-v0 -11.66." in md  # envs.short_corridor, exact
+    assert "The paper's Table 1" not in md
+    assert "| bpo | BPO | 3 | – | 1 | – |" in md and "| reinforce | REINFORCE | 3 | – | 1 | – |" in md

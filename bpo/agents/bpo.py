@@ -1,23 +1,31 @@
 """BPO's behaviour step (Algorithm 1, lines 9-16), shared by BPO-REINFORCE and BPO-PPO:
 
-    for n_qvf_epochs: optimise Q with FQE            (eq. 13)
+    for n_qvf_epochs: optimise Q with FQE            (eq. 13)           ``fqe_epochs``
     compute r-hat on D with the trained Q            (eq. 7)
-    for n_qvf_epochs: optimise Q-hat with FQE        (eq. 14, gamma^2)
-    for n_mu_epochs:  optimise mu towards pi sqrt(Q-hat)  (eq. 15 discrete, eq. 16 continuous)
+    for n_qvf_epochs: optimise Q-hat with FQE        (eq. 14, gamma^2)  ``fqe_epochs``
+    for n_mu_epochs:  optimise mu towards pi sqrt(Q-hat)  (eq. 15 discrete, eq. 16 continuous)  ``mu_epochs``
 
-The target policy pi is fixed during the step. Discrete actions: Q(s, .) has one output per
-action and the next-state expectation over pi is exact. Continuous actions: Q(s, a) takes the
-action as input (clipped to the action bounds with ``clip_actions``) and the next-state value is
-Q(s', a') at one sample a' ~ pi(.|s').
+``behaviour_step`` runs the four in order. The target policy pi is fixed during the step.
+Discrete actions: Q(s, .) has one output per action and the next-state expectation over pi is
+exact. Continuous actions: Q(s, a) takes the action as input (clipped to the action bounds with
+``clip_actions``) and the next-state value is Q(s', a') at one sample a' ~ pi(.|s').
 
-The replay's observations must already be in the networks' input space (normalised by the
-caller when the run normalises observations).
+The static half (settings, action space, networks) is a ``Behaviour``; the traced hyperparameters
+``hp`` (q_lr, mu_lr, polyak_tau, symlog_reg_coef, gamma: ``Hyperparams`` or ``PPOHyperparams``)
+are passed to every call, so they can be vmapped like seeds. The replay's observations must
+already be in the networks' input space (normalised by the caller when the run normalises
+observations).
 """
 
-from typing import Callable, NamedTuple
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from bpo import distributions as D
@@ -25,9 +33,23 @@ from bpo import replay as rb
 from bpo.behaviour import behaviour_target_log_probs, continuous_mu_loss, discrete_mu_loss, floored_q_hat
 from bpo.config import BehaviourConfig
 from bpo.fqe import (
-    FQESettings, QState, expected_next_value, fqe_step, q_bounds, q_hat_bounds, r_hat, take_action, to_real,
+    FQESettings,
+    QState,
+    expected_next_value,
+    fqe_step,
+    q_bounds,
+    q_hat_bounds,
+    r_hat,
+    take_action,
+    to_real,
 )
 from bpo.networks import MLP
+
+Params = dict
+DistFn = Callable[[jax.Array], D.Dist]
+"""obs -> the policy's action distribution there."""
+MuApply = Callable[[Params, jax.Array], D.Dist]
+"""(mu's parameters, obs) -> mu's action distribution."""
 
 
 class BehaviourState(NamedTuple):
@@ -40,171 +62,221 @@ class BehaviourState(NamedTuple):
     r_hat_max: jnp.ndarray
 
 
-class Behaviour(NamedTuple):
-    """The networks and optimisers of the behaviour step, and its functions."""
-
-    init: Callable  # (key, obs_example, action_example, mu_params) -> BehaviourState
-    step: Callable  # (key, state, replay, pi_dist_fn, gamma) -> (state, metrics)
-    mu_apply: Callable  # (mu_params, obs) -> Dist
-
-
 def adam(lr, eps, max_grad_norm):
     clip = [] if max_grad_norm == float("inf") else [optax.clip_by_global_norm(max_grad_norm)]
     return optax.chain(*clip, optax.adam(lr, eps=eps))
 
 
-def make_behaviour(cfg: BehaviourConfig, discrete: bool, n_actions: int, mu_apply: Callable, hp,
-                   action_low=None, action_high=None, clip_actions: bool = True) -> Behaviour:
-    """Build the behaviour step. ``mu_apply(params, obs) -> Dist`` is mu's network (same
-    architecture as pi). ``hp`` holds the traced q_lr, mu_lr, polyak_tau, symlog_reg_coef.
-    ``n_actions`` is the number of actions (discrete) or the action dimension (continuous)."""
-    q_net = MLP(cfg.q_hidden, n_actions if discrete else 1, layer_norm=cfg.layer_norm, zero_head=cfg.zero_init_head)
-    # The learning rates may be scaled per call of ``step`` (a decay schedule); Adam's state does
-    # not depend on the rate, so optimisers built with different rates share one state.
-    q_tx = adam(hp.q_lr, cfg.adam_eps, cfg.q_max_grad_norm)
-    mu_tx = adam(hp.mu_lr, cfg.adam_eps, cfg.mu_max_grad_norm)
-    settings = FQESettings(cfg.symlog_targets, cfg.weight_td, cfg.clip_targets, cfg.bootstrap_net == "target")
+@dataclass(frozen=True, eq=False)
+class Behaviour:
+    """The static half of the behaviour step: its settings, the action space and the networks.
 
-    def env_action(action):
-        if discrete or not clip_actions:
+    ``mu_apply`` is mu's network (the architecture of pi); ``n_actions`` is the number of actions
+    (discrete) or the action dimension (continuous). Build it with ``make_behaviour``."""
+
+    cfg: BehaviourConfig
+    discrete: bool
+    n_actions: int
+    q_net: MLP
+    mu_apply: MuApply
+    action_low: np.ndarray | None = None
+    action_high: np.ndarray | None = None
+    clip_actions: bool = True
+
+    def q_tx(self, hp, lr_scale=1.0) -> optax.GradientTransformation:
+        return adam(hp.q_lr * lr_scale, self.cfg.adam_eps, self.cfg.q_max_grad_norm)
+
+    def mu_tx(self, hp, lr_scale=1.0) -> optax.GradientTransformation:
+        return adam(hp.mu_lr * lr_scale, self.cfg.adam_eps, self.cfg.mu_max_grad_norm)
+
+    def fqe_settings(self) -> FQESettings:
+        c = self.cfg
+        return FQESettings(c.symlog_targets, c.weight_td, c.clip_targets, c.bootstrap_net == "target")
+
+    def env_action(self, action):
+        if self.discrete or not self.clip_actions:
             return action
-        return jnp.clip(action, jnp.asarray(action_low), jnp.asarray(action_high))
+        return jnp.clip(action, jnp.asarray(self.action_low), jnp.asarray(self.action_high))
 
-    def q_output(params, obs, action):
+    def q_output(self, params, obs, action):
         """Network output at (s, a): symlog(Q) with symlog targets, Q otherwise."""
-        if discrete:
-            return take_action(q_net.apply(params, obs), action)
-        return q_net.apply(params, jnp.concatenate([obs, env_action(action)], axis=-1))[..., 0]
+        if self.discrete:
+            return take_action(self.q_net.apply(params, obs), action)
+        return self.q_net.apply(params, jnp.concatenate([obs, self.env_action(action)], axis=-1))[..., 0]
 
-    def q_value(params, obs, action):
-        return to_real(q_output(params, obs, action), cfg.symlog_targets)
+    def q_value(self, params, obs, action):
+        return to_real(self.q_output(params, obs, action), self.cfg.symlog_targets)
 
-    def init(key, obs_example, action_example, mu_params):
+    def next_values(self, pi_next: D.Dist, params, batch):
+        """E_{a'~pi(.|s')} Q(s', a') on a minibatch (rows ``batch['idx']`` of the buffer)."""
+        dist = jax.tree.map(lambda x: x[batch["idx"]], pi_next)
+        if self.discrete:
+            next_q = to_real(self.q_net.apply(params, batch["next_obs"]), self.cfg.symlog_targets)
+            return expected_next_value(next_q, jax.nn.softmax(dist.loc, axis=-1))
+        next_action = D.sample(batch["key"], dist, discrete=False)
+        return self.q_value(params, batch["next_obs"], next_action)
+
+    def discrete_q_hat(self, q_hat_params, obs, hat_cap):
+        """Q-hat(s, a) for every action, made safe for the log in eq. (5); ones without Q-hat."""
+        if not self.cfg.use_q_hat:
+            return jnp.ones(obs.shape[:-1] + (self.n_actions,))
+        values = to_real(self.q_net.apply(q_hat_params, obs), self.cfg.symlog_targets)
+        return floored_q_hat(values, self.cfg.q_hat_floor, hat_cap if self.cfg.clip_targets else None)
+
+    def epoch_keys(self, k):
+        """(minibatch-order key, per-minibatch sample key) of one epoch. Discrete steps draw no
+        action samples; their minibatch order uses the epoch key itself."""
+        return (k, k) if self.discrete else tuple(jax.random.split(k))
+
+    def init(self, key, obs_example, action_example, mu_params, hp) -> BehaviourState:
+        """Q and Q-hat fresh; mu from the given parameters (the caller starts mu equal to pi)."""
         k_q, k_qh, _ = jax.random.split(key, 3)  # the third key was mu's before mu_params came from outside
-        q_input = obs_example if discrete else jnp.concatenate([obs_example, jnp.asarray(action_example, jnp.float32)])
+        ex = obs_example if self.discrete else jnp.concatenate([obs_example, jnp.asarray(action_example, jnp.float32)])
+        # Adam's state does not depend on the learning rate, so the optimisers of later steps,
+        # each with its own scaled rate, share this state.
+        q_tx, mu_tx = self.q_tx(hp), self.mu_tx(hp)
 
         def q_state(k):
-            params = q_net.init(k, q_input)
+            params = self.q_net.init(k, ex)
             return QState(params=params, target_params=params, opt_state=q_tx.init(params))
 
         zero = jnp.zeros((), jnp.float32)
         return BehaviourState(q_state(k_q), q_state(k_qh), mu_params, mu_tx.init(mu_params), zero, zero, zero)
 
-    def split_epoch_key(k):
-        # Discrete steps draw no action samples; their minibatch order uses the epoch key itself.
-        return (k, k) if discrete else tuple(jax.random.split(k))
+    def step(self, key, state: BehaviourState, replay: rb.Replay, pi_dist_fn: DistFn, hp, lr_scale=1.0):
+        """``behaviour_step`` with these settings."""
+        return behaviour_step(key, state, replay, pi_dist_fn, hp, lr_scale, beh=self)
 
-    def next_value_fn(pi_next: D.Dist):
-        """E_{a'~pi(.|s')} Q(s', a') on a minibatch (rows ``batch['idx']`` of the buffer)."""
 
-        def next_values(params, batch):
-            dist = jax.tree.map(lambda x: x[batch["idx"]], pi_next)
-            if discrete:
-                next_q = to_real(q_net.apply(params, batch["next_obs"]), cfg.symlog_targets)
-                return expected_next_value(next_q, jax.nn.softmax(dist.loc, axis=-1))
-            next_action = D.sample(batch["key"], dist, discrete=False)
-            return q_value(params, batch["next_obs"], next_action)
+def make_behaviour(cfg: BehaviourConfig, discrete: bool, n_actions: int, mu_apply: MuApply,
+                   action_low=None, action_high=None, clip_actions: bool = True) -> Behaviour:
+    """The behaviour step's networks: Q and Q-hat share one MLP architecture (Appendix C.2: layer
+    norm, zero-initialised head), with one output per action (discrete) or (s, a) as input."""
+    q_net = MLP(cfg.q_hidden, n_actions if discrete else 1, layer_norm=cfg.layer_norm, zero_head=cfg.zero_init_head)
+    return Behaviour(cfg, discrete, n_actions, q_net, mu_apply, action_low, action_high, clip_actions)
 
-        return next_values
 
-    def run_fqe(key, q_state, replay, rewards_field, gamma, bounds, pi_next, log_pi, q_tx):
-        next_values = next_value_fn(pi_next)
+def fqe_epochs(key, q_state: QState, replay: rb.Replay, rewards_field: str, gamma, bounds, pi_next: D.Dist, log_pi,
+               *, beh: Behaviour, tx: optax.GradientTransformation, hp) -> tuple[QState, dict]:
+    """Algorithm 1 lines 10-11 (Q, eq. 13: ``rewards_field = 'reward'``) or 13-14 (Q-hat, eq. 14:
+    ``'r_hat'`` and ``gamma**2``): ``n_qvf_epochs`` random passes over the filled part of D in
+    minibatches of ``q_batch_size``, one ``fqe_step`` each, with targets clipped to ``bounds``.
 
-        def minibatch(state, xs):
-            idx, k = xs
-            batch = rb.gather(replay, idx)
-            batch.update(reward=batch[rewards_field], idx=idx, key=k)
-            return fqe_step(
-                state, batch, log_pi[idx], predict=lambda p, b: q_output(p, b["obs"], b["action"]),
-                next_values=next_values, tx=q_tx, gamma=gamma, bounds=bounds, tau=hp.polyak_tau,
-                reg_coef=hp.symlog_reg_coef, settings=settings,
-            )
+    ``pi_next``: pi(.|s') and ``log_pi``: log pi(a|s) on every row of the buffer (pi is fixed).
+    Returns the new state and the metrics of ``fqe_step`` averaged over all steps."""
+    cfg, settings = beh.cfg, beh.fqe_settings()
 
-        def epoch(state, k):
-            k_idx, k_samples = split_epoch_key(k)
-            idx = rb.epoch_indices(k_idx, replay, cfg.q_batch_size)
-            return jax.lax.scan(minibatch, state, (idx, jax.random.split(k_samples, idx.shape[0])))
-
-        q_state, metrics = jax.lax.scan(epoch, q_state, jax.random.split(key, cfg.n_qvf_epochs))
-        return q_state, jax.tree.map(jnp.mean, metrics)
-
-    def mu_loss_fn(params, key, obs, pi_dist: D.Dist, q_hat_params, hat_cap, q_hat_all_actions):
-        """Eq. (15) or (16) on a minibatch of replay states. ``q_hat_all_actions``: discrete only,
-        Q-hat(s, .) precomputed once per behaviour step (Q-hat is fixed while mu trains)."""
-        mu_dist = mu_apply(params, obs)
-        if discrete:
-            target = behaviour_target_log_probs(pi_dist.loc, q_hat_all_actions)
-            return discrete_mu_loss(mu_dist.loc, target, cfg.mu_loss)
-        action = D.sample(key, mu_dist, discrete=False)  # reparameterised: gradients flow through a
-        log_mu = D.log_prob(mu_dist, action, discrete=False)
-        log_pi = D.log_prob(pi_dist, action, discrete=False)
-        if cfg.use_q_hat:
-            cap = hat_cap if cfg.clip_targets else None
-            q_hat = floored_q_hat(q_value(q_hat_params, obs, action), cfg.q_hat_floor, cap)
-        else:
-            q_hat = jnp.ones_like(log_mu)
-        return continuous_mu_loss(log_mu, log_pi, q_hat)
-
-    def discrete_q_hat(q_hat_params, obs, hat_cap):
-        """Q-hat(s, a) for every action, made safe for the log in eq. (5); ones without Q-hat."""
-        if not cfg.use_q_hat:
-            return jnp.ones(obs.shape[:-1] + (n_actions,))
-        values = to_real(q_net.apply(q_hat_params, obs), cfg.symlog_targets)
-        return floored_q_hat(values, cfg.q_hat_floor, hat_cap if cfg.clip_targets else None)
-
-    def step(key, state: BehaviourState, replay: rb.Replay, pi_dist_fn: Callable, gamma, lr_scale=1.0):
-        """One behaviour step on D; ``lr_scale`` multiplies the Q, Q-hat and mu learning rates."""
-        k_q, k_qh, k_mu = jax.random.split(key, 3)
-        q_tx = adam(hp.q_lr * lr_scale, cfg.adam_eps, cfg.q_max_grad_norm)
-        mu_tx = adam(hp.mu_lr * lr_scale, cfg.adam_eps, cfg.mu_max_grad_norm)
-        data = replay.data
-        filled = jnp.arange(replay.capacity) < replay.size
-        # pi is fixed during the behaviour step: evaluate it once on the whole buffer.
-        pi_next = pi_dist_fn(data["next_obs"])
-        pi_here = pi_dist_fn(data["obs"])
-        log_pi = D.log_prob(pi_here, data["action"], discrete)
-
-        r_min = jnp.minimum(state.r_min, jnp.min(jnp.where(filled, data["reward"], jnp.inf)))
-        r_max = jnp.maximum(state.r_max, jnp.max(jnp.where(filled, data["reward"], -jnp.inf)))
-        bounds = q_bounds(r_min, r_max, gamma)
-        q, q_metrics = run_fqe(k_q, state.q, replay, "reward", gamma, bounds, pi_next, log_pi, q_tx)
-
-        q_sa = q_value(q.params, data["obs"], data["action"])
-        if cfg.clip_targets:
-            q_sa = jnp.clip(q_sa, *bounds)
-        replay = replay.replace(data={**data, "r_hat": r_hat(data["reward"], q_sa)})
-        r_hat_max = jnp.maximum(state.r_hat_max, jnp.max(jnp.where(filled, replay.data["r_hat"], -jnp.inf)))
-        hat_bounds = q_hat_bounds(r_hat_max, gamma)
-        q_hat, q_hat_metrics = run_fqe(k_qh, state.q_hat, replay, "r_hat", gamma**2, hat_bounds, pi_next, log_pi,
-                                       q_tx)
-
-        q_hat_all = discrete_q_hat(q_hat.params, data["obs"], hat_bounds[1]) if discrete else None
-
-        def mu_minibatch(carry, xs):
-            params, opt_state = carry
-            idx, k = xs
-            pi_dist = jax.tree.map(lambda x: x[idx], pi_here)
-            loss, grads = jax.value_and_grad(mu_loss_fn)(params, k, data["obs"][idx], pi_dist, q_hat.params,
-                                                         hat_bounds[1], None if q_hat_all is None else q_hat_all[idx])
-            updates, opt_state = mu_tx.update(grads, opt_state, params)
-            return (optax.apply_updates(params, updates), opt_state), loss
-
-        def mu_epoch(carry, k):
-            k_idx, k_samples = split_epoch_key(k)
-            idx = rb.epoch_indices(k_idx, replay, cfg.mu_batch_size)
-            return jax.lax.scan(mu_minibatch, carry, (idx, jax.random.split(k_samples, idx.shape[0])))
-
-        (mu_params, mu_opt_state), mu_losses = jax.lax.scan(
-            mu_epoch, (state.mu_params, state.mu_opt_state), jax.random.split(k_mu, cfg.n_mu_epochs)
+    def minibatch(state, xs):
+        idx, k = xs
+        batch = rb.gather(replay, idx)
+        batch.update(reward=batch[rewards_field], idx=idx, key=k)
+        return fqe_step(
+            state, batch, log_pi[idx], predict=lambda p, b: beh.q_output(p, b["obs"], b["action"]),
+            next_values=lambda p, b: beh.next_values(pi_next, p, b), tx=tx, gamma=gamma, bounds=bounds,
+            tau=hp.polyak_tau, reg_coef=hp.symlog_reg_coef, settings=settings,
         )
-        new_state = BehaviourState(q, q_hat, mu_params, mu_opt_state, r_min, r_max, r_hat_max)
-        metrics = {
-            "q_loss": q_metrics["loss"],
-            "q_clip_frac": q_metrics["clip_frac"],
-            "q_hat_loss": q_hat_metrics["loss"],
-            "q_hat_clip_frac": q_hat_metrics["clip_frac"],
-            "mu_loss": jnp.mean(mu_losses),
-        }
-        return new_state, metrics
 
-    return Behaviour(init=init, step=step, mu_apply=mu_apply)
+    def epoch(state, k):
+        k_idx, k_samples = beh.epoch_keys(k)
+        idx = rb.epoch_indices(k_idx, replay, cfg.q_batch_size)
+        return jax.lax.scan(minibatch, state, (idx, jax.random.split(k_samples, idx.shape[0])))
+
+    q_state, metrics = jax.lax.scan(epoch, q_state, jax.random.split(key, cfg.n_qvf_epochs))
+    return q_state, jax.tree.map(jnp.mean, metrics)
+
+
+def mu_loss(params, key, obs, pi_dist: D.Dist, q_hat_params, hat_cap, q_hat_all_actions, *, beh: Behaviour):
+    """Eq. (15) (discrete) or eq. (16) (continuous) on a minibatch of replay states.
+
+    Discrete: ``q_hat_all_actions`` is Q-hat(s, .) (``Behaviour.discrete_q_hat``, computed once
+    per behaviour step since Q-hat is fixed while mu trains) and the target is
+    q(a|s) ∝ pi(a|s) sqrt(Q-hat(s, a)), eq. (5). Continuous: one reparameterised a ~ mu(.|s) per
+    state, Q-hat(s, a) from ``q_hat_params``, floored and (with clip_targets) capped at ``hat_cap``."""
+    cfg = beh.cfg
+    mu_dist = beh.mu_apply(params, obs)
+    if beh.discrete:
+        target = behaviour_target_log_probs(pi_dist.loc, q_hat_all_actions)
+        return discrete_mu_loss(mu_dist.loc, target, cfg.mu_loss)
+    action = D.sample(key, mu_dist, discrete=False)  # reparameterised: gradients flow through a
+    log_mu = D.log_prob(mu_dist, action, discrete=False)
+    log_pi = D.log_prob(pi_dist, action, discrete=False)
+    if cfg.use_q_hat:
+        cap = hat_cap if cfg.clip_targets else None
+        q_hat = floored_q_hat(beh.q_value(q_hat_params, obs, action), cfg.q_hat_floor, cap)
+    else:
+        q_hat = jnp.ones_like(log_mu)
+    return continuous_mu_loss(log_mu, log_pi, q_hat)
+
+
+def mu_epochs(key, mu_params, mu_opt_state, replay: rb.Replay, pi_here: D.Dist, q_hat_params, hat_cap,
+              q_hat_all_actions, *, beh: Behaviour, tx: optax.GradientTransformation):
+    """Algorithm 1 lines 15-16: ``n_mu_epochs`` random passes over the filled part of D in
+    minibatches of ``mu_batch_size``, one step of ``mu_loss`` (eq. 15 or 16) each.
+
+    ``pi_here``: pi(.|s) on every row of the buffer; ``q_hat_all_actions``: Q-hat(s, .) on every
+    row (discrete; None for continuous actions). Returns (params, optimiser state, mean loss)."""
+    obs = replay.data["obs"]
+
+    def minibatch(carry, xs):
+        params, opt_state = carry
+        idx, k = xs
+        pi_dist = jax.tree.map(lambda x: x[idx], pi_here)
+        loss, grads = jax.value_and_grad(mu_loss)(
+            params, k, obs[idx], pi_dist, q_hat_params, hat_cap,
+            None if q_hat_all_actions is None else q_hat_all_actions[idx], beh=beh)
+        updates, opt_state = tx.update(grads, opt_state, params)
+        return (optax.apply_updates(params, updates), opt_state), loss
+
+    def epoch(carry, k):
+        k_idx, k_samples = beh.epoch_keys(k)
+        idx = rb.epoch_indices(k_idx, replay, beh.cfg.mu_batch_size)
+        return jax.lax.scan(minibatch, carry, (idx, jax.random.split(k_samples, idx.shape[0])))
+
+    (mu_params, mu_opt_state), losses = jax.lax.scan(
+        epoch, (mu_params, mu_opt_state), jax.random.split(key, beh.cfg.n_mu_epochs)
+    )
+    return mu_params, mu_opt_state, jnp.mean(losses)
+
+
+def behaviour_step(key, state: BehaviourState, replay: rb.Replay, pi_dist_fn: DistFn, hp, lr_scale=1.0, *,
+                   beh: Behaviour) -> tuple[BehaviourState, dict]:
+    """One behaviour step on D (Algorithm 1 lines 9-16): FQE of Q (eq. 13), r-hat (eq. 7), FQE of
+    Q-hat with gamma^2 (eq. 14), then mu (eq. 15 or 16). ``pi_dist_fn`` is the target policy
+    after this phase's update; ``lr_scale`` multiplies the Q, Q-hat and mu learning rates. The
+    target bounds of Appendix C.2 grow with the rewards seen so far (kept in the state)."""
+    gamma = hp.gamma
+    k_q, k_qh, k_mu = jax.random.split(key, 3)
+    q_tx, mu_tx = beh.q_tx(hp, lr_scale), beh.mu_tx(hp, lr_scale)
+    data = replay.data
+    filled = jnp.arange(replay.capacity) < replay.size
+    # pi is fixed during the behaviour step: evaluate it once on the whole buffer.
+    pi_next = pi_dist_fn(data["next_obs"])
+    pi_here = pi_dist_fn(data["obs"])
+    log_pi = D.log_prob(pi_here, data["action"], beh.discrete)
+
+    r_min = jnp.minimum(state.r_min, jnp.min(jnp.where(filled, data["reward"], jnp.inf)))
+    r_max = jnp.maximum(state.r_max, jnp.max(jnp.where(filled, data["reward"], -jnp.inf)))
+    bounds = q_bounds(r_min, r_max, gamma)
+    q, q_metrics = fqe_epochs(k_q, state.q, replay, "reward", gamma, bounds, pi_next, log_pi, beh=beh, tx=q_tx, hp=hp)
+
+    q_sa = beh.q_value(q.params, data["obs"], data["action"])
+    if beh.cfg.clip_targets:
+        q_sa = jnp.clip(q_sa, *bounds)
+    replay = replay.replace(data={**data, "r_hat": r_hat(data["reward"], q_sa)})
+    r_hat_max = jnp.maximum(state.r_hat_max, jnp.max(jnp.where(filled, replay.data["r_hat"], -jnp.inf)))
+    hat_bounds = q_hat_bounds(r_hat_max, gamma)
+    q_hat, q_hat_metrics = fqe_epochs(k_qh, state.q_hat, replay, "r_hat", gamma**2, hat_bounds, pi_next, log_pi,
+                                      beh=beh, tx=q_tx, hp=hp)
+
+    q_hat_all = beh.discrete_q_hat(q_hat.params, data["obs"], hat_bounds[1]) if beh.discrete else None
+    mu_params, mu_opt_state, mu_loss_mean = mu_epochs(k_mu, state.mu_params, state.mu_opt_state, replay, pi_here,
+                                                      q_hat.params, hat_bounds[1], q_hat_all, beh=beh, tx=mu_tx)
+    new_state = BehaviourState(q, q_hat, mu_params, mu_opt_state, r_min, r_max, r_hat_max)
+    metrics = {
+        "q_loss": q_metrics["loss"],
+        "q_clip_frac": q_metrics["clip_frac"],
+        "q_hat_loss": q_hat_metrics["loss"],
+        "q_hat_clip_frac": q_hat_metrics["clip_frac"],
+        "mu_loss": mu_loss_mean,
+    }
+    return new_state, metrics

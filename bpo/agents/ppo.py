@@ -5,6 +5,10 @@ The actor and the critic are separate networks with separate Adam optimisers (Ta
 pi optimiser and a V optimiser), each with its own global gradient-norm clip. The same update
 serves BPO-PPO (Listing 4): the caller passes the log-probabilities of the collecting policy
 (mu) as ``old_log_prob``, so the ratio is pi_theta/mu, and truncated IS-TD(lambda) advantages.
+
+An optional KL penalty beta KL(pi_theta || pi_old) joins the actor loss (``kl_coef`` = beta > 0),
+estimated on the rollout's samples, which the behaviour policy drew (pi_old for PPO, mu for
+BPO-PPO), in a form whose expected gradient is the KL's gradient (``bpo.kl.kl_penalty_loss``).
 """
 
 from typing import NamedTuple
@@ -14,6 +18,7 @@ import jax.numpy as jnp
 import optax
 
 from bpo import distributions as D
+from bpo.kl import KLEstimator, kl_penalty_loss
 
 
 class PPOState(NamedTuple):
@@ -58,32 +63,44 @@ def normalize_advantages(advantages):
     return (advantages - jnp.mean(advantages)) / (jnp.std(advantages) + 1e-8)
 
 
-def actor_loss(actor_params, actor_apply, batch, clip_range, ent_coef, discrete: bool, normalize: bool):
-    """Clipped surrogate plus entropy bonus on one minibatch.
+def actor_loss(actor_params, actor_apply, batch, clip_range, ent_coef, discrete: bool, normalize: bool,
+               kl_coef: float = 0.0, kl_estimator: KLEstimator = "k3"):
+    """Clipped surrogate plus entropy bonus on one minibatch, plus the KL penalty when ``kl_coef > 0``.
 
     ``batch``: obs, action, old_log_prob (denominator of the ratio), advantage and adv_weight
-    (1, or rho_t in the weight-on-advantage form, applied after normalisation)."""
+    (1, or rho_t in the weight-on-advantage form, applied after normalisation); with the penalty
+    also pi_old_log_prob (log pi_old(a|s), the KL's reference) and behaviour_log_prob (log of the
+    policy that drew a). ``kl_coef`` is static: at 0 the penalty is not computed at all."""
     dist, _ = actor_apply(actor_params, batch["obs"])
     log_prob = D.log_prob(dist, batch["action"], discrete)
     advantages = normalize_advantages(batch["advantage"]) if normalize else batch["advantage"]
     advantages = advantages * batch["adv_weight"]
     pg_loss, clip_frac, approx_kl = clipped_surrogate_loss(log_prob, batch["old_log_prob"], advantages, clip_range)
     ent = jnp.mean(D.entropy(dist, discrete))
-    return pg_loss - ent_coef * ent, {"pg_loss": pg_loss, "entropy": ent, "clip_frac": clip_frac,
-                                      "approx_kl": approx_kl}
+    loss = pg_loss - ent_coef * ent
+    metrics = {"pg_loss": pg_loss, "entropy": ent, "clip_frac": clip_frac, "approx_kl": approx_kl}
+    if kl_coef > 0:
+        penalty = kl_coef * jnp.mean(kl_penalty_loss(log_prob, batch["pi_old_log_prob"], batch["behaviour_log_prob"],
+                                                     kl_estimator))
+        loss = loss + penalty
+        metrics["kl_penalty"] = penalty
+    return loss, metrics
 
 
 def ppo_update(key, state: PPOState, batch: dict, *, actor_apply, critic_apply, tx, n_epochs: int,
-               batch_size: int, lr, clip_range, ent_coef, vf_coef, discrete: bool, normalize_advantage: bool):
+               batch_size: int, lr, clip_range, ent_coef, vf_coef, discrete: bool, normalize_advantage: bool,
+               kl_coef: float = 0.0, kl_estimator: KLEstimator = "k3"):
     """Listing 1, lines 3-5: ``n_epochs`` random passes over the flattened rollout ``batch`` in
-    minibatches of ``batch_size``; each minibatch takes one actor step and one critic step."""
+    minibatches of ``batch_size``; each minibatch takes one actor step and one critic step.
+    ``kl_coef`` and ``kl_estimator`` (static) add the KL penalty to the actor loss."""
     n = batch["obs"].shape[0]
     n_minibatches = n // batch_size
 
     def minibatch(state: PPOState, idx):
         mb = batch if n_minibatches == 1 else jax.tree.map(lambda x: x[idx], batch)
         (_, actor_metrics), actor_grads = jax.value_and_grad(actor_loss, has_aux=True)(
-            state.actor_params, actor_apply, mb, clip_range, ent_coef, discrete, normalize_advantage
+            state.actor_params, actor_apply, mb, clip_range, ent_coef, discrete, normalize_advantage, kl_coef,
+            kl_estimator,
         )
 
         def critic_loss(params):

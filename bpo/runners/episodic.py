@@ -3,42 +3,30 @@
 ``make_train(cfg) -> train(key, hparams)``: the whole run is nested ``lax.scan``s (evaluation
 blocks of ``eval_every`` episodes), one phase per episode:
 
-    generate an episode with mu (bpo) or pi (reinforce); add it to D
-    G_t <- truncated IS return (lambda = 1, no value function); REINFORCE step on pi
-    behaviour step: FQE Q, r-hat, FQE Q-hat, mu        (bpo only)
+    generate an episode with mu (bpo) or pi (reinforce)
+    reinforce_episode_update (Listing 2) or bpo_reinforce_episode_update (Listing 3): add the
+    episode to D; G_t <- truncated IS return; REINFORCE step on pi; behaviour step (bpo only)
 
-Seeds and traced hyperparameters are vmapped by the caller (see ``bpo.train``).
+The updates live in ``bpo.agents.reinforce``; this module steps the environment, evaluates and
+schedules the blocks.
+
+Seeds and traced hyperparameters are vmapped by the caller (see ``bpo.training``).
 """
 
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 
-from bpo import diagnostics as dg
 from bpo import replay as rb
 from bpo.agents.bpo import make_behaviour
-from bpo.agents.reinforce import make_optimizer, reinforce_update
+from bpo.agents.reinforce import Episode, bpo_reinforce_episode_update, make_optimizer, reinforce_episode_update
 from bpo.config import EpisodicTrainConfig, Hyperparams
-from bpo.fqe import take_action
 from bpo.distributions import logits_dist
 from bpo.networks import MLP, SHORT_CORRIDOR_FEATURES, LinearSoftmax, two_action_logits
-from bpo.returns import tis_lambda_returns
 from bpo.runners.stages import Stages, whole_run
 from envs import make_jax_env
-
-
-class Episode(NamedTuple):
-    """One episode padded to the step limit; rows with ``valid = False`` come after its end."""
-
-    obs: jnp.ndarray
-    action: jnp.ndarray
-    reward: jnp.ndarray
-    terminated: jnp.ndarray
-    truncated: jnp.ndarray
-    next_obs: jnp.ndarray
-    log_prob: jnp.ndarray
-    valid: jnp.ndarray
 
 
 def rollout_episode(key, env, logits_fn: Callable, max_steps: int) -> Episode:
@@ -113,33 +101,28 @@ def make_stages(cfg: EpisodicTrainConfig, progress: Callable | None = None) -> S
     max_steps, use_bpo = cfg.max_episode_steps, cfg.algo == "bpo"
     n_blocks = cfg.episodes // cfg.eval_every
 
-    def networks(hp: Hyperparams):
-        tx = make_optimizer(cfg.reinforce.optimizer, hp.lr_start, hp.lr_end, cfg.episodes)
-        behaviour = None
-        if use_bpo:
-            mu_net = MLP(cfg.bpo.mu_hidden, env.n_actions, zero_head=True, head_bias=init_logits)
-            mu_apply = lambda p, o: logits_dist(mu_net.apply(p, o))  # noqa: E731
-            behaviour = make_behaviour(cfg.bpo, True, env.n_actions, mu_apply, hp)
-        return tx, behaviour
+    mu_net = MLP(cfg.bpo.mu_hidden, env.n_actions, zero_head=True, head_bias=init_logits)
+    behaviour = make_behaviour(cfg.bpo, True, env.n_actions, lambda p, o: logits_dist(mu_net.apply(p, o)))
+
+    def optimizer(hp: Hyperparams):
+        return make_optimizer(cfg.reinforce.optimizer, hp.lr_start, hp.lr_end, cfg.episodes)
 
     def init(key, hp: Hyperparams) -> Carry:
-        tx, behaviour = networks(hp)
         k_pi, k_beh, key = jax.random.split(key, 3)
         _, obs0 = env.reset(k_pi)
         pi_params = policy.init(k_pi, obs0)
         bstate, replay = (), None
         if use_bpo:
-            mu_net = MLP(cfg.bpo.mu_hidden, env.n_actions, zero_head=True, head_bias=init_logits)
             mu_params = mu_net.init(jax.random.split(k_beh, 3)[2], obs0)
-            bstate = behaviour.init(k_beh, obs0, jnp.int32(0), mu_params)
+            bstate = behaviour.init(k_beh, obs0, jnp.int32(0), mu_params, hp)
             zero = jnp.float32(0.0)  # explicit dtypes: Python floats would become float64 under x64
             example = {"obs": obs0, "action": jnp.int32(0), "reward": zero, "terminated": zero, "truncated": zero,
                        "next_obs": obs0, "log_mu": zero}
             replay = rb.init_replay(example, cfg.bpo.replay_size)
-        return Carry(key, pi_params, tx.init(pi_params), bstate, replay, jnp.zeros((), jnp.int32))
+        return Carry(key, pi_params, optimizer(hp).init(pi_params), bstate, replay, jnp.zeros((), jnp.int32))
 
     def segment(carry0: Carry, hp: Hyperparams, indices):
-        tx, behaviour = networks(hp)
+        tx = optimizer(hp)
         _, obs0 = env.reset(jax.random.PRNGKey(0))  # deterministic, and every cell looks the same
 
         def behaviour_logits(carry):
@@ -150,35 +133,16 @@ def make_stages(cfg: EpisodicTrainConfig, progress: Callable | None = None) -> S
         def one_episode(carry: Carry, _):
             key, k_roll, k_beh = jax.random.split(carry.key, 3)
             ep = rollout_episode(k_roll, env, behaviour_logits(carry), max_steps)
-            done = jnp.maximum(ep.terminated, ep.truncated)
-            valid = ep.valid.astype(jnp.float32)
-            replay, bstate, metrics = carry.replay, carry.behaviour, {}
+            replay, bstate = carry.replay, carry.behaviour
             if use_bpo:
-                log_pi = take_action(jax.nn.log_softmax(policy.apply(carry.pi_params, ep.obs)), ep.action)
-                log_ratio = (log_pi - ep.log_prob) * valid
-                transitions = {"obs": ep.obs, "action": ep.action, "reward": ep.reward, "terminated": ep.terminated,
-                               "truncated": ep.truncated, "next_obs": ep.next_obs, "log_mu": ep.log_prob}
-                replay = rb.add(replay, transitions, ep.valid)
+                pi_params, opt_state, bstate, replay, metrics = bpo_reinforce_episode_update(
+                    k_beh, carry.pi_params, carry.pi_opt_state, bstate, replay, ep, hp, tx=tx, pi_apply=policy.apply,
+                    beh=behaviour, traj=cfg.bpo.traj)
             else:
-                log_ratio = jnp.zeros_like(ep.reward)
-            zeros = jnp.zeros_like(ep.reward)  # no value function (Listing 3, line 7)
-            returns = tis_lambda_returns(ep.reward * valid, zeros, zeros, ep.terminated, done, log_ratio,
-                                         gamma=hp.gamma, lam=hp.lam, rho_bar=hp.rho_bar, c_bar=hp.c_bar,
-                                         traj=cfg.bpo.traj)
-            pi_params, opt_state, loss = reinforce_update(
-                carry.pi_params, carry.pi_opt_state, tx, policy.apply, ep.obs, ep.action, returns, valid
-            )
-            if use_bpo:
-                pi_now = logits_dist(policy.apply(carry.pi_params, ep.obs))
-                mu_now = behaviour.mu_apply(bstate.mu_params, ep.obs)  # the mu that generated the episode
-                diagnostics = dg.off_policy_diagnostics(
-                    log_pi, ep.log_prob, take_action(jax.nn.log_softmax(mu_now.loc), ep.action), pi_now, mu_now,
-                    True, hp.rho_bar, hp.c_bar, valid=ep.valid)
-                pi_dist_fn = lambda o: logits_dist(policy.apply(pi_params, o))  # noqa: E731
-                bstate, metrics = behaviour.step(k_beh, bstate, replay, pi_dist_fn, hp.gamma)
-                metrics = {**metrics, **diagnostics}
-            metrics = {**metrics, "train_return": jnp.sum(ep.reward * valid), "episode_length": jnp.sum(valid),
-                       "pg_loss": loss}
+                pi_params, opt_state, metrics = reinforce_episode_update(carry.pi_params, carry.pi_opt_state, ep, hp,
+                                                                         tx=tx, pi_apply=policy.apply)
+            valid = ep.valid.astype(jnp.float32)
+            metrics = {**metrics, "train_return": jnp.sum(ep.reward * valid), "episode_length": jnp.sum(valid)}
             return Carry(key, pi_params, opt_state, bstate, replay, carry.episode + 1), metrics
 
         def evaluate(carry: Carry):

@@ -23,6 +23,7 @@ import numpy as np
 
 from bpo.config import OnPolicyTrainConfig
 from bpo.learner import make_learner
+from bpo.runners.seeds import seed_map
 from envs.gymnasium_envs import EVAL_STREAM, env_seeds, gym_spec, make_vector_env
 
 
@@ -32,8 +33,6 @@ class PolicyEvaluator:
     def __init__(self, cfg: OnPolicyTrainConfig):
         self.cfg = cfg
         self.env = make_vector_env(cfg.env, cfg.seeds * cfg.eval_episodes, cfg.vector_mode)
-        from bpo.runners.host import seed_map
-
         self._greedy = jax.jit(seed_map(make_learner(cfg, gym_spec(cfg.env)).greedy_with, cfg.seeds))
 
     def evaluate(self, actor_params, stats, eval_index: int) -> tuple[np.ndarray, float]:

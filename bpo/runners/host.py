@@ -18,33 +18,19 @@ goes on; the time the training loop spends on it is timed apart, so training thr
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from bpo import checkpoint as ckpt
-from bpo.config import ConfigError, OnPolicyTrainConfig, traced_hyperparams
+from bpo.config import ConfigError, OnPolicyTrainConfig, PPOHyperparams
 from bpo.learner import keyed_update, make_learner
-from bpo.runners.onpolicy import eval_schedule, n_updates
 from bpo.runners.evaluation import Evaluations
+from bpo.runners.onpolicy import eval_schedule, n_updates
+from bpo.runners.seeds import seed_keys, seed_map
 from envs.gymnasium_envs import TRAIN_STREAM, env_seeds, final_observations, gym_spec, make_vector_env
-
-
-def seed_map(fn, n_seeds: int, in_axes=0):
-    """``jax.vmap(fn, in_axes)`` over the seed axis; for one seed, ``fn`` on the squeezed arguments
-    with the axis added back to the outputs: a size-1 vmap turns every matrix product into a
-    batched one, which XLA runs about twice as slowly on a CPU (BPO's update: 1.5 s vs 0.75 s)."""
-    if n_seeds > 1:
-        return jax.vmap(fn, in_axes=in_axes)
-
-    def single(*args):
-        axes = in_axes if isinstance(in_axes, tuple) else (in_axes,) * len(args)
-        args = [a if ax is None else jax.tree.map(lambda x: x[0], a) for a, ax in zip(args, axes)]
-        return jax.tree.map(lambda x: x[None], fn(*args))
-
-    return single
 
 
 def _aot(fn, *args):
@@ -57,14 +43,14 @@ class HostRunner:
     """One configuration, all its seeds. ``run()`` trains and returns the JAX runner's output
     layout: ``{"eval": {eval_return, eval_step}, "train": {metric: [seeds, updates]}, "final": ...}``."""
 
-    def __init__(self, cfg: OnPolicyTrainConfig, progress: Callable | None = None, logger=None,
+    def __init__(self, cfg: OnPolicyTrainConfig, hp: PPOHyperparams, progress: Callable | None = None, logger=None,
                  checkpoint_dir=None, checkpoint_every: int = 0):
         self.cfg, self.progress, self.logger = cfg, progress, logger
         self.checkpoint_dir, self.checkpoint_every = checkpoint_dir, checkpoint_every
         self.spec = gym_spec(cfg.env)
         self.learner = make_learner(cfg, self.spec)
         self.n_seeds, self.n_envs, self.n_steps = cfg.seeds, cfg.ppo.n_envs, cfg.ppo.n_steps
-        self.hp = traced_hyperparams(cfg)
+        self.hp = hp
         self.compile_time_s = 0.0
         self.eval_time_s = 0.0
         self.update_time_s = 0.0  # inside the update calls (a part of the training time)
@@ -75,8 +61,7 @@ class HostRunner:
     def _build(self, obs0):
         learner, hp = self.learner, self.hp
         S = self.n_seeds
-        base = jax.random.PRNGKey(self.cfg.seed)
-        keys = jax.vmap(lambda i: jax.random.fold_in(base, i))(jnp.arange(S))
+        keys = seed_keys(self.cfg.seed, S)
 
         # Keys are split exactly as in the JAX runner (k_env unused here: Gymnasium environments
         # have their own seeds), so on twin environments both runners train identically.
@@ -227,7 +212,8 @@ class HostRunner:
             params, stats, obs = self.learner.acting_params(state), state.stats, np.asarray(extra["obs"], np.float32)
             first_update, episode_return = int(extra["updates_done"]), np.array(extra["episode_return"])
             train_metrics = [{k: v[:, i] for k, v in extra["train"].items()} for i in range(first_update)]
-            evals = [(int(step), np.asarray(r)) for step, r in zip(extra["eval_steps"], extra["eval_returns"])]
+            evals = [(int(step), np.asarray(r))
+                     for step, r in zip(extra["eval_steps"], extra["eval_returns"], strict=True)]
             self._n_evals = int(extra["n_evals"])
         else:
             evals = self._evaluate(evaluations, 0, state.ppo.actor_params, stats, 0.0)

@@ -15,7 +15,8 @@ normalised as the acting policy saw them, so the PPO ratio starts at pi/mu exact
 observations, normalised with the current statistics whenever Q, Q-hat and mu train on them.
 """
 
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -89,7 +90,8 @@ def make_stages(cfg: OnPolicyTrainConfig, progress: Callable | None = None) -> S
                 row = {
                     "obs": obs_n, "raw_obs": obs, "action": action, "log_prob": log_prob,
                     "reward": step.reward, "terminated": step.terminated.astype(jnp.float32),
-                    "truncated": step.truncated.astype(jnp.float32), "next_obs": learner.normalize(stats, step.final_obs),
+                    "truncated": step.truncated.astype(jnp.float32),
+                    "next_obs": learner.normalize(stats, step.final_obs),
                     "raw_next_obs": step.final_obs, "finished_return": jnp.where(done, ep_return, jnp.nan),
                 }
                 stats = learner.observe(stats, step.obs)

@@ -1,6 +1,7 @@
 """A run of a JAX runner cut into stages, so that checkpointing can stop between them."""
 
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 import jax.numpy as jnp
 

@@ -21,5 +21,6 @@ class Hopper(HealthyTask):
     def is_healthy(self, data):
         z, angle = data.qpos[1], data.qpos[2]
         state = state_vector(data)[2:]
-        (s_lo, s_hi), (z_lo, z_hi), (a_lo, a_hi) = self.healthy_state_range, self.healthy_z_range, self.healthy_angle_range
+        (s_lo, s_hi), (z_lo, z_hi) = self.healthy_state_range, self.healthy_z_range
+        a_lo, a_hi = self.healthy_angle_range
         return jnp.all((s_lo < state) & (state < s_hi)) & (z_lo < z) & (z < z_hi) & (a_lo < angle) & (angle < a_hi)

@@ -1,0 +1,34 @@
+"""Seeds as a vmapped axis: every run of a config gets its own key, and functions map over seeds."""
+
+import jax
+import jax.numpy as jnp
+
+
+def seed_keys(seed: int, n: int):
+    """Run i gets fold_in(PRNGKey(seed), i): adding seeds never changes the existing runs."""
+    base = jax.random.PRNGKey(seed)
+    return jax.vmap(lambda i: jax.random.fold_in(base, i))(jnp.arange(n))
+
+
+def chunked_seed_map(fn, xs, chunk: int):
+    """``fn`` over the leading (seed) axis of ``xs``, vmapped in chunks of ``chunk`` that ``lax.map``
+    runs one after another; a chunk of 1 is a plain loop, because a size-1 vmap turns every matrix
+    product into a batched one, slower on a CPU."""
+    if chunk == 1:
+        return jax.lax.map(fn, xs)
+    return jax.lax.map(fn, xs, batch_size=chunk)
+
+
+def seed_map(fn, n_seeds: int, in_axes=0):
+    """``jax.vmap(fn, in_axes)`` over the seed axis; for one seed, ``fn`` on the squeezed arguments
+    with the axis added back to the outputs: a size-1 vmap turns every matrix product into a
+    batched one, which XLA runs about twice as slowly on a CPU (BPO's update: 1.5 s vs 0.75 s)."""
+    if n_seeds > 1:
+        return jax.vmap(fn, in_axes=in_axes)
+
+    def single(*args):
+        axes = in_axes if isinstance(in_axes, tuple) else (in_axes,) * len(args)
+        args = [a if ax is None else jax.tree.map(lambda x: x[0], a) for a, ax in zip(args, axes, strict=True)]
+        return jax.tree.map(lambda x: x[None], fn(*args))
+
+    return single

@@ -1,0 +1,32 @@
+"""What a finished run hands to the summary: its metrics and timings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import jax
+
+from bpo.training.kinds import TrainConfig
+
+
+@dataclass
+class RunOutput:
+    config: TrainConfig
+    metrics: dict  # numpy arrays with a leading seed axis: {"eval": {...}, "train": {...}}
+    compile_time_s: float
+    wall_time_s: float
+    run_time_s: float
+    seed_chunk: int
+    backend: str
+    eval_time_s: float = 0.0  # host runner: time the training loop spent on evaluation, excluded from throughput
+    eval_worker_time_s: float = 0.0  # host runner: time evaluation took, in a worker process when in the background
+
+
+def default_seed_chunk() -> int:
+    """20 seeds per vmapped chunk on a CPU (fits in cache), all at once (0) on an accelerator."""
+    return 20 if jax.default_backend() == "cpu" else 0
+
+
+def chunk_size(seed_chunk: int, seeds: int) -> int:
+    """The seeds vmapped together for ``seed_chunk`` (0: all of them)."""
+    return seeds if seed_chunk <= 0 else min(seed_chunk, seeds)

@@ -1,0 +1,180 @@
+"""The layering of the first-party packages, read from the source with ``ast``: every import, at
+module level or inside a function, is an edge of the import graph.
+
+    experiments  ->  bpo  ->  envs        (an arrow: "may import")
+
+No cycles among the modules; ``bpo`` and ``envs`` never import ``experiments`` (except the
+command line, ``bpo.cli``, which sits on top of everything and dispatches to them); ``envs``
+imports nothing from ``bpo``; nothing imports ``bpo.cli``.
+"""
+
+from __future__ import annotations
+
+import ast
+from functools import cache
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("bpo", "envs", "experiments")
+# The entry point: ``bpo sweep|plot|table|reproduce`` dispatch to ``experiments`` from inside
+# ``bpo.cli.main``. It is the one module of ``bpo`` allowed above ``experiments``; since nothing
+# imports it (test_nothing_imports_the_command_line), these edges cannot close a cycle.
+COMMAND_LINE = "bpo.cli"
+
+
+@cache
+def modules() -> dict[str, Path]:
+    """Dotted module name -> source file, for every module of the first-party packages."""
+    found = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            found[".".join(parts)] = path
+    return found
+
+
+def _owning_module(name: str) -> str:
+    """The longest prefix of a dotted name that is a first-party module (``bpo.config.replace`` ->
+    ``bpo.config``)."""
+    known = modules()
+    while name and name not in known:
+        name = name.rpartition(".")[0]
+    return name
+
+
+def _absolute(module: str, node: ast.ImportFrom) -> str:
+    """The absolute package of ``from ... import`` in ``module`` (relative imports resolved)."""
+    if not node.level:
+        return node.module or ""
+    is_package = modules()[module].name == "__init__.py"
+    base = module.split(".")
+    base = base[: len(base) - node.level + (1 if is_package else 0)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def imported_modules(module: str) -> set[str]:
+    """First-party modules that ``module`` imports anywhere in its source."""
+    tree = ast.parse(modules()[module].read_text(), filename=str(modules()[module]))
+    targets = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            package = _absolute(module, node)
+            # ``from pkg import name``: the module pkg.name when there is one, else pkg itself.
+            names = [f"{package}.{alias.name}" if f"{package}.{alias.name}" in modules() else package
+                     for alias in node.names]
+        else:
+            continue
+        for name in names:
+            if name.split(".")[0] in PACKAGES:
+                owner = _owning_module(name)
+                if owner and owner != module:
+                    targets.add(owner)
+    return targets
+
+
+@cache
+def import_graph() -> dict[str, frozenset[str]]:
+    return {module: frozenset(imported_modules(module)) for module in modules()}
+
+
+def strongly_connected_components(graph: dict[str, frozenset[str]]) -> list[list[str]]:
+    """Tarjan's algorithm, iterative; components of more than one module are import cycles."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, successors = work[-1]
+            for succ in successors:
+                if succ not in index:
+                    index[succ] = low[succ] = len(index)
+                    stack.append(succ)
+                    on_stack.add(succ)
+                    work.append((succ, iter(sorted(graph.get(succ, ())))))
+                    break
+                if succ in on_stack:
+                    low[node] = min(low[node], index[succ])
+            else:
+                work.pop()
+                if work:
+                    parent = work[-1][0]
+                    low[parent] = min(low[parent], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        component.append(member)
+                        if member == node:
+                            break
+                    components.append(sorted(component))
+    return components
+
+
+def _cycle_in(component: list[str], graph) -> list[str]:
+    """One concrete cycle through the component's first module, for the failure message."""
+    members = set(component)
+    start = component[0]
+    path, seen = [start], {start}
+    while True:
+        nxt = sorted(m for m in graph[path[-1]] if m in members)
+        if start in nxt and len(path) > 1:
+            return path + [start]
+        unvisited = [m for m in nxt if m not in seen]
+        if not unvisited:  # dead end inside the component: fall back to listing it
+            return component
+        path.append(unvisited[0])
+        seen.add(unvisited[0])
+
+
+def test_the_graph_sees_every_package_and_function_level_imports():
+    graph = import_graph()
+    assert {"bpo.cli", "bpo.config", "envs", "experiments.sweep"} <= set(graph)
+    assert "bpo.config" in graph["bpo.cli"]  # a module-level import
+    assert "experiments.commands" in graph["bpo.cli"]  # imported inside main()
+
+
+def test_tarjan_finds_cycles():
+    graph = {"a": frozenset({"b"}), "b": frozenset({"c"}), "c": frozenset({"a"}), "d": frozenset({"a"})}
+    assert [c for c in strongly_connected_components(graph) if len(c) > 1] == [["a", "b", "c"]]
+    assert _cycle_in(["a", "b", "c"], graph) == ["a", "b", "c", "a"]
+
+
+def test_no_import_cycles():
+    graph = import_graph()
+    cycles = [c for c in strongly_connected_components(graph) if len(c) > 1]
+    assert not cycles, "import cycles:\n" + "\n".join(
+        f"  {' -> '.join(_cycle_in(c, graph))}   (modules: {', '.join(c)})" for c in cycles)
+
+
+def _in(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def _edges(importers: str, imported: str, exempt: tuple[str, ...] = ()) -> list[str]:
+    return sorted(f"{a} -> {b}" for a, targets in import_graph().items() for b in targets
+                  if _in(a, importers) and _in(b, imported) and a not in exempt)
+
+
+def test_bpo_and_envs_do_not_import_experiments():
+    assert not _edges("bpo", "experiments", exempt=(COMMAND_LINE,)) + _edges("envs", "experiments")
+
+
+def test_envs_import_nothing_from_bpo():
+    assert not _edges("envs", "bpo")
+
+
+def test_nothing_imports_the_command_line():
+    assert not _edges("bpo", COMMAND_LINE) + _edges("envs", COMMAND_LINE) + _edges("experiments", COMMAND_LINE)

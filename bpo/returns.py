@@ -1,7 +1,7 @@
 """Return estimators: truncated IS-TD(lambda) (paper eq. 6, Remark 1) and its special cases.
 
 All functions take time-major arrays of shape ``[T, *batch]`` and are pure, jittable and
-vmappable. Conventions (BPO_NOTES, "Returns"):
+vmappable. Conventions (docs/choices.md, "Returns"):
 
 * ``terminated[t]``: s_{t+1} is terminal, so there is no bootstrap from it;
 * ``done[t]``: terminated or truncated; the trace is cut after step t;
@@ -146,7 +146,8 @@ def tis_advantages(
     """Advantages and value targets for BPO-PPO from the truncated IS-TD(lambda) returns G.
 
     Returns ``(advantages, G)``. ``current_rho=True`` is the paper's eq. (11), ``A_t = G_t - V(s_t)``,
-    whose first TD error carries rho_t. The default is the authors' form (BPO_NOTES):
+    whose first TD error carries rho_t. The default is the authors' form (docs/choices.md, "The two
+    advantage forms for BPO-PPO"):
     ``A_t = r_t + gamma (1 - terminated_t) ((1 - lam) V(s_{t+1}) + lam G_{t+1}) - V(s_t)``, without
     rho_t because the PPO ratio pi_theta/mu already corrects the current action. ``G_{t+1}`` is
     replaced by ``V(s_{t+1})`` after an episode end and at the end of the batch. On-policy both

@@ -27,7 +27,7 @@ FUNCTIONAL_ENVS = {
 }
 
 
-def make_jax_env(env_id: str, **kwargs):
+def make_jax_env(env_id: str, **kwargs) -> ShortCorridorJax:
     """Build the pure-JAX twin of ``env_id``; raises ValueError naming the known ids."""
     if env_id not in JAX_ENVS:
         raise ValueError(f"env: unknown environment {env_id!r}; allowed: {sorted(JAX_ENVS)}")

@@ -13,7 +13,7 @@ returned beside it so that truncated episodes bootstrap from it (brax / Gymnasiu
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -39,7 +39,17 @@ class Step(NamedTuple):
     final_obs: jnp.ndarray  # the real next observation, also after an episode end
 
 
-def auto_reset_step(env, key, state, action) -> Step:
+class FunctionalEnv(Protocol):
+    """The interface of the module docstring, which every environment of the on-policy runner has."""
+
+    spec: EnvSpec
+
+    def reset(self, key) -> tuple: ...
+
+    def step_env(self, key, state, action) -> tuple: ...
+
+
+def auto_reset_step(env: FunctionalEnv, key, state, action) -> Step:
     k_step, k_reset = jax.random.split(key)
     state_next, obs_next, reward, terminated, truncated = env.step_env(k_step, state, action)
     truncated = truncated & ~terminated

@@ -98,6 +98,23 @@ def test_sweep_continues_an_interrupted_run_from_its_checkpoint(tmp_path):
     assert not (killed / ".checkpoints" / run_id / ckpt.STATE_FILE).exists()
 
 
+@pytest.mark.parametrize("preset, changes", [
+    ("short_corridor", {"algo": "bpo", "episodes": 60, "eval_every": 10, "eval_episodes": 2}),
+    ("cartpole_ppo", {"algo": "bpo", "total_timesteps": 4096, "eval_every": 1024, "eval_episodes": 2}),
+], ids=["episodic", "on-policy"])
+def test_checkpointing_does_not_change_a_jax_run(tmp_path, preset, changes):
+    """Without checkpoints, and with a checkpoint every 1 or 4 iterations, the same program runs the
+    same iterations: bit-identical metrics, so every command gives the same numbers."""
+    cfg = replace(get_preset(preset), seeds=2, **changes)
+    plain = run(cfg).metrics
+    for every in (1, 4):
+        saved = run(cfg, checkpoint_dir=tmp_path / str(every), checkpoint_every=every).metrics
+        for part in ("eval", "train"):
+            for name, value in plain[part].items():
+                np.testing.assert_array_equal(saved[part][name], value, err_msg=f"{part}/{name}, every {every}")
+    assert ckpt.exists(tmp_path / "4")  # the run saved (the command line deletes it once results are written)
+
+
 @pytest.mark.parametrize("env_id", [pytest.param("Hopper-v5", marks=pytest.mark.mujoco), "CartPole-v1",
                                     "TruncationProbe-v0"])
 def test_environment_snapshots_continue_identically(env_id):

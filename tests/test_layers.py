@@ -178,3 +178,34 @@ def test_envs_import_nothing_from_bpo():
 
 def test_nothing_imports_the_command_line():
     assert not _edges("bpo", COMMAND_LINE) + _edges("envs", COMMAND_LINE) + _edges("experiments", COMMAND_LINE)
+
+
+# The order inside ``bpo`` (docs/design.md): a module imports only modules of its own layer or
+# below. Every module of ``bpo`` not listed under a higher layer is core.
+BPO_LAYERS = (("learners", ("bpo.agents", "bpo.learner")), ("runners", ("bpo.runners",)),
+              ("training", ("bpo.training",)), ("command line", (COMMAND_LINE,)))
+
+
+def layer_of(module: str) -> int:
+    """0 for envs, 1 for bpo's core, 2-5 for BPO_LAYERS, 6 for experiments."""
+    if _in(module, "envs"):
+        return 0
+    if _in(module, "experiments"):
+        return 6
+    rank = 1
+    for i, (_, packages) in enumerate(BPO_LAYERS):
+        if any(_in(module, p) for p in packages):
+            rank = i + 2
+    return rank
+
+
+def test_layers_inside_bpo_point_down():
+    upward = sorted(f"{a} -> {b}" for a, targets in import_graph().items() for b in targets
+                    if _in(a, "bpo") and _in(b, "bpo") and layer_of(b) > layer_of(a))
+    assert not upward, "imports from a higher layer:\n  " + "\n  ".join(upward)
+
+
+def test_layer_ranks():
+    assert [layer_of(m) for m in ("envs.functional", "bpo.returns", "bpo.agents.bpo", "bpo.learner",
+                                  "bpo.runners.host", "bpo.training.run", "bpo.cli", "experiments.sweep")] == \
+        [0, 1, 2, 2, 3, 4, 5, 6]

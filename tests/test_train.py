@@ -9,8 +9,10 @@ import numpy as np
 import pytest
 
 from bpo.cli import main
-from bpo.config import replace
+from bpo.config import replace, traced_hyperparams
 from bpo.presets import get_preset
+from bpo.runners.episodic import make_train
+from bpo.runners.seeds import seed_keys
 from bpo.training import run, summarize
 
 TINY = dict(episodes=20, eval_every=10, eval_episodes=3, seeds=3)
@@ -75,10 +77,6 @@ def test_summary_fields_from_run():
 
 def test_traced_hyperparameters_vmap_like_seeds():
     """Two c_bar values in one vmapped call equal two separate runs with those values."""
-    from bpo.config import traced_hyperparams
-    from bpo.runners.episodic import make_train
-    from bpo.runners.seeds import seed_keys
-
     cfg = tiny("bpo", episodes=10, eval_every=5)
     key = seed_keys(0, 1)[0]
     hp = traced_hyperparams(cfg)

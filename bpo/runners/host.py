@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from bpo import checkpoint as ckpt
-from bpo.config import ConfigError, OnPolicyTrainConfig, PPOHyperparams
+from bpo.config import OnPolicyTrainConfig, PPOHyperparams
 from bpo.learner import keyed_update, make_learner
 from bpo.runners.evaluation import Evaluations
 from bpo.runners.onpolicy import eval_schedule, n_updates
@@ -187,12 +187,53 @@ class HostRunner:
                   self.cfg)
 
     def _restore(self, env, template):
-        state, extra, info = ckpt.load(self.checkpoint_dir, template)
-        if info["checkpoint_every"] != self.checkpoint_every:
-            raise ConfigError("resume", f"the checkpoint was written with checkpoint_every="
-                              f"{info['checkpoint_every']}; resume with the same value")
+        state, extra, _ = ckpt.load(self.checkpoint_dir, template)
         env.set_attr("snapshot", list(extra["envs"]))
         return state, extra
+
+    def _collect_rollout(self, env, rows: dict, params, stats, key, obs, sde, episode_return: np.ndarray):
+        """``n_steps`` vector steps with the acting policy, written into ``rows`` (in place, as is
+        ``episode_return``). Returns the new key, statistics, gSDE matrices and observations, the
+        real final observations of the last step, and per seed the sum and count of the episode
+        returns that finished."""
+        S, E, T = self.n_seeds, self.n_envs, self.n_steps
+        discrete, cols = self.spec.discrete, self._cols
+        finished_sum, finished_n = np.zeros(S), np.zeros(S)
+        final = None
+        for t in range(T):
+            if final is None:
+                packed, key, sde = self._first_step(params, stats, key, obs, sde, np.int32(t))
+                packed = np.asarray(packed)
+            else:
+                packed, stats, key, sde = self._step(params, stats, key, final, obs, sde, np.int32(t))
+                packed = np.asarray(packed)
+                rows["next_obs"][:, t - 1] = packed[..., cols["next_obs"]]
+            rows["obs"][:, t], rows["raw_obs"][:, t] = packed[..., cols["obs"]], obs
+            rows["log_prob"][:, t] = packed[..., cols["log_prob"]]
+            if discrete:
+                rows["action"][:, t] = packed[..., cols["action"]][..., 0]
+                env_action = packed[..., cols["env_action"]][..., 0].astype(np.int64).reshape(S * E)
+            else:
+                rows["action"][:, t] = packed[..., cols["action"]]
+                env_action = packed[..., cols["env_action"]].reshape(S * E, -1)
+            next_obs, reward, terminated, truncated, info = env.step(env_action)
+            truncated = truncated & ~terminated
+            done = terminated | truncated
+            next_obs = next_obs.astype(np.float32).reshape(S, E, -1)
+            # The real next observations: the same array unless an episode ended.
+            final = final_observations(next_obs.reshape(S * E, -1), done, info).reshape(S, E, -1)
+            rows["reward"][:, t] = reward.reshape(S, E)
+            rows["terminated"][:, t] = terminated.reshape(S, E)
+            rows["truncated"][:, t] = truncated.reshape(S, E)
+            rows["raw_next_obs"][:, t] = final
+            episode_return += reward
+            if done.any():
+                by_seed = done.reshape(S, E)
+                finished_sum += np.where(by_seed, episode_return.reshape(S, E), 0.0).sum(axis=1)
+                finished_n += by_seed.sum(axis=1)
+                episode_return[done] = 0.0
+            obs = next_obs
+        return key, stats, sde, obs, final, finished_sum, finished_n
 
     def _run(self, env, evaluations: Evaluations) -> dict:
         cfg, S, E, T = self.cfg, self.n_seeds, self.n_envs, self.n_steps
@@ -201,7 +242,6 @@ class HostRunner:
         obs = obs.astype(np.float32).reshape(S, E, -1)
         key, state, params, stats, sde = self._build(obs)
         rows = self._empty_rows()
-        discrete, cols = self.spec.discrete, self._cols
         batch = T * E
 
         eval_after = eval_schedule(cfg)
@@ -225,41 +265,8 @@ class HostRunner:
             return env_step * S / seconds if seconds > 0 else 0.0
 
         for update_index in range(first_update, n_updates(cfg)):
-            finished_sum, finished_n = np.zeros(S), np.zeros(S)
-            final = None
-            for t in range(T):
-                if final is None:
-                    packed, key, sde = self._first_step(params, stats, key, obs, sde, np.int32(t))
-                    packed = np.asarray(packed)
-                else:
-                    packed, stats, key, sde = self._step(params, stats, key, final, obs, sde, np.int32(t))
-                    packed = np.asarray(packed)
-                    rows["next_obs"][:, t - 1] = packed[..., cols["next_obs"]]
-                rows["obs"][:, t], rows["raw_obs"][:, t] = packed[..., cols["obs"]], obs
-                rows["log_prob"][:, t] = packed[..., cols["log_prob"]]
-                if discrete:
-                    rows["action"][:, t] = packed[..., cols["action"]][..., 0]
-                    env_action = packed[..., cols["env_action"]][..., 0].astype(np.int64).reshape(S * E)
-                else:
-                    rows["action"][:, t] = packed[..., cols["action"]]
-                    env_action = packed[..., cols["env_action"]].reshape(S * E, -1)
-                next_obs, reward, terminated, truncated, info = env.step(env_action)
-                truncated = truncated & ~terminated
-                done = terminated | truncated
-                next_obs = next_obs.astype(np.float32).reshape(S, E, -1)
-                # The real next observations: the same array unless an episode ended.
-                final = final_observations(next_obs.reshape(S * E, -1), done, info).reshape(S, E, -1)
-                rows["reward"][:, t] = reward.reshape(S, E)
-                rows["terminated"][:, t] = terminated.reshape(S, E)
-                rows["truncated"][:, t] = truncated.reshape(S, E)
-                rows["raw_next_obs"][:, t] = final
-                episode_return += reward
-                if done.any():
-                    by_seed = done.reshape(S, E)
-                    finished_sum += np.where(by_seed, episode_return.reshape(S, E), 0.0).sum(axis=1)
-                    finished_n += by_seed.sum(axis=1)
-                    episode_return[done] = 0.0
-                obs = next_obs
+            key, stats, sde, obs, final, finished_sum, finished_n = self._collect_rollout(
+                env, rows, params, stats, key, obs, sde, episode_return)
             last_next, stats = self._close(stats, final, obs)
             rows["next_obs"][:, T - 1] = last_next
             state = state._replace(stats=stats)

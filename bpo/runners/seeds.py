@@ -11,12 +11,26 @@ def seed_keys(seed: int, n: int):
 
 
 def chunked_seed_map(fn, xs, chunk: int):
-    """``fn`` over the leading (seed) axis of ``xs``, vmapped in chunks of ``chunk`` that ``lax.map``
-    runs one after another; a chunk of 1 is a plain loop, because a size-1 vmap turns every matrix
-    product into a batched one, slower on a CPU."""
+    """``fn`` over the leading (seed) axis of ``xs``, vmapped in chunks of ``chunk`` that a scan
+    runs one after another, the seeds left over vmapped after it; a chunk of 1 is a plain loop,
+    because a size-1 vmap turns every matrix product into a batched one, slower on a CPU.
+
+    The same program as ``jax.lax.map(fn, xs, batch_size=chunk)``, whose reshapes fail on the
+    empty arrays an MJX state holds (a reshape to -1 of a size-0 array divides by zero)."""
     if chunk == 1:
         return jax.lax.map(fn, xs)
-    return jax.lax.map(fn, xs, batch_size=chunk)
+    n = jax.tree.leaves(xs)[0].shape[0]
+    n_chunks, left = divmod(n, chunk)
+    scanned = n_chunks * chunk
+    chunks = jax.tree.map(lambda x: x[:scanned].reshape(n_chunks, chunk, *x.shape[1:]), xs)
+    ys = None
+    if n_chunks:
+        _, ys = jax.lax.scan(lambda _, x: ((), jax.vmap(fn)(x)), (), chunks)
+        ys = jax.tree.map(lambda y: y.reshape(y.shape[0] * y.shape[1], *y.shape[2:]), ys)
+    if left:
+        rest = jax.vmap(fn)(jax.tree.map(lambda x: x[scanned:], xs))
+        ys = rest if ys is None else jax.tree.map(lambda y, r: jax.lax.concatenate([y, r], dimension=0), ys, rest)
+    return ys
 
 
 def seed_map(fn, n_seeds: int, in_axes=0):

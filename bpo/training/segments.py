@@ -1,7 +1,13 @@
-"""A JAX run in checkpointed segments: ``every`` loop iterations per compiled call, saved after each.
+"""A JAX run as a host loop over its iterations: one compiled call per loop iteration (an update,
+or a block of episodes with its evaluation), a checkpoint every ``checkpoint_every`` iterations.
 
-The result is bit-identical whether or not the run was interrupted and resumed (the same segments
-run either way); it is not bitwise equal to the single-program run, whose XLA program differs.
+Every JAX run goes through here, checkpointed or not, so the same config, seeds and seed chunk give
+bit-identical results whichever command runs them (``bpo train`` with or without
+``--checkpoint-every N``, for any N, ``bpo sweep``, ``bpo reproduce``) and whether or not the run
+was interrupted and resumed: the same compiled iteration runs the same number of times. The
+single-program form (``bpo.training.make_train``, PureJaxRL's ``train(key)``) compiles the loop as
+one ``lax.scan``; XLA optimises that program differently, so its results agree to float rounding,
+not bitwise.
 """
 
 from __future__ import annotations
@@ -21,49 +27,51 @@ from bpo.training.kinds import TrainConfig, kind_of
 from bpo.training.run_output import RunOutput, chunk_size
 
 
-def run_checkpointed(cfg: TrainConfig, hp, keys, progress: Callable | None, seed_chunk: int, directory: Path,
-                     every: int) -> RunOutput:
-    """Run ``cfg`` in segments of ``every`` loop iterations, continuing from the checkpoint in
-    ``directory`` when there is one; a non-finite loss or parameter stops it with the last good
-    checkpoint kept."""
+def run_iterations(cfg: TrainConfig, hp, keys, progress: Callable | None, seed_chunk: int,
+                   directory: Path | None = None, checkpoint_every: int = 0) -> RunOutput:
+    """Run every loop iteration of ``cfg`` for all seeds; with ``directory`` and ``checkpoint_every
+    = N > 0``, save a checkpoint after every N iterations and at the end, and continue from the
+    checkpoint in ``directory`` when there is one. A non-finite loss or parameter stops the run with
+    the last good checkpoint kept."""
     start = time.perf_counter()
     kind = kind_of(cfg)
     stages = kind.make_stages(cfg, progress)
     chunk = chunk_size(seed_chunk, cfg.seeds)
-
     init_all = jax.jit(lambda keys, hp: chunked_seed_map(lambda k: stages.init(k, hp), keys, chunk))
-    segment_all = jax.jit(lambda carry, hp, idx: chunked_seed_map(lambda c: stages.segment(c, hp, idx), carry,
-                                                                  chunk))
     finish_all = jax.jit(lambda carry, outputs: chunked_seed_map(lambda co: stages.finish(*co), (carry, outputs),
                                                                  chunk))
     carry_shape = jax.eval_shape(init_all, keys, hp)
-    indices = np.arange(every)
-    outputs_shape = jax.eval_shape(segment_all, carry_shape, hp, indices)[1]
+    index = np.zeros(1, np.int32)
+    iteration_fn = jax.jit(lambda carry, hp, idx: chunked_seed_map(lambda c: stages.segment(c, hp, idx), carry,
+                                                                   chunk))
+    iteration_all = iteration_fn.lower(carry_shape, hp, index).compile()
+    compile_time = time.perf_counter() - start
+    saving = directory is not None and checkpoint_every > 0
     done, pieces = 0, []
-    if ckpt.exists(directory):
+    if saving and ckpt.exists(directory):
+        outputs_shape = jax.eval_shape(iteration_fn, carry_shape, hp, index)[1]
         saved, _, info = ckpt.load(directory, {"carry": carry_shape, "outputs": outputs_shape})
-        check_resumable(cfg, info, every, seed_chunk)
+        check_resumable(cfg, info, seed_chunk)
         carry, done = saved["carry"], info["iterations_done"]
         pieces.append(saved["outputs"])
     else:
         carry = init_all(keys, hp)
-    compile_time = 0.0
     while done < stages.n_iterations:
-        t0 = time.perf_counter()
-        carry, outputs = jax.block_until_ready(segment_all(carry, hp, indices + done))
-        if compile_time == 0.0:
-            compile_time = time.perf_counter() - t0  # the first call compiles (an upper bound)
+        carry, outputs = iteration_all(carry, hp, index + done)
         outputs = jax.tree.map(np.asarray, outputs)
         ckpt.raise_if_non_finite(kind.segment_metrics(outputs[1], done), kind.first_unit(cfg, done), kind.unit,
-                                 directory, jax.tree.map(np.asarray, carry))
+                                 directory if saving else None)
         pieces.append(outputs)
-        done += every
-        joined = jax.tree.map(lambda *xs: np.concatenate(xs, axis=1), *pieces)
-        pieces = [joined]
-        ckpt.save(directory, {"carry": carry, "outputs": joined}, {},
-                  {"iterations_done": done, "iterations": stages.n_iterations, "checkpoint_every": every,
-                   "seed_chunk": seed_chunk, "unit": kind.unit}, cfg)
-    outputs = jax.tree.map(lambda x: x[:, : stages.n_iterations], pieces[0])
+        done += 1
+        if saving and (done % checkpoint_every == 0 or done == stages.n_iterations):
+            # Parameters are checked where they are saved: a checkpoint never holds a NaN.
+            ckpt.raise_if_non_finite({}, 0, kind.unit, directory, jax.tree.map(np.asarray, carry),
+                                     state_at=kind.first_unit(cfg, done))
+            pieces = [jax.tree.map(lambda *xs: np.concatenate(xs, axis=1), *pieces)]
+            ckpt.save(directory, {"carry": carry, "outputs": pieces[0]}, {},
+                      {"iterations_done": done, "iterations": stages.n_iterations, "checkpoint_every": checkpoint_every,
+                       "seed_chunk": seed_chunk, "unit": kind.unit}, cfg)
+    outputs = jax.tree.map(lambda *xs: np.concatenate(xs, axis=1), *pieces)
     metrics = jax.block_until_ready(finish_all(carry, outputs))
     end = time.perf_counter()
     return RunOutput(config=cfg, metrics=jax.tree.map(np.asarray, metrics), compile_time_s=compile_time,
@@ -71,11 +79,12 @@ def run_checkpointed(cfg: TrainConfig, hp, keys, progress: Callable | None, seed
                      backend=jax.default_backend())
 
 
-def check_resumable(cfg: TrainConfig, info: dict, every: int, seed_chunk: int) -> None:
-    """A checkpoint continues only the run that wrote it, cut the same way."""
+def check_resumable(cfg: TrainConfig, info: dict, seed_chunk: int) -> None:
+    """A checkpoint continues only the run that wrote it, with the same seed chunk (the chunking
+    changes the compiled program, so it is part of what makes the run reproducible)."""
     stored = json.loads(json.dumps(info["config"]))
     if stored != json.loads(json.dumps(to_dict(cfg))):
         raise ConfigError("resume", "the checkpoint was written by a different configuration")
-    if info["checkpoint_every"] != every or info["seed_chunk"] != seed_chunk:
-        raise ConfigError("resume", f"the checkpoint was written with checkpoint_every={info['checkpoint_every']} "
-                          f"and seed_chunk={info['seed_chunk']}; resume with the same values")
+    if info["seed_chunk"] != seed_chunk:
+        raise ConfigError("resume", f"the checkpoint was written with seed_chunk={info['seed_chunk']}; "
+                          "resume with the same value")

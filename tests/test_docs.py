@@ -1,0 +1,67 @@
+"""The documentation names real code: every dotted name of a first-party module in backticks in
+``docs/*.md`` and ``README.md`` (``bpo.fqe.fqe_step``, ``bpo.learner.Learner.update``) resolves to
+a module or an attribute, every ``tests/FILE.py::test_name`` is a test of that file, and every
+relative Markdown link points to a file of the repository."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGES = sorted((ROOT / "docs").glob("*.md")) + [ROOT / "README.md"]
+DOTTED = re.compile(r"`((?:bpo|envs|experiments)(?:\.[A-Za-z_][A-Za-z0-9_]*)+)")
+TEST_REF = re.compile(r"(tests/test_[a-z0-9_]+\.py)::([A-Za-z0-9_]+)")
+LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
+
+
+def resolve(dotted: str) -> bool:
+    """Import the longest importable prefix, then follow attributes."""
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for name in parts[cut:]:
+            if not hasattr(obj, name):
+                return False
+            obj = getattr(obj, name)
+        return True
+    return False
+
+
+def test_pages_are_found():
+    assert len(PAGES) > 5
+    assert any(DOTTED.search(p.read_text()) for p in PAGES)
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_named_functions_exist(page):
+    text = page.read_text()
+    missing = sorted({name for name in DOTTED.findall(text) if not resolve(name)})
+    assert not missing, f"{page.name} names code that does not exist: {missing}"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_named_tests_exist(page):
+    missing = []
+    for path, name in TEST_REF.findall(page.read_text()):
+        file = ROOT / path
+        defined = {n.name for n in ast.walk(ast.parse(file.read_text()))
+                   if isinstance(n, ast.FunctionDef)} if file.exists() else set()
+        if name not in defined:
+            missing.append(f"{path}::{name}")
+    # ``file.py::test_a``, ``test_b``: a bare test name after a file reference is of the same file.
+    assert not missing, f"{page.name} names tests that do not exist: {missing}"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_relative_links_point_to_files(page):
+    broken = [target for target in LINK.findall(page.read_text())
+              if "://" not in target and not (page.parent / target).exists()]
+    assert not broken, f"{page.name} links to missing files: {broken}"

@@ -13,6 +13,7 @@ structure (the runner builds it), so a checkpoint never unpickles code.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
@@ -60,8 +61,11 @@ def load(directory: Path, template):
 
 
 def remove(directory: Path) -> None:
+    """Delete the checkpoint, and its folder when nothing else is in it."""
     for name in (STATE_FILE, INFO_FILE):
         (Path(directory) / name).unlink(missing_ok=True)
+    with contextlib.suppress(OSError):  # absent, or holding files of someone else's
+        Path(directory).rmdir()
 
 
 def first_non_finite(metrics: dict, offset: int = 0) -> tuple[str, int] | None:

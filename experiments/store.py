@@ -71,10 +71,12 @@ def clear_staging(sweep_dir: Path) -> None:
 
 
 def remove_empty_staging(sweep_dir: Path) -> None:
-    try:
-        (Path(sweep_dir) / STAGING).rmdir()
-    except OSError:  # absent, or a job of another submission is writing there
-        pass
+    """Remove the staging and checkpoint folders once nothing is in them."""
+    for name in (STAGING, CHECKPOINTS):
+        try:
+            (Path(sweep_dir) / name).rmdir()
+        except OSError:  # absent, or a run of this or another submission is still using it
+            pass
 
 
 def publish(sweep_dir: Path, spec: RunSpec, write_run) -> dict:

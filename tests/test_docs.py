@@ -6,11 +6,14 @@ relative Markdown link points to a file of the repository."""
 from __future__ import annotations
 
 import ast
+import dataclasses
 import importlib
 import re
 from pathlib import Path
 
 import pytest
+
+from bpo.config import BehaviourConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = sorted((ROOT / "docs").glob("*.md")) + [ROOT / "README.md"]
@@ -19,8 +22,16 @@ TEST_REF = re.compile(r"(tests/test_[a-z0-9_]+\.py)::([A-Za-z0-9_]+)")
 LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
 
 
+def is_config_field(dotted: str) -> bool:
+    """``bpo.c_bar``: a field of the ``bpo`` section of a run config, as the flag ``--bpo.c-bar``."""
+    section, _, name = dotted.partition(".")
+    return section == "bpo" and name in {f.name for f in dataclasses.fields(BehaviourConfig)}
+
+
 def resolve(dotted: str) -> bool:
-    """Import the longest importable prefix, then follow attributes."""
+    """A config field, or the longest importable prefix and then attributes."""
+    if is_config_field(dotted):
+        return True
     parts = dotted.split(".")
     for cut in range(len(parts), 0, -1):
         try:
@@ -56,7 +67,6 @@ def test_named_tests_exist(page):
                    if isinstance(n, ast.FunctionDef)} if file.exists() else set()
         if name not in defined:
             missing.append(f"{path}::{name}")
-    # ``file.py::test_a``, ``test_b``: a bare test name after a file reference is of the same file.
     assert not missing, f"{page.name} names tests that do not exist: {missing}"
 
 

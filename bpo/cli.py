@@ -23,6 +23,7 @@ from bpo import checkpoint as ckpt
 from bpo.checkpoint import NonFiniteError
 from bpo.config import ConfigError, EpisodicTrainConfig, OnPolicyTrainConfig, from_dict
 from bpo.presets import PRESETS, VARIANTS, apply_variant, get_preset
+from bpo.processes import Interrupted, stop_requests
 from bpo.progress import EvalProgress
 from bpo.results import ensure_writable_dir, rescue_dir
 from bpo.runtime import enable_compile_cache
@@ -159,27 +160,47 @@ def resume_main(argv: list[str]) -> int:
         cfg = validate(from_dict(info["config"]))
     except (ConfigError, TypeError) as e:
         return _fail(f"resume: the checkpoint's config is not valid for this version: {e}")
-    return _train(cfg, directory, rest != ["--no-progress"], info.get("seed_chunk"), False, info["checkpoint_every"])
+    return _train(cfg, directory, rest != ["--no-progress"], info.get("seed_chunk"), False, info["checkpoint_every"],
+                  "--resume")
 
 
-def _train(cfg, out_dir: Path, show_progress: bool, seed_chunk, tensorboard: bool, checkpoint_every: int) -> int:
+def check_outputs(out_dir: Path, tensorboard: bool, checkpoint_every: int, flag: str = "--out") -> None:
+    """Every folder the run will write, created and proven writable before anything compiles; a
+    ``ConfigError`` names the option that asked for the folder that cannot be."""
+    ensure_writable_dir(out_dir, flag)
+    if tensorboard:
+        ensure_writable_dir(out_dir / "tb", "--tensorboard")
+    if checkpoint_every > 0:
+        ensure_writable_dir(out_dir / "checkpoint", "--checkpoint-every")
+
+
+def _train(cfg, out_dir: Path, show_progress: bool, seed_chunk, tensorboard: bool, checkpoint_every: int,
+           flag: str = "--out") -> int:
     try:
-        ensure_writable_dir(out_dir)
+        check_outputs(out_dir, tensorboard, checkpoint_every, flag)
     except ConfigError as e:
         return _fail(str(e))
     label = getattr(cfg, "variant", "") or cfg.algo
     calls, steps = progress_totals(cfg)
-    logger = None
-    if tensorboard:
-        logger = TensorBoardLogger(out_dir / "tb")
+    logger = TensorBoardLogger(out_dir / "tb") if tensorboard else None
     checkpoint_dir = out_dir / "checkpoint" if checkpoint_every > 0 else None
     try:
-        with EvalProgress(f"{cfg.preset}/{cfg.env}/{label}", calls, show_progress, steps) as bar:
+        with stop_requests(), EvalProgress(f"{cfg.preset}/{cfg.env}/{label}", calls, show_progress, steps) as bar:
             # Without a progress bar the program has no host callback, so it can be kept in the compile cache.
             out = run_validated(cfg, progress=bar.update if show_progress else None, seed_chunk=seed_chunk,
                                 logger=logger, checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every)
     except NonFiniteError as e:
         return _fail(str(e))
+    except Interrupted as e:
+        how = (f"; continue it with `bpo train --resume {out_dir}`" if e.checkpoint is not None
+               else " (with --checkpoint-every N a stopped run can be continued)")
+        print(f"{e}{how}", file=sys.stderr)
+        return e.exit_code
+    except OSError as e:  # a checkpoint could not be written (disk full, permissions changed mid-run)
+        kept = (f"; the last checkpoint written is kept in {str(checkpoint_dir)!r}: fix the cause and continue "
+                f"with `bpo train --resume {out_dir}`") if ckpt.exists(checkpoint_dir) else ""
+        print(f"error: {flag}: writing failed during the run ({e}){kept}", file=sys.stderr)
+        return 1
     if logger is not None:
         if cfg.backend != "gymnasium":
             logger.log_run(out.metrics, cfg.ppo.n_steps * cfg.ppo.n_envs)
@@ -189,7 +210,8 @@ def _train(cfg, out_dir: Path, show_progress: bool, seed_chunk, tensorboard: boo
     except OSError as e:  # the folder was writable when the run started: keep the results elsewhere
         rescued = rescue_dir(out_dir)
         summary = write(out, rescued)
-        print(f"error: out: writing {str(out_dir)!r} failed after training ({e}); the results are in {str(rescued)!r}"
+        print(f"error: {flag}: writing {str(out_dir)!r} failed after training ({e}); the results are in "
+              f"{str(rescued)!r}"
               + (f" and the checkpoint is kept in {str(checkpoint_dir)!r}" if checkpoint_dir else ""), file=sys.stderr)
         return 1
     if checkpoint_dir is not None:  # the results are written: the checkpoint has served its purpose

@@ -41,7 +41,7 @@ def atomic_write_text(path: Path, text: str) -> None:
         raise
 
 
-def ensure_writable_dir(path: Path, field: str = "out") -> Path:
+def ensure_writable_dir(path: Path, field: str = "--out") -> Path:
     """Create ``path`` (with its parents) and prove a file can be written in it, before any work
     that would be lost if it could not; otherwise a ``ConfigError`` naming ``field``."""
     path = Path(path)

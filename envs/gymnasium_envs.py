@@ -13,6 +13,8 @@ environments of the existing ones.
 from __future__ import annotations
 
 import functools
+import os
+from collections.abc import Callable
 
 import gymnasium as gym
 import numpy as np
@@ -130,16 +132,25 @@ def env_seeds(base_seed: int, run: int, stream: int, n: int, start: int = 0) -> 
     return [int(np.random.SeedSequence([base_seed, run, stream, start + i]).generate_state(1)[0]) for i in range(n)]
 
 
-def make_vector_env(env_id: str, n: int, mode: str = "sync") -> gym.vector.VectorEnv:
+def _make_in_worker(env_id: str, worker_setup: Callable[[int], None] | None, parent_pid: int) -> gym.Env:
+    # AsyncVectorEnv also calls the first factory in the parent, to read the spaces.
+    if worker_setup is not None and os.getpid() != parent_pid:
+        worker_setup(parent_pid)
+    return _make(env_id)
+
+
+def make_vector_env(env_id: str, n: int, mode: str = "sync",
+                    worker_setup: Callable[[int], None] | None = None) -> gym.vector.VectorEnv:
     """``n`` copies of ``env_id`` stepped together (``sync`` in this process, ``async`` in
-    worker processes), auto-resetting in the same step."""
+    worker processes), auto-resetting in the same step. ``worker_setup(parent_pid)``, a picklable
+    function, runs first in each worker process (so that it can tie its life to the parent's)."""
     if mode not in ("sync", "async"):
         raise ValueError(f"vector_mode: must be one of ['async', 'sync'], got {mode!r}")
-    fns = [lambda: _make(env_id) for _ in range(n)]
     kwargs = {"autoreset_mode": AutoresetMode.SAME_STEP}
     if mode == "async":
-        return gym.vector.AsyncVectorEnv(fns, context="spawn", **kwargs)
-    return gym.vector.SyncVectorEnv(fns, **kwargs)
+        make = functools.partial(_make_in_worker, env_id, worker_setup, os.getpid())
+        return gym.vector.AsyncVectorEnv([make] * n, context="spawn", **kwargs)
+    return gym.vector.SyncVectorEnv([lambda: _make(env_id) for _ in range(n)], **kwargs)
 
 
 def final_observations(obs: np.ndarray, done: np.ndarray, info: dict) -> np.ndarray:

@@ -23,7 +23,7 @@ from matplotlib.figure import Figure
 from bpo import variance as V
 from bpo.config import ConfigError, replace
 from bpo.presets import get_preset
-from bpo.results import atomic_write_json, atomic_write_text
+from bpo.results import atomic_write_json, atomic_write_text, ensure_writable_dir, rescue_dir
 from bpo.training import run
 from experiments.common import save_figure
 
@@ -251,26 +251,37 @@ def verify_variance_main(argv: list[str]) -> int:
     preset = get_preset("short_corridor")
     try:
         validate_args(args, preset.eval_every)
+        ensure_writable_dir(args.out, "--out")
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     summary, learned = run_verification(args, preset.reinforce.gamma)
-    table = format_table(summary, learned)
-    args.out.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(args.out / "table.json", {"args": {k: (str(v) if isinstance(v, Path) else v)
-                                                         for k, v in vars(args).items()}, "mdps": summary,
-                                                "learned_checkpoints": learned})
-    atomic_write_text(args.out / "table.md", table)
-    if learned:
-        plot(args.out, summary["ShortCorridor"], learned)
-    else:  # a plot left by an earlier run would not match this summary
-        for ext in ("png", "pdf"):
-            (args.out / f"variance.{ext}").unlink(missing_ok=True)
-    atomic_write_json(args.out / "summary.json", summary)  # last: marks the results complete
-    print(table)
+    try:
+        write_outputs(args, args.out, summary, learned)
+    except OSError as e:  # the folder was writable when the work started: keep the results elsewhere
+        rescued = rescue_dir(args.out)
+        write_outputs(args, rescued, summary, learned)
+        print(f"error: --out: writing {str(args.out)!r} failed after the work ({e}); the results are in "
+              f"{str(rescued)!r}", file=sys.stderr)
+        return 1
+    print(format_table(summary, learned))
     n_ok = sum(r["theorem2_holds"] for r in summary.values())
     n_mc = sum(r["mc_agrees"] for r in summary.values())
     print(f"Theorem 2 (b = 0) holds on {n_ok}/{len(summary)} MDPs; (b = v_pi) on "
           f"{sum(r['theorem2_holds_eq6_vpi'] for r in summary.values())}/{len(summary)}; "
           f"Monte Carlo agrees on {n_mc}/{len(summary)} -> {args.out}")
     return 0
+
+
+def write_outputs(args: VerifyVarianceArgs, out: Path, summary: dict, learned: list) -> None:
+    """table.json, table.md, the plot, and summary.json last (it marks the results complete)."""
+    table = format_table(summary, learned)
+    arguments = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
+    atomic_write_json(out / "table.json", {"args": arguments, "mdps": summary, "learned_checkpoints": learned})
+    atomic_write_text(out / "table.md", table)
+    if learned:
+        plot(out, summary["ShortCorridor"], learned)
+    else:  # a plot left by an earlier run would not match this summary
+        for ext in ("png", "pdf"):
+            (out / f"variance.{ext}").unlink(missing_ok=True)
+    atomic_write_json(out / "summary.json", summary)

@@ -15,6 +15,7 @@ the training process (the training loop waits).
 from __future__ import annotations
 
 import multiprocessing
+import os
 import time
 from concurrent.futures import Future, ProcessPoolExecutor
 
@@ -23,6 +24,7 @@ import numpy as np
 
 from bpo.config import OnPolicyTrainConfig
 from bpo.learner import make_learner
+from bpo.processes import die_with_parent
 from bpo.runners.seeds import seed_map
 from envs.gymnasium_envs import EVAL_STREAM, env_seeds, gym_spec, make_vector_env
 
@@ -32,7 +34,7 @@ class PolicyEvaluator:
 
     def __init__(self, cfg: OnPolicyTrainConfig):
         self.cfg = cfg
-        self.env = make_vector_env(cfg.env, cfg.seeds * cfg.eval_episodes, cfg.vector_mode)
+        self.env = make_vector_env(cfg.env, cfg.seeds * cfg.eval_episodes, cfg.vector_mode, die_with_parent)
         self._greedy = jax.jit(seed_map(make_learner(cfg, gym_spec(cfg.env)).greedy_with, cfg.seeds))
 
     def evaluate(self, actor_params, stats, eval_index: int) -> tuple[np.ndarray, float]:
@@ -57,8 +59,9 @@ class PolicyEvaluator:
 _worker: PolicyEvaluator | None = None
 
 
-def _start_worker(cfg: OnPolicyTrainConfig) -> None:
+def _start_worker(cfg: OnPolicyTrainConfig, parent_pid: int) -> None:
     global _worker
+    die_with_parent(parent_pid)
     _worker = PolicyEvaluator(cfg)
 
 
@@ -80,7 +83,8 @@ class Evaluations:
         self.worker_time_s = 0.0
         if background:
             context = multiprocessing.get_context("spawn")  # a fork of a process running XLA is unsafe
-            self._pool = ProcessPoolExecutor(1, mp_context=context, initializer=_start_worker, initargs=(cfg,))
+            self._pool = ProcessPoolExecutor(1, mp_context=context, initializer=_start_worker,
+                                             initargs=(cfg, os.getpid()))
             self._inline = None
         else:
             self._pool, self._inline = None, PolicyEvaluator(cfg)

@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from bpo import checkpoint as ckpt
+from bpo import processes
 from bpo.config import OnPolicyTrainConfig, PPOHyperparams
 from bpo.learner import keyed_update, make_learner
 from bpo.runners.evaluation import Evaluations
@@ -146,7 +147,7 @@ class HostRunner:
         cfg = self.cfg
         # Started first: a background evaluator's worker process starts up while this one compiles.
         evaluations = Evaluations(cfg, background=cfg.eval_in_background)
-        env = make_vector_env(cfg.env, cfg.seeds * cfg.ppo.n_envs, cfg.vector_mode)
+        env = make_vector_env(cfg.env, cfg.seeds * cfg.ppo.n_envs, cfg.vector_mode, processes.die_with_parent)
         # The per-step programs are fastest with synchronous CPU dispatch, set in bpo/__init__.py.
         try:
             return self._run(env, evaluations)
@@ -285,10 +286,14 @@ class HostRunner:
                 step = (update_index + 1) * batch
                 evals += self._evaluate(evaluations, step, state.ppo.actor_params, stats, train_rate(step))
             done_updates = update_index + 1
-            if self.checkpoint_every > 0 and self.checkpoint_dir is not None and done_updates < n_updates(cfg) \
-                    and done_updates % self.checkpoint_every == 0:
+            stop = processes.requested() if done_updates < n_updates(cfg) else None
+            saving = self.checkpoint_every > 0 and self.checkpoint_dir is not None
+            if saving and done_updates < n_updates(cfg) and (done_updates % self.checkpoint_every == 0 or stop):
                 evals += self._wait_for_evaluations(evaluations, train_rate(done_updates * batch))
                 self._save(env, (key, state, sde), obs, episode_return, done_updates, train_metrics, evals)
+            if stop is not None:
+                raise processes.Interrupted(stop, f"after update {done_updates} of {n_updates(cfg)}",
+                                            self.checkpoint_dir if saving else None)
         evals += self._wait_for_evaluations(evaluations, train_rate(n_updates(cfg) * batch))
         self.eval_worker_time_s = evaluations.worker_time_s
         train = {k: np.stack([m[k] for m in train_metrics], axis=1) for k in train_metrics[0]}

@@ -21,6 +21,7 @@ import jax
 import numpy as np
 
 from bpo import checkpoint as ckpt
+from bpo import processes
 from bpo.config import ConfigError, to_dict
 from bpo.runners.seeds import chunked_seed_map
 from bpo.training.kinds import TrainConfig, kind_of
@@ -63,7 +64,8 @@ def run_iterations(cfg: TrainConfig, hp, keys, progress: Callable | None, seed_c
                                  directory if saving else None)
         pieces.append(outputs)
         done += 1
-        if saving and (done % checkpoint_every == 0 or done == stages.n_iterations):
+        stop = processes.requested() if done < stages.n_iterations else None
+        if saving and (done % checkpoint_every == 0 or done == stages.n_iterations or stop):
             # Parameters are checked where they are saved: a checkpoint never holds a NaN.
             ckpt.raise_if_non_finite({}, 0, kind.unit, directory, jax.tree.map(np.asarray, carry),
                                      state_at=kind.first_unit(cfg, done))
@@ -71,6 +73,9 @@ def run_iterations(cfg: TrainConfig, hp, keys, progress: Callable | None, seed_c
             ckpt.save(directory, {"carry": carry, "outputs": pieces[0]}, {},
                       {"iterations_done": done, "iterations": stages.n_iterations, "checkpoint_every": checkpoint_every,
                        "seed_chunk": seed_chunk, "unit": kind.unit}, cfg)
+        if stop is not None:
+            raise processes.Interrupted(stop, f"after loop iteration {done} of {stages.n_iterations}",
+                                        directory if saving else None)
     outputs = jax.tree.map(lambda *xs: np.concatenate(xs, axis=1), *pieces)
     metrics = jax.block_until_ready(finish_all(carry, outputs))
     end = time.perf_counter()

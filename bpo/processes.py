@@ -1,0 +1,79 @@
+"""Child processes that never outlive their parent, and stop requests by SIGINT and SIGTERM.
+
+A ``bpo`` process may start others: the evaluation worker of a Gymnasium run, the workers of an
+``async`` vector environment, the worker processes of a sweep. Each calls ``die_with_parent`` as
+the first thing it does, so a parent killed with SIGKILL (a timeout, the OOM killer, a cluster's
+cancel) takes them with it: nothing keeps computing, holding memory or racing the next run.
+
+SIGINT and SIGTERM, inside ``stop_requests()``, do not kill the process: they ask the training
+loop to stop at the end of the current iteration (a rollout and its update, or a block of
+episodes), where a checkpoint can be written. ``requested()`` is checked by the loops; they raise
+``Interrupted``, which the command line turns into a message and exit code 128 + the signal
+(130 for SIGINT, 143 for SIGTERM). A second signal while a stop is pending ends the process at
+once (``KeyboardInterrupt``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+from collections.abc import Iterator
+
+_PR_SET_PDEATHSIG = 1
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_requested: int | None = None
+
+
+class Interrupted(Exception):
+    """A SIGINT or SIGTERM stopped a run between two iterations; ``checkpoint`` is the folder that
+    holds its state (None when the run was not checkpointing)."""
+
+    def __init__(self, signum: int, where: str, checkpoint=None):
+        self.signum, self.where, self.checkpoint = signum, where, checkpoint
+        saved = f"; its checkpoint is in {str(checkpoint)!r}" if checkpoint is not None else \
+            "; it was not checkpointing, so nothing of it is kept"
+        super().__init__(f"stopped by {signal.Signals(signum).name} {where}{saved}")
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+
+def die_with_parent(parent_pid: int | None = None) -> None:
+    """Linux: this process gets SIGKILL when its parent dies, however it dies; and it leaves
+    SIGINT to the parent (a Ctrl-C reaches the whole process group, but the parent decides how the
+    work stops). With ``parent_pid``, a parent that died before this call ends this process now."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if parent_pid is not None and os.getppid() != parent_pid:
+        os._exit(1)
+
+
+def requested() -> int | None:
+    """The signal that asked for a stop, or None."""
+    return _requested
+
+
+def _request(signum, frame) -> None:
+    global _requested
+    if _requested is not None:
+        raise KeyboardInterrupt
+    _requested = signum
+
+
+@contextlib.contextmanager
+def stop_requests() -> Iterator[None]:
+    """Within the block, SIGINT and SIGTERM request a stop (``requested()``) instead of ending the
+    process; outside it they act as before."""
+    global _requested
+    previous = {s: signal.signal(s, _request) for s in _STOP_SIGNALS}
+    _requested = None
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        _requested = None

@@ -1,0 +1,108 @@
+"""Real processes and real signals: SIGINT and SIGTERM stop ``bpo train`` cleanly (a checkpoint,
+how to resume, exit code 130 or 143) and the resumed run equals the uninterrupted one; after
+SIGKILL or SIGTERM no child of ``bpo train`` (evaluation worker, async vector-env workers,
+multiprocessing's resource tracker) is left alive."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from bpo import checkpoint as ckpt
+
+SHORT_CORRIDOR = ["train", "short_corridor", "--algo", "bpo", "--episodes", "600", "--eval-every", "10",
+                  "--eval-episodes", "2", "--seeds", "2", "--no-progress"]
+HOST = ["train", "cartpole_ppo", "--algo", "bpo", "--backend", "gymnasium", "--vector-mode", "async",
+        "--eval-in-background", "--total-timesteps", "200000", "--eval-every", "1024", "--eval-episodes", "2",
+        "--seeds", "1", "--no-progress"]
+
+
+def bpo(args, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "bpo.cli", *args], capture_output=True, text=True, timeout=600,
+                          **kw)
+
+
+def start(args) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "bpo.cli", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def wait_for(condition, proc: subprocess.Popen, seconds: float = 300):
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert proc.poll() is None, "the run ended early:\n" + proc.stderr.read()
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def children(pid: int) -> set[int]:
+    """Every live descendant of ``pid``, from /proc."""
+    parent_of = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            parent_of[int(entry.name)] = int(fields[1])
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {p for p, ppid in parent_of.items() if ppid in frontier} - found
+        found |= frontier
+    return found
+
+
+def alive(pid: int) -> bool:
+    """Running, and not a zombie waiting to be reaped."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_stops_the_run_with_a_checkpoint_and_it_resumes_identically(tmp_path, signum):
+    whole, stopped = tmp_path / "whole", tmp_path / "stopped"
+    assert bpo([*SHORT_CORRIDOR, "--out", str(whole)]).returncode == 0
+    proc = start([*SHORT_CORRIDOR, "--checkpoint-every", "5", "--out", str(stopped)])
+    wait_for(lambda: ckpt.exists(stopped / "checkpoint"), proc)
+    proc.send_signal(signum)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signum, err
+    assert f"stopped by {signal.Signals(signum).name} after loop iteration" in err
+    assert f"bpo train --resume {stopped}" in err
+    assert not (stopped / "summary.json").exists() and ckpt.exists(stopped / "checkpoint")
+    resumed = bpo(["train", "--resume", str(stopped), "--no-progress"])
+    assert resumed.returncode == 0, resumed.stderr
+    for name in ("curve.csv", "train_metrics.csv"):
+        assert (whole / name).read_bytes() == (stopped / name).read_bytes(), name
+
+
+@pytest.mark.slow
+@pytest.mark.mujoco
+@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
+def test_no_child_outlives_a_host_run(tmp_path, signum):
+    """The host runner with its evaluation worker and async vector-env workers (each with the
+    resource tracker that multiprocessing starts): killed or stopped, all of them are gone."""
+    proc = start([*HOST, "--out", str(tmp_path / "run")])
+    # 8 training env workers, the resource tracker, the evaluation worker and its 2 env workers.
+    wait_for(lambda: len(children(proc.pid)) >= 12, proc, 300)
+    descendants = children(proc.pid)
+    os.kill(proc.pid, signum)
+    _, err = proc.communicate(timeout=120)
+    if signum == signal.SIGTERM:
+        assert proc.returncode == 143, err
+        assert "stopped by SIGTERM after update" in err and "with --checkpoint-every N" in err
+    deadline = time.monotonic() + 10
+    while any(alive(p) for p in descendants) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = [p for p in descendants if alive(p)]
+    assert not left, [Path(f"/proc/{p}/cmdline").read_bytes()[:200] for p in left]

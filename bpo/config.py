@@ -97,6 +97,15 @@ class BehaviourConfig:
     bootstrap_net: Literal["online", "target"] = "online"
     """Network whose next-state predictions form the Bellman target: the online network (as in
     the authors' code with symlog targets) or the Polyak target network."""
+    value_net: Literal["online", "target"] = "online"
+    """Network whose values the rest of the behaviour step reads: Q(s, a) in r-hat (eq. 7) and
+    Q-hat in mu's loss (eqs. 15, 16). The authors' code reads the Polyak target networks when
+    symlog targets are off (the ``bpo_no_symlog_target`` ablation)."""
+    fqe_loss: Literal["paper", "authors"] = "paper"
+    """Form of the FQE loss: 'paper', 0.5 mean(w (p - y)^2) + c mean((p - p_target)^2) (eq. 13's
+    one-half; the regulariser unweighted); 'authors', mean(w (p - y)^2) + c mean(w (p - p_target)^2)
+    (their public code: the TD term twice as heavy relative to the regulariser, which is
+    IS-weighted too). c is ``symlog_reg_coef``; p_target is the Polyak target network's output."""
     weight_td: bool = True
     """Weight each FQE sample by clip(pi/mu, 0.1, 10) normalised to batch mean 1 (Appendix C.2)."""
     clip_targets: bool = True

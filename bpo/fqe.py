@@ -28,6 +28,7 @@ class FQESettings(NamedTuple):
     weight_td: bool
     clip_targets: bool
     bootstrap_from_target: bool
+    loss_form: str = "paper"  # "paper" or "authors" (fqe_loss)
 
 
 def r_hat(rewards, q_sa):
@@ -70,11 +71,21 @@ def to_real(outputs, symlog_targets: bool):
     return symexp(outputs) if symlog_targets else outputs
 
 
-def fqe_loss(pred, targets, weights, reg_target_pred, reg_coef):
-    """Eqs. (13)/(14) in network-output space: 0.5 mean(w (pred - y)^2) + reg_coef mean((pred - pred_target_net)^2)."""
+def fqe_loss(pred, targets, weights, reg_target_pred, reg_coef, form: str = "paper"):
+    """Eqs. (13)/(14) in network-output space, with the symlog regulariser towards the Polyak target
+    network's output. ``form = 'paper'``: 0.5 mean(w (pred - y)^2) + reg_coef mean((pred - pred_target)^2);
+    ``'authors'`` (their public code): mean(w (pred - y)^2) + reg_coef mean(w (pred - pred_target)^2).
+    Returns (loss, TD term)."""
+    if form == "authors":
+        td = jnp.mean(weights * (pred - targets) ** 2)
+        return td + reg_coef * jnp.mean(weights * (pred - reg_target_pred) ** 2), td
     td = 0.5 * jnp.mean(weights * (pred - targets) ** 2)
-    reg = jnp.mean((pred - reg_target_pred) ** 2)
-    return td + reg_coef * reg, td
+    return td + reg_coef * jnp.mean((pred - reg_target_pred) ** 2), td
+
+
+def value_params(state: QState, net: str) -> dict:
+    """The parameters whose values are read outside FQE: ``net = 'online'`` or ``'target'`` (Polyak)."""
+    return state.target_params if net == "target" else state.params
 
 
 def polyak_update(target_params, params, tau):
@@ -110,7 +121,8 @@ def fqe_step(state: QState, batch, log_pi, *, predict, next_values, tx, gamma, b
         reg_target, coef = jnp.zeros_like(targets), 0.0
 
     def loss_fn(params):
-        return fqe_loss(predict(params, batch), targets, weights, jax.lax.stop_gradient(reg_target), coef)
+        return fqe_loss(predict(params, batch), targets, weights, jax.lax.stop_gradient(reg_target), coef,
+                        settings.loss_form)
 
     (loss, td), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
     updates, opt_state = tx.update(grads, state.opt_state, state.params)

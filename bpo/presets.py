@@ -59,7 +59,7 @@ _MUJOCO_GSDE_PPO = PPOConfig(
     learning_rate=3e-5, lr_schedule="constant", n_steps=512, n_envs=16, batch_size=128, n_epochs=20, gamma=0.99,
     gae_lambda=0.9, clip_range=0.4, ent_coef=0.0, vf_coef=0.5, max_grad_norm=0.5, adam_eps=1e-5,
     normalize_advantage=True, normalize_observations=True, use_sde=True, sde_sample_freq=4, log_std_init=-1.0,
-    pi_hidden=(256, 256), vf_hidden=(256, 256), activation="relu", ortho_init=True,
+    pi_hidden=(256, 256), vf_hidden=(256, 256), activation="relu", ortho_init=False,  # docs/choices.md, "PPO"
 )
 _MUJOCO_GSDE_BPO = replace(
     _MUJOCO_DEFAULT_BPO, q_batch_size=128, mu_batch_size=128, n_qvf_epochs=40, n_mu_epochs=40, q_lr=3e-5,
@@ -145,7 +145,13 @@ _ROWS = {
     "bpo_traj_c1.0": {"algo": "bpo", "bpo.c_bar": 1.0, "bpo.rho_bar": 1.5, "bpo.traj": "traj"},
 }
 TABLE1_ROWS = tuple(_ROWS)
-ABLATIONS = {"bpo_no_qhat": {"bpo.use_q_hat": False}, "bpo_no_symlog": {"bpo.symlog_targets": False}}
+ABLATIONS = {
+    "bpo_no_qhat": {"bpo.use_q_hat": False},
+    "bpo_no_symlog": {"bpo.symlog_targets": False},
+    # The authors' form of the same ablation: without symlog, their code bootstraps, computes r-hat
+    # and feeds mu's Q-hat from the Polyak target networks.
+    "bpo_no_symlog_target": {"bpo.symlog_targets": False, "bpo.bootstrap_net": "target", "bpo.value_net": "target"},
+}
 VARIANTS = TABLE1_ROWS + tuple(ABLATIONS)
 
 # The paper's Table 1 (mean ± SE over 10 runs, 10 evaluation episodes after training), by

@@ -153,6 +153,16 @@ def test_bounds_loss_and_polyak():
     np.testing.assert_allclose(new["w"], [0.02, 9.8], rtol=1e-6)
 
 
+def test_the_authors_fqe_loss_form():
+    """Their code: the TD term without the one-half, and the regulariser IS-weighted too."""
+    pred, y, w, tgt = jnp.array([1.0, 2.0]), jnp.array([0.0, 4.0]), jnp.array([0.5, 1.5]), jnp.array([1.5, 1.0])
+    total, td = fqe_loss(pred, y, w, tgt, 0.3, "authors")
+    assert float(td) == pytest.approx((0.5 * 1 + 1.5 * 4) / 2)
+    assert float(total) == pytest.approx(float(td) + 0.3 * (0.5 * 0.25 + 1.5 * 1.0) / 2)
+    paper, _ = fqe_loss(pred, y, w, tgt, 0.3, "paper")
+    assert float(paper) == pytest.approx(0.5 * (0.5 * 1 + 1.5 * 4) / 2 + 0.3 * (0.25 + 1.0) / 2)
+
+
 def _symlog(x):
     return np.sign(x) * np.log1p(np.abs(x))
 

@@ -3,8 +3,12 @@ hyperparameters (bad inputs: tests/test_bad_inputs.py)."""
 
 import csv
 import json
+import platform
+import subprocess
+from pathlib import Path
 
 import jax
+import mujoco
 import numpy as np
 import pytest
 
@@ -15,6 +19,7 @@ from bpo.runners.episodic import make_train
 from bpo.runners.seeds import seed_keys
 from bpo.training import run, summarize
 
+ROOT = Path(__file__).resolve().parent.parent
 TINY = dict(episodes=20, eval_every=10, eval_episodes=3, seeds=3)
 
 
@@ -66,7 +71,15 @@ def test_cli_train_writes_run_directory(tmp_path):
         assert key in summary
     assert len(summary["final_eval_returns"]) == 2
     assert summary["final_mean"] == pytest.approx(np.mean(summary["final_eval_returns"]))
+    assert summary["final_sd"] == pytest.approx(np.std(summary["final_eval_returns"], ddof=1))
+    assert summary["final_se"] == pytest.approx(summary["final_sd"] / np.sqrt(2))
     assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]
+    # Provenance: this checkout's commit, the package versions, the device.
+    prov = summary["provenance"]
+    head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
+    assert prov["code_version"].removesuffix("-dirty") == head
+    assert prov["packages"]["jax"] == jax.__version__ and prov["packages"]["mujoco"] == mujoco.__version__
+    assert prov["backend"] == "cpu" and prov["device"] and prov["python"] == platform.python_version()
 
 
 def test_summary_fields_from_run():

@@ -42,6 +42,7 @@ from bpo.fqe import (
     r_hat,
     take_action,
     to_real,
+    value_params,
 )
 from bpo.networks import MLP
 
@@ -91,7 +92,7 @@ class Behaviour:
 
     def fqe_settings(self) -> FQESettings:
         c = self.cfg
-        return FQESettings(c.symlog_targets, c.weight_td, c.clip_targets, c.bootstrap_net == "target")
+        return FQESettings(c.symlog_targets, c.weight_td, c.clip_targets, c.bootstrap_net == "target", c.fqe_loss)
 
     def env_action(self, action):
         if self.discrete or not self.clip_actions:
@@ -259,7 +260,7 @@ def behaviour_step(key, state: BehaviourState, replay: rb.Replay, pi_dist_fn: Di
     bounds = q_bounds(r_min, r_max, gamma)
     q, q_metrics = fqe_epochs(k_q, state.q, replay, "reward", gamma, bounds, pi_next, log_pi, beh=beh, tx=q_tx, hp=hp)
 
-    q_sa = beh.q_value(q.params, data["obs"], data["action"])
+    q_sa = beh.q_value(value_params(q, beh.cfg.value_net), data["obs"], data["action"])
     if beh.cfg.clip_targets:
         q_sa = jnp.clip(q_sa, *bounds)
     replay = replay.replace(data={**data, "r_hat": r_hat(data["reward"], q_sa)})
@@ -268,9 +269,10 @@ def behaviour_step(key, state: BehaviourState, replay: rb.Replay, pi_dist_fn: Di
     q_hat, q_hat_metrics = fqe_epochs(k_qh, state.q_hat, replay, "r_hat", gamma**2, hat_bounds, pi_next, log_pi,
                                       beh=beh, tx=q_tx, hp=hp)
 
-    q_hat_all = beh.discrete_q_hat(q_hat.params, data["obs"], hat_bounds[1]) if beh.discrete else None
+    q_hat_params = value_params(q_hat, beh.cfg.value_net)
+    q_hat_all = beh.discrete_q_hat(q_hat_params, data["obs"], hat_bounds[1]) if beh.discrete else None
     mu_params, mu_opt_state, mu_loss_mean = mu_epochs(k_mu, state.mu_params, state.mu_opt_state, replay, pi_here,
-                                                      q_hat.params, hat_bounds[1], q_hat_all, beh=beh, tx=mu_tx)
+                                                      q_hat_params, hat_bounds[1], q_hat_all, beh=beh, tx=mu_tx)
     new_state = BehaviourState(q, q_hat, mu_params, mu_opt_state, r_min, r_max, r_hat_max)
     metrics = {
         "q_loss": q_metrics["loss"],

@@ -10,6 +10,7 @@ import numpy as np
 from bpo import diagnostics as dg
 from bpo import results
 from bpo.config import OnPolicyTrainConfig
+from bpo.provenance import provenance
 from bpo.training.kinds import kind_of
 from bpo.training.run_output import RunOutput
 
@@ -60,8 +61,9 @@ def env_steps_per_seed(out: RunOutput) -> float:
 
 
 def summarize(out: RunOutput) -> dict:
-    """``summary.json``: final returns per seed with their mean and SE (standard error over seeds),
-    throughput and timings, and the pooled diagnostics with their warnings."""
+    """``summary.json``: final returns per seed with their mean, SD and SE (standard deviation over
+    seeds, and the standard error of the mean), throughput and timings, the pooled diagnostics with
+    their warnings, and the provenance (code and package versions, device)."""
     cfg = out.config
     final = out.metrics["eval"]["eval_return"][:, -1].astype(float)
     env_steps = env_steps_per_seed(out) * cfg.seeds
@@ -73,6 +75,7 @@ def summarize(out: RunOutput) -> dict:
         "step_unit": kind_of(cfg).step_unit,
         "final_eval_returns": final.tolist(),
         "final_mean": float(final.mean()),
+        "final_sd": float(final.std(ddof=1)) if len(final) > 1 else float("nan"),
         "final_se": float(final.std(ddof=1) / np.sqrt(len(final))) if len(final) > 1 else float("nan"),
         "env_steps": env_steps,
         "wall_time_s": out.wall_time_s,
@@ -83,6 +86,7 @@ def summarize(out: RunOutput) -> dict:
         "eval_worker_time_s": out.eval_worker_time_s,
         "seed_chunk": out.seed_chunk,
         "backend": out.backend,
+        "provenance": provenance(out.backend),
     }
     summary["diagnostics"], summary["warnings"] = diagnostics_summary(out)
     if isinstance(cfg, OnPolicyTrainConfig):

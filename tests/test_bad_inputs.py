@@ -38,6 +38,9 @@ CLI_BAD_INPUTS = [
     (["train", "cartpole_ppo", "--bpo.replay-size", "64"], "bpo.replay_size", "must hold at least one batch"),
     (["train", "cartpole_ppo", "--bpo.c-bar", "0"], "bpo.c_bar", "must be a number > 0 (inf allowed), got 0.0"),
     (["train", "cartpole_ppo", "--bpo.rho-bar", "-1"], "bpo.rho_bar", "must be a number > 0 (inf allowed), got -1.0"),
+    (["train", "cartpole_ppo", "--bpo.lam", "1.5"], "bpo.lam", "must be in [0, 1], got 1.5"),  # unused by BPO-PPO
+    (["train", "cartpole_ppo", "--ppo.ent-coef", "inf"], "ppo.ent_coef", "must be a finite number >= 0, got inf"),
+    (["train", "pendulum_ppo", "--ppo.log-std-init", "nan"], "ppo.log_std_init", "must be a finite number, got nan"),
     (["train", "pendulum_ppo", "--bpo.mu-loss", "reverse_kl"], "bpo.mu_loss", "chooses between the discrete losses"),
     (["train", "cartpole_ppo", "--algo", "ppo", "--bpo.trust-region-delta", "0.1"], "bpo.trust_region_delta",
      "masks segments by pi/mu"),
@@ -83,53 +86,68 @@ CLI_BAD_INPUTS = [
 ]
 
 EPISODIC, ON_POLICY = "short_corridor", "cartpole_ppo"
-# (preset, changes to it, field named by the ConfigError): fields and constraints that the
-# command line above does not reach, checked at the library's entry point. A renamed field makes
-# its case fail (replace() rejects unknown fields), so no case can pass for the wrong reason.
+HUGE = 10**400  # an int beyond float range: no float field may take it
+# (preset, changes to it, field named by the ConfigError, text the rest of the message must
+# contain): fields and constraints that the command line above does not reach, and values of the
+# wrong type, which its parser never produces, checked at the library's entry point. A renamed
+# field makes its case fail (replace() rejects unknown fields), so no case can pass for the wrong
+# reason.
 VALIDATE_BAD_INPUTS = [
-    (EPISODIC, {"algo": "ppo"}, "algo"),
-    (EPISODIC, {"seed": -1}, "seed"),
-    (EPISODIC, {"episodes": 0}, "episodes"),
-    (EPISODIC, {"eval_episodes": 0}, "eval_episodes"),
-    (EPISODIC, {"max_episode_steps": 0}, "max_episode_steps"),
-    (EPISODIC, {"reinforce.lr_end": math.nan}, "reinforce.lr_end"),
-    (EPISODIC, {"reinforce.optimizer": "rmsprop"}, "reinforce.optimizer"),
-    (EPISODIC, {"reinforce.init_right_prob": 1.0}, "reinforce.init_right_prob"),
-    (EPISODIC, {"reinforce.gamma": 1.0}, "reinforce.gamma"),  # BPO's clipped targets need gamma < 1
-    (EPISODIC, {"bpo.traj": "trajectory"}, "bpo.traj"),
-    (EPISODIC, {"bpo.q_batch_size": 0}, "bpo.q_batch_size"),
-    (EPISODIC, {"bpo.n_mu_epochs": 0}, "bpo.n_mu_epochs"),
-    (EPISODIC, {"bpo.mu_lr": math.inf}, "bpo.mu_lr"),
-    (EPISODIC, {"bpo.adam_eps": 0.0}, "bpo.adam_eps"),
-    (EPISODIC, {"bpo.q_max_grad_norm": -1.0}, "bpo.q_max_grad_norm"),
-    (EPISODIC, {"bpo.q_hidden": ()}, "bpo.q_hidden"),
-    (EPISODIC, {"bpo.mu_hidden": (64, 0)}, "bpo.mu_hidden"),
-    (EPISODIC, {"bpo.symlog_reg_coef": -1.0}, "bpo.symlog_reg_coef"),
-    (EPISODIC, {"bpo.polyak_tau": 1.5}, "bpo.polyak_tau"),
-    (EPISODIC, {"bpo.bootstrap_net": "offline"}, "bpo.bootstrap_net"),
-    (EPISODIC, {"bpo.mu_loss": "kl"}, "bpo.mu_loss"),
-    (EPISODIC, {"bpo.q_hat_floor": 0.0}, "bpo.q_hat_floor"),
-    (ON_POLICY, {"backend": "tpu"}, "backend"),
-    (ON_POLICY, {"vector_mode": "threads"}, "vector_mode"),
-    (ON_POLICY, {"algo": "reinforce"}, "algo"),
-    (ON_POLICY, {"eval_every": 0}, "eval_every"),
-    (ON_POLICY, {"env": "Pong-v0"}, "env"),
-    (ON_POLICY, {"ppo.n_steps": 0}, "ppo.n_steps"),
-    (ON_POLICY, {"ppo.n_epochs": 0}, "ppo.n_epochs"),
-    (ON_POLICY, {"ppo.lr_schedule": "cosine"}, "ppo.lr_schedule"),
-    (ON_POLICY, {"ppo.clip_range": 0.0}, "ppo.clip_range"),
-    (ON_POLICY, {"ppo.clip_range_schedule": "cosine"}, "ppo.clip_range_schedule"),
-    (ON_POLICY, {"ppo.ent_coef": -0.01}, "ppo.ent_coef"),
-    (ON_POLICY, {"ppo.vf_coef": True}, "ppo.vf_coef"),
-    (ON_POLICY, {"ppo.max_grad_norm": 0.0}, "ppo.max_grad_norm"),
-    (ON_POLICY, {"ppo.adam_eps": math.nan}, "ppo.adam_eps"),
-    (ON_POLICY, {"ppo.activation": "gelu"}, "ppo.activation"),
-    (ON_POLICY, {"ppo.pi_hidden": ()}, "ppo.pi_hidden"),
-    (ON_POLICY, {"bpo.advantage": "gae"}, "bpo.advantage"),
-    (ON_POLICY, {"bpo.lr_schedule": "cosine"}, "bpo.lr_schedule"),
-    (ON_POLICY, {"bpo.trust_region_delta": 0.0}, "bpo.trust_region_delta"),
-    (ON_POLICY, {"bpo.trust_region_criterion": "max_k3"}, "bpo.trust_region_criterion"),
-    (ON_POLICY, {"bpo.ppo_ent_coef": -1.0}, "bpo.ppo_ent_coef"),
+    (EPISODIC, {"algo": "ppo"}, "algo", "must be one of ['reinforce', 'bpo'], got 'ppo'"),
+    (EPISODIC, {"seed": -1}, "seed", "must be an integer >= 0, got -1"),
+    (EPISODIC, {"episodes": 0}, "episodes", "must be an integer >= 1, got 0"),
+    (EPISODIC, {"eval_episodes": 0}, "eval_episodes", "must be an integer >= 1, got 0"),
+    (EPISODIC, {"max_episode_steps": 0}, "max_episode_steps", "must be an integer >= 1, got 0"),
+    (EPISODIC, {"reinforce.lr_end": math.nan}, "reinforce.lr_end", "must be a finite number > 0, got nan"),
+    (EPISODIC, {"reinforce.optimizer": "rmsprop"}, "reinforce.optimizer", "must be one of ['adam', 'sgd']"),
+    (EPISODIC, {"reinforce.init_right_prob": 1.0}, "reinforce.init_right_prob", "must be in (0, 1), got 1.0"),
+    (EPISODIC, {"reinforce.gamma": 1.0}, "reinforce.gamma", "must be < 1 when bpo.clip_targets"),
+    (EPISODIC, {"bpo.traj": "trajectory"}, "bpo.traj", "must be one of ['per_decision', 'traj', 'traj_shifted']"),
+    (EPISODIC, {"bpo.q_batch_size": 0}, "bpo.q_batch_size", "must be an integer >= 1, got 0"),
+    (EPISODIC, {"bpo.n_mu_epochs": 0}, "bpo.n_mu_epochs", "must be an integer >= 1, got 0"),
+    (EPISODIC, {"bpo.mu_lr": math.inf}, "bpo.mu_lr", "must be a finite number > 0, got inf"),
+    (EPISODIC, {"bpo.adam_eps": 0.0}, "bpo.adam_eps", "must be a finite number > 0, got 0.0"),
+    (EPISODIC, {"bpo.q_max_grad_norm": -1.0}, "bpo.q_max_grad_norm", "must be a number > 0 (inf allowed), got -1.0"),
+    (EPISODIC, {"bpo.q_hidden": ()}, "bpo.q_hidden", "must be a non-empty tuple of positive integers, got ()"),
+    (EPISODIC, {"bpo.mu_hidden": (64, 0)}, "bpo.mu_hidden", "tuple of positive integers, got (64, 0)"),
+    (EPISODIC, {"bpo.symlog_reg_coef": -1.0}, "bpo.symlog_reg_coef", "must be a finite number >= 0, got -1.0"),
+    (EPISODIC, {"bpo.polyak_tau": 1.5}, "bpo.polyak_tau", "must be in [0, 1], got 1.5"),
+    (EPISODIC, {"bpo.bootstrap_net": "offline"}, "bpo.bootstrap_net", "must be one of ['online', 'target']"),
+    (EPISODIC, {"bpo.mu_loss": "kl"}, "bpo.mu_loss", "must be one of ['cross_entropy', 'reverse_kl'], got 'kl'"),
+    (EPISODIC, {"bpo.q_hat_floor": 0.0}, "bpo.q_hat_floor", "must be a finite number > 0, got 0.0"),
+    (ON_POLICY, {"backend": "tpu"}, "backend", "must be one of ['jax', 'gymnasium', 'mjx'], got 'tpu'"),
+    (ON_POLICY, {"vector_mode": "threads"}, "vector_mode", "must be one of ['sync', 'async'], got 'threads'"),
+    (ON_POLICY, {"algo": "reinforce"}, "algo", "must be one of ['ppo', 'bpo'], got 'reinforce'"),
+    (ON_POLICY, {"eval_every": 0}, "eval_every", "must be an integer >= 1, got 0"),
+    (ON_POLICY, {"env": "Pong-v0"}, "env", "must be one of ['Acrobot-v1', 'CartPole-v1',"),
+    (ON_POLICY, {"ppo.n_steps": 0}, "ppo.n_steps", "must be an integer >= 1, got 0"),
+    (ON_POLICY, {"ppo.n_epochs": 0}, "ppo.n_epochs", "must be an integer >= 1, got 0"),
+    (ON_POLICY, {"ppo.lr_schedule": "cosine"}, "ppo.lr_schedule", "must be one of ['constant', 'linear']"),
+    (ON_POLICY, {"ppo.clip_range": 0.0}, "ppo.clip_range", "must be a finite number > 0, got 0.0"),
+    (ON_POLICY, {"ppo.clip_range_schedule": "cosine"}, "ppo.clip_range_schedule",
+     "must be one of ['constant', 'linear']"),
+    (ON_POLICY, {"ppo.ent_coef": -0.01}, "ppo.ent_coef", "must be a finite number >= 0, got -0.01"),
+    (ON_POLICY, {"ppo.vf_coef": True}, "ppo.vf_coef", "must be a finite number >= 0, got True"),
+    (ON_POLICY, {"ppo.max_grad_norm": 0.0}, "ppo.max_grad_norm", "must be a number > 0 (inf allowed), got 0.0"),
+    (ON_POLICY, {"ppo.adam_eps": math.nan}, "ppo.adam_eps", "must be a finite number > 0, got nan"),
+    (ON_POLICY, {"ppo.activation": "gelu"}, "ppo.activation", "must be one of ['relu', 'tanh'], got 'gelu'"),
+    (ON_POLICY, {"ppo.pi_hidden": ()}, "ppo.pi_hidden", "must be a non-empty tuple of positive integers, got ()"),
+    (ON_POLICY, {"bpo.advantage": "gae"}, "bpo.advantage", "must be one of ['authors', 'eq11'], got 'gae'"),
+    (ON_POLICY, {"bpo.lr_schedule": "cosine"}, "bpo.lr_schedule", "must be one of ['constant', 'linear']"),
+    (ON_POLICY, {"bpo.trust_region_delta": 0.0}, "bpo.trust_region_delta", "must be a number > 0 (inf allowed)"),
+    (ON_POLICY, {"bpo.trust_region_criterion": "max_k3"}, "bpo.trust_region_criterion",
+     "must be one of ['max_abs_log_ratio', 'mean_k3']"),
+    (ON_POLICY, {"bpo.ppo_ent_coef": -1.0}, "bpo.ppo_ent_coef", "must be a finite number >= 0, got -1.0"),
+    # Values of the wrong type, which the command line cannot express (its parser types them).
+    (ON_POLICY, {"preset": None}, "preset", "must be a string, got None"),
+    (ON_POLICY, {"variant": None}, "variant", "must be one of ['', 'ppo', "),
+    (ON_POLICY, {"ppo.use_sde": 0}, "ppo.use_sde", "must be True or False, got 0"),
+    (EPISODIC, {"bpo.clip_targets": "no"}, "bpo.clip_targets", "must be True or False, got 'no'"),
+    (ON_POLICY, {"ppo.gamma": False}, "ppo.gamma", "must be in [0, 1), got False"),
+    (EPISODIC, {"bpo.q_lr": HUGE}, "bpo.q_lr", "must be a finite number > 0, got 1000"),
+    (ON_POLICY, {"ppo.kl_coef": HUGE}, "ppo.kl_coef", "must be a finite number >= 0 (0: no KL penalty), got 1000"),
+    (ON_POLICY, {"ppo.vf_hidden": 64}, "ppo.vf_hidden", "must be a non-empty tuple of positive integers, got 64"),
+    (ON_POLICY, {"bpo.mu_hidden": (True,)}, "bpo.mu_hidden", "tuple of positive integers, got (True,)"),
 ]
 
 
@@ -148,15 +166,15 @@ def test_cli_names_the_field_before_anything_compiles(argv, field, text, capsys,
     assert "final eval return" not in out
 
 
-@pytest.mark.parametrize("preset,changes,field", VALIDATE_BAD_INPUTS,
-                         ids=[f"{p}:{next(iter(c))}" for p, c, _ in VALIDATE_BAD_INPUTS])
-def test_validate_names_the_field(preset, changes, field, caplog):
+@pytest.mark.parametrize("preset,changes,field,text", VALIDATE_BAD_INPUTS,
+                         ids=[f"{p}:{next(iter(c))}" for p, c, _, _ in VALIDATE_BAD_INPUTS])
+def test_validate_names_the_field(preset, changes, field, text, caplog):
     good = get_preset(preset)
     assert validate(good) is good  # the preset itself is valid: the change is what is rejected
     with jax.log_compiles(True), caplog.at_level(logging.DEBUG), pytest.raises(ConfigError) as err:
         validate(replace(good, **changes))
     assert err.value.field_name == field
-    assert str(err.value).startswith(f"{field}: ") and len(str(err.value)) > len(field) + 10
+    assert str(err.value).startswith(f"{field}: ") and text in str(err.value)
     assert not [r for r in caplog.records if "Compiling" in r.getMessage()]
 
 

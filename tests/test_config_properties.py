@@ -15,9 +15,11 @@ and never raise anything else. The command line is checked too, with invalid val
 nothing trains): ``bpo train`` returns 2 with ``error: FIELD: ...`` or tyro exits with status 2,
 without a traceback.
 
-Gaps of ``bpo.validation`` found by these tests are listed in ``KNOWN_GAPS``: the property tests
-skip the values a gap covers, and ``test_known_gap`` keeps a minimal reproduction of each as a
-strict xfail, so that fixing ``validate`` makes it fail until the entry is removed here.
+No value is exempt: every value drawn or listed is checked. Every kind of value that once got
+past ``validate`` or crashed it (bools as numbers or widths, non-bools in bool fields, a number
+where widths go, NaN, inf and ints beyond float range, a non-string preset or variant) has a
+member in ``EDGE_VALUES``, so ``test_validate_edge_values`` checks it in every field on every run;
+``tests/test_bad_inputs.py`` pins the field and message of one case of each kind.
 """
 
 from __future__ import annotations
@@ -29,8 +31,7 @@ import math
 import re
 import sys
 import typing
-from collections.abc import Callable
-from typing import Literal, NamedTuple
+from typing import Literal
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -88,14 +89,6 @@ INF_ALLOWED = {
     "bpo.rho_bar", "bpo.c_bar", "bpo.q_max_grad_norm", "bpo.mu_max_grad_norm", "ppo.max_grad_norm",
     "bpo.trust_region_delta",
 }
-BOOL_FIELDS = sorted({n for fields in FIELDS.values() for n, hint in fields.items() if hint is bool})
-WIDTH_FIELDS = ("ppo.pi_hidden", "ppo.vf_hidden", "bpo.q_hidden", "bpo.mu_hidden")
-# Fields checked by validation._positive (a number > 0).
-POSITIVE_FIELDS = (
-    "ppo.learning_rate", "ppo.clip_range", "ppo.max_grad_norm", "ppo.adam_eps", "reinforce.lr_start",
-    "reinforce.lr_end", "bpo.rho_bar", "bpo.c_bar", "bpo.q_lr", "bpo.mu_lr", "bpo.adam_eps", "bpo.q_max_grad_norm",
-    "bpo.mu_max_grad_norm", "bpo.q_hat_floor", "bpo.trust_region_delta",
-)
 HUGE = 10**400  # an int beyond float range
 
 
@@ -105,60 +98,6 @@ def _is_number(value):
 
 def _too_big_for_float(value):
     return _is_number(value) and isinstance(value, int) and abs(value) > sys.float_info.max
-
-
-# ---------------------------------------------------------------------------------------------
-# Gaps of bpo.validation found by these tests (reported to the lead; remove an entry when fixed)
-# ---------------------------------------------------------------------------------------------
-
-
-class Gap(NamedTuple):
-    fields: tuple[str, ...]
-    covers: Callable[[object], bool]  # the values of those fields the gap is about
-    repro: object  # a minimal value: validate(preset with field = repro) should raise ConfigError
-    reason: str
-    kinds: tuple[type, ...] = (EpisodicTrainConfig, OnPolicyTrainConfig)
-    repro_for: dict | None = None  # per-field repro where ``repro`` does not show the gap
-
-
-KNOWN_GAPS = [
-    # validate raises something other than ConfigError.
-    Gap(WIDTH_FIELDS, lambda v: _is_number(v) or isinstance(v, bool), 64,
-        "crash: validation._widths iterates over a non-tuple: TypeError: 'int' object is not iterable"),
-    Gap(POSITIVE_FIELDS, lambda v: _too_big_for_float(v) and v > 0, HUGE,
-        "crash: validation._positive calls math.isnan on an int beyond float range: OverflowError"),
-    # validate returns a config with a value of the wrong type or range.
-    Gap(tuple(BOOL_FIELDS), lambda v: not isinstance(v, bool), "no",
-        "accepted: bool fields are not validated; any value passes ('no' is truthy)",
-        repro_for={"ppo.use_sde": 0}),  # truthy values meet the discrete-action check of CartPole
-    Gap(("ppo.log_std_init",), lambda v: True, math.nan,
-        "accepted: ppo.log_std_init is not validated (nan, 'x', None pass)"),
-    Gap(("bpo.lam",), lambda v: True, math.nan,
-        "accepted: bpo.lam is validated for episodic configs only (on-policy: nan, 'x', None pass)",
-        kinds=(OnPolicyTrainConfig,)),
-    Gap(("preset",), lambda v: not isinstance(v, str), None, "accepted: preset (a label) is not validated"),
-    Gap(("variant",), lambda v: not isinstance(v, str) and not v, None,
-        "accepted: `if cfg.variant:` skips the check for falsy non-strings (None, False, 0, ())"),
-    Gap(("seed", "ppo.gamma", "ppo.gae_lambda", "reinforce.gamma", "bpo.lam", "bpo.polyak_tau", "bpo.symlog_reg_coef",
-         "bpo.ppo_ent_coef", "ppo.sde_sample_freq"), lambda v: isinstance(v, bool), False,
-        "accepted: bools pass as numbers (_in_unit_interval and the checks of seed, symlog_reg_coef, ppo_ent_coef and "
-        "sde_sample_freq do not exclude bool, unlike _positive and _positive_int)",
-        repro_for={"ppo.sde_sample_freq": True}),
-    Gap(WIDTH_FIELDS, lambda v: isinstance(v, tuple) and any(isinstance(w, bool) for w in v), (True,),
-        "accepted: _widths takes bools as widths ((True,) is a width of 1)"),
-    Gap(("ppo.ent_coef", "ppo.vf_coef", "bpo.symlog_reg_coef", "bpo.ppo_ent_coef"),
-        lambda v: _is_number(v) and (_too_big_for_float(v) or math.isinf(v)), math.inf,
-        "accepted: loss coefficients are only checked >= 0: inf and ints beyond float range pass"),
-    Gap(("ppo.kl_coef",), _too_big_for_float, HUGE,
-        "accepted: ppo.kl_coef checks `< math.inf`, which an int beyond float range passes"),
-]
-
-
-def known_gap(cfg, name, value):
-    for gap in KNOWN_GAPS:
-        if name in gap.fields and isinstance(cfg, gap.kinds) and gap.covers(value):
-            return gap
-    return None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -268,8 +207,6 @@ def test_validate_edge_values(preset):
     for name in FIELDS[type(base)]:
         for value in EDGE_VALUES:
             cfg = replace(base, **{name: value})
-            if known_gap(cfg, name, value):
-                continue
             try:
                 check_validate(cfg, name, value)
             except Exception as e:  # collected, reported below
@@ -284,10 +221,7 @@ def test_validate_any_value(preset, name, data):
     """Any value in any one field: a well-typed config back, or a ConfigError about that field."""
     base = get_preset(preset)
     value = data.draw(field_values(FIELDS[type(base)][name]), label=name)
-    cfg = replace(base, **{name: value})
-    if known_gap(cfg, name, value):
-        return  # reported; test_known_gap holds its reproduction
-    check_validate(cfg, name, value)
+    check_validate(replace(base, **{name: value}), name, value)
 
 
 @pytest.mark.parametrize("preset", ["cartpole_ppo", "short_corridor"])
@@ -300,11 +234,8 @@ def test_validate_several_fields(preset, data):
     fields = FIELDS[type(base)]
     names = data.draw(st.lists(st.sampled_from(sorted(fields)), min_size=2, max_size=5, unique=True), label="fields")
     changes = {name: data.draw(field_values(fields[name]), label=name) for name in names}
-    cfg = replace(base, **changes)
-    if any(known_gap(cfg, name, value) for name, value in changes.items()):
-        return
     try:
-        validate(cfg)
+        validate(replace(base, **changes))
     except ConfigError as e:
         allowed = set(names).union(*(CROSS_FIELD.get(name, set()) for name in names))
         assert e.field_name in allowed, f"setting {changes}: the error names {e.field_name!r}: {e}"
@@ -313,34 +244,6 @@ def test_validate_several_fields(preset, data):
     for name, value in changes.items():
         problem = type_problem(name, fields[name], value)
         assert problem is None, f"validate accepted {problem} (changes: {changes})"
-
-
-def _gap_cases():
-    """One reproduction per gap and field, on the first of cartpole_ppo and short_corridor where
-    the gap is the first one to cover it."""
-    for gap in KNOWN_GAPS:
-        for name in gap.fields:
-            value = (gap.repro_for or {}).get(name, gap.repro)
-            for preset in ("cartpole_ppo", "short_corridor"):
-                base = get_preset(preset)
-                if name in FIELDS[type(base)] and known_gap(base, name, value) is gap:
-                    shown = "10**400" if value == HUGE else repr(value)
-                    yield pytest.param(preset, name, value, id=f"{preset}-{name}-{shown}",
-                                       marks=pytest.mark.xfail(strict=True, reason=gap.reason))
-                    break
-            else:
-                raise AssertionError(f"no preset reproduces {gap.reason} for {name}")
-
-
-GAP_CASES = list(_gap_cases())
-
-
-@pytest.mark.parametrize(("preset", "name", "value"), GAP_CASES)
-def test_known_gap(preset, name, value):
-    """Minimal reproductions of KNOWN_GAPS: validate should raise ConfigError naming the field."""
-    with pytest.raises(ConfigError) as info:
-        validate(replace(get_preset(preset), **{name: value}))
-    assert info.value.field_name == name
 
 
 # --- the command line (invalid values only: nothing may train) --------------------------------
@@ -383,6 +286,8 @@ CLI_FIELDS = [
     ("--ppo.gamma", "ppo.gamma", float, lambda x: 0 <= x < 1),
     ("--bpo.traj", "bpo.traj", str, lambda s: s in ("per_decision", "traj", "traj_shifted")),
     ("--seeds", "seeds", int, lambda n: n >= 1),
+    ("--ppo.ent-coef", "ppo.ent_coef", float, lambda x: 0 <= x < math.inf),  # a finite number >= 0
+    ("--ppo.log-std-init", "ppo.log_std_init", float, math.isfinite),
 ]
 
 

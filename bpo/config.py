@@ -101,6 +101,10 @@ class BehaviourConfig:
     """Network whose values the rest of the behaviour step reads: Q(s, a) in r-hat (eq. 7) and
     Q-hat in mu's loss (eqs. 15, 16). The authors' code reads the Polyak target networks when
     symlog targets are off (the ``bpo_no_symlog_target`` ablation)."""
+    q_hat_head: Literal["linear", "softplus"] = "linear"
+    """Q-hat's output layer: 'linear', with Q-hat floored at ``q_hat_floor`` where mu reads it (the
+    paper, Section 5.3); 'softplus', softplus(output) + 1e-6, positive by construction (the
+    authors' code)."""
     fqe_loss: Literal["paper", "authors"] = "paper"
     """Form of the FQE loss: 'paper', 0.5 mean(w (p - y)^2) + c mean((p - p_target)^2) (eq. 13's
     one-half; the regulariser unweighted); 'authors', mean(w (p - y)^2) + c mean(w (p - p_target)^2)
@@ -133,6 +137,9 @@ class BehaviourConfig:
     same remaining-progress factor as the PPO learning rate. (The authors' code gives every
     network the PPO optimiser, whose schedule counts each network's own steps, so mu's rate
     reaches 0 after about a quarter of a CartPole run; here the decay follows the run's progress.)"""
+    mu_ent_coef: float = 0.0
+    """Weight of an entropy bonus in mu's loss (eqs. 15, 16 have none; the authors' code adds PPO's
+    entropy coefficient there). Static."""
     ppo_ent_coef: float = 0.0
     """Entropy coefficient of the PPO update inside BPO-PPO (0 in the authors' code); plain PPO
     uses ppo.ent_coef."""

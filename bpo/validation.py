@@ -161,6 +161,7 @@ def _validate_behaviour(b: BehaviourConfig) -> None:
     _positive("bpo.q_hat_floor", b.q_hat_floor)
     _positive("bpo.trust_region_delta", b.trust_region_delta, allow_inf=True)
     _non_negative("bpo.ppo_ent_coef", b.ppo_ent_coef)
+    _non_negative("bpo.mu_ent_coef", b.mu_ent_coef)
 
 
 def _validate_onpolicy(cfg: OnPolicyTrainConfig) -> OnPolicyTrainConfig:

@@ -6,7 +6,11 @@ import numpy as np
 import optax
 import pytest
 
+from bpo.agents.bpo import make_behaviour, mu_loss
 from bpo.behaviour import behaviour_target_log_probs, continuous_mu_loss, discrete_mu_loss
+from bpo.config import replace
+from bpo.distributions import logits_dist
+from bpo.presets import get_preset
 
 
 def minimise(loss, x0, steps=3000, lr=0.05):
@@ -53,3 +57,31 @@ def test_continuous_mu_loss_theorem4_gaussian():
     mean, log_std = minimise(loss, (jnp.array(0.0), jnp.array(-0.5)), steps=1500, lr=0.02)
     assert float(mean) == pytest.approx(b, abs=0.03)
     assert float(log_std) == pytest.approx(0.0, abs=0.03)
+
+
+def test_q_hat_softplus_head_is_positive_and_leaves_q_linear():
+    cfg = replace(get_preset("cartpole_ppo").bpo, q_hat_head="softplus")
+    beh = make_behaviour(cfg, True, 2, mu_apply=None)
+    raw = jnp.array([-30.0, -1.0, 0.0, 2.0])
+    np.testing.assert_allclose(beh.head(raw, hat=True), np.log1p(np.exp(np.asarray(raw))) + 1e-6, rtol=1e-6)
+    assert float(beh.head(raw, hat=True).min()) >= 1e-6
+    np.testing.assert_array_equal(beh.head(raw, hat=False), raw)
+    linear = make_behaviour(get_preset("cartpole_ppo").bpo, True, 2, mu_apply=None)
+    np.testing.assert_array_equal(linear.head(raw, hat=True), raw)
+
+
+def test_mu_entropy_bonus_subtracts_its_weighted_entropy():
+    """bpo.mu_ent_coef (the authors' entropy bonus in mu's loss): the loss falls by exactly
+    coef x mean entropy of mu."""
+    obs = jnp.array([[0.0, 1.0], [1.0, 0.0], [0.5, 0.5]])
+    mu_logits = jnp.array([[0.2, -0.1], [1.0, 0.3], [-0.5, 0.5]])
+    pi = logits_dist(jnp.array([[0.0, 0.4], [0.1, 0.1], [0.3, -0.2]]))
+    q_hat = jnp.array([[1.0, 2.0], [0.5, 0.5], [3.0, 1.0]])
+    losses = {}
+    for coef in (0.0, 0.01):
+        cfg = replace(get_preset("cartpole_ppo").bpo, mu_ent_coef=coef)
+        beh = make_behaviour(cfg, True, 2, mu_apply=lambda p, o: logits_dist(p))
+        losses[coef] = float(mu_loss(mu_logits, None, obs, pi, None, None, q_hat, beh=beh))
+    p = np.asarray(jax.nn.softmax(mu_logits))
+    entropy = -np.sum(p * np.log(p), axis=-1).mean()
+    assert losses[0.01] == pytest.approx(losses[0.0] - 0.01 * entropy, rel=1e-6)

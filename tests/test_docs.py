@@ -54,7 +54,8 @@ def test_pages_are_found():
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
 def test_named_functions_exist(page):
     text = page.read_text()
-    missing = sorted({name for name in DOTTED.findall(text) if not resolve(name)})
+    # A name ending in .py is a file name (the authors' ``bpo.py``), not a dotted path.
+    missing = sorted({name for name in DOTTED.findall(text) if not name.endswith(".py") and not resolve(name)})
     assert not missing, f"{page.name} names code that does not exist: {missing}"
 
 

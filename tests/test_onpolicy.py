@@ -247,6 +247,10 @@ BEHAVIOUR_SWITCHES = [
     ("cartpole_ppo", {"bpo.clip_targets": False}, ("q_hat_loss",)),
     ("cartpole_ppo", {"bpo.symlog_targets": False}, ("q_loss",)),
     ("cartpole_ppo", {"bpo.fqe_loss": "authors"}, ("q_loss",)),
+    ("cartpole_ppo", {"bpo.q_hat_head": "softplus"}, ("q_hat_loss",)),
+    ("cartpole_ppo", {"bpo.mu_ent_coef": 0.01}, ("mu_loss",)),
+    ("cartpole_continuous_ppo", {"bpo.mu_ent_coef": 0.01}, ("mu_loss",)),
+    ("cartpole_continuous_ppo", {"bpo.q_hat_head": "softplus"}, ("q_hat_loss",)),
     # r-hat and mu's Q-hat from the Polyak target networks: Q is fitted as before; mu's targets move.
     ("cartpole_ppo", {"bpo.value_net": "target"}, ("mu_loss",)),
 ]
@@ -266,7 +270,7 @@ def test_behaviour_step_switches_change_what_they_govern(preset, switches, chang
     if "bpo.clip_targets" in switches:
         assert np.sum(base["q_clip_frac"] + base["q_hat_clip_frac"]) > 0
         assert not np.any(metrics["q_clip_frac"]) and not np.any(metrics["q_hat_clip_frac"])
-    if "bpo.value_net" in switches:
+    if "bpo.value_net" in switches or "bpo.q_hat_head" in switches:  # Q itself is fitted as before
         assert same(metrics["q_loss"][0], base["q_loss"][0])
     if "bpo.symlog_targets" in switches:
         # Q's network regresses Q itself instead of symlog(Q): with values up to 10, larger errors.

@@ -53,6 +53,9 @@ MuApply = Callable[[Params, jax.Array], D.Dist]
 """(mu's parameters, obs) -> mu's action distribution."""
 
 
+Q_HAT_SOFTPLUS_EPS = 1e-6  # the authors' code: Q-hat = softplus(output) + 1e-6
+
+
 class BehaviourState(NamedTuple):
     q: QState
     q_hat: QState
@@ -99,29 +102,36 @@ class Behaviour:
             return action
         return jnp.clip(action, jnp.asarray(self.action_low), jnp.asarray(self.action_high))
 
-    def q_output(self, params, obs, action):
-        """Network output at (s, a): symlog(Q) with symlog targets, Q otherwise."""
+    def head(self, outputs, hat: bool):
+        """The output layer: linear, or for Q-hat with ``q_hat_head = 'softplus'`` softplus + 1e-6."""
+        if hat and self.cfg.q_hat_head == "softplus":
+            return jax.nn.softplus(outputs) + Q_HAT_SOFTPLUS_EPS
+        return outputs
+
+    def q_output(self, params, obs, action, hat: bool = False):
+        """Network output at (s, a) of Q (or Q-hat with ``hat``): symlog(Q) with symlog targets, Q otherwise."""
         if self.discrete:
-            return take_action(self.q_net.apply(params, obs), action)
-        return self.q_net.apply(params, jnp.concatenate([obs, self.env_action(action)], axis=-1))[..., 0]
+            return take_action(self.head(self.q_net.apply(params, obs), hat), action)
+        x = jnp.concatenate([obs, self.env_action(action)], axis=-1)
+        return self.head(self.q_net.apply(params, x), hat)[..., 0]
 
-    def q_value(self, params, obs, action):
-        return to_real(self.q_output(params, obs, action), self.cfg.symlog_targets)
+    def q_value(self, params, obs, action, hat: bool = False):
+        return to_real(self.q_output(params, obs, action, hat), self.cfg.symlog_targets)
 
-    def next_values(self, pi_next: D.Dist, params, batch):
+    def next_values(self, pi_next: D.Dist, params, batch, hat: bool = False):
         """E_{a'~pi(.|s')} Q(s', a') on a minibatch (rows ``batch['idx']`` of the buffer)."""
         dist = jax.tree.map(lambda x: x[batch["idx"]], pi_next)
         if self.discrete:
-            next_q = to_real(self.q_net.apply(params, batch["next_obs"]), self.cfg.symlog_targets)
+            next_q = to_real(self.head(self.q_net.apply(params, batch["next_obs"]), hat), self.cfg.symlog_targets)
             return expected_next_value(next_q, jax.nn.softmax(dist.loc, axis=-1))
         next_action = D.sample(batch["key"], dist, discrete=False)
-        return self.q_value(params, batch["next_obs"], next_action)
+        return self.q_value(params, batch["next_obs"], next_action, hat)
 
     def discrete_q_hat(self, q_hat_params, obs, hat_cap):
         """Q-hat(s, a) for every action, made safe for the log in eq. (5); ones without Q-hat."""
         if not self.cfg.use_q_hat:
             return jnp.ones(obs.shape[:-1] + (self.n_actions,))
-        values = to_real(self.q_net.apply(q_hat_params, obs), self.cfg.symlog_targets)
+        values = to_real(self.head(self.q_net.apply(q_hat_params, obs), True), self.cfg.symlog_targets)
         return floored_q_hat(values, self.cfg.q_hat_floor, hat_cap if self.cfg.clip_targets else None)
 
     def epoch_keys(self, k):
@@ -166,14 +176,15 @@ def fqe_epochs(key, q_state: QState, replay: rb.Replay, rewards_field: str, gamm
     ``pi_next``: pi(.|s') and ``log_pi``: log pi(a|s) on every row of the buffer (pi is fixed).
     Returns the new state and the metrics of ``fqe_step`` averaged over all steps."""
     cfg, settings = beh.cfg, beh.fqe_settings()
+    hat = rewards_field == "r_hat"
 
     def minibatch(state, xs):
         idx, k = xs
         batch = rb.gather(replay, idx)
         batch.update(reward=batch[rewards_field], idx=idx, key=k)
         return fqe_step(
-            state, batch, log_pi[idx], predict=lambda p, b: beh.q_output(p, b["obs"], b["action"]),
-            next_values=lambda p, b: beh.next_values(pi_next, p, b), tx=tx, gamma=gamma, bounds=bounds,
+            state, batch, log_pi[idx], predict=lambda p, b: beh.q_output(p, b["obs"], b["action"], hat),
+            next_values=lambda p, b: beh.next_values(pi_next, p, b, hat), tx=tx, gamma=gamma, bounds=bounds,
             tau=hp.polyak_tau, reg_coef=hp.symlog_reg_coef, settings=settings,
         )
 
@@ -192,9 +203,19 @@ def mu_loss(params, key, obs, pi_dist: D.Dist, q_hat_params, hat_cap, q_hat_all_
     Discrete: ``q_hat_all_actions`` is Q-hat(s, .) (``Behaviour.discrete_q_hat``, computed once
     per behaviour step since Q-hat is fixed while mu trains) and the target is
     q(a|s) ∝ pi(a|s) sqrt(Q-hat(s, a)), eq. (5). Continuous: one reparameterised a ~ mu(.|s) per
-    state, Q-hat(s, a) from ``q_hat_params``, floored and (with clip_targets) capped at ``hat_cap``."""
-    cfg = beh.cfg
+    state, Q-hat(s, a) from ``q_hat_params``, floored and (with clip_targets) capped at ``hat_cap``.
+    With ``mu_ent_coef > 0`` (the authors' code), minus that times mu's mean entropy."""
     mu_dist = beh.mu_apply(params, obs)
+    loss = fit_to_target(key, mu_dist, obs, pi_dist, q_hat_params, hat_cap, q_hat_all_actions, beh)
+    if beh.cfg.mu_ent_coef > 0:
+        loss = loss - beh.cfg.mu_ent_coef * jnp.mean(D.entropy(mu_dist, beh.discrete))
+    return loss
+
+
+def fit_to_target(key, mu_dist: D.Dist, obs, pi_dist: D.Dist, q_hat_params, hat_cap, q_hat_all_actions,
+                  beh: Behaviour):
+    """The fit of eq. (15) or (16) alone (``mu_loss``)."""
+    cfg = beh.cfg
     if beh.discrete:
         target = behaviour_target_log_probs(pi_dist.loc, q_hat_all_actions)
         return discrete_mu_loss(mu_dist.loc, target, cfg.mu_loss)
@@ -203,7 +224,7 @@ def mu_loss(params, key, obs, pi_dist: D.Dist, q_hat_params, hat_cap, q_hat_all_
     log_pi = D.log_prob(pi_dist, action, discrete=False)
     if cfg.use_q_hat:
         cap = hat_cap if cfg.clip_targets else None
-        q_hat = floored_q_hat(beh.q_value(q_hat_params, obs, action), cfg.q_hat_floor, cap)
+        q_hat = floored_q_hat(beh.q_value(q_hat_params, obs, action, hat=True), cfg.q_hat_floor, cap)
     else:
         q_hat = jnp.ones_like(log_mu)
     return continuous_mu_loss(log_mu, log_pi, q_hat)

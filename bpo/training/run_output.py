@@ -20,6 +20,7 @@ class RunOutput:
     backend: str
     eval_time_s: float = 0.0  # host runner: time the training loop spent on evaluation, excluded from throughput
     eval_worker_time_s: float = 0.0  # host runner: time evaluation took, in a worker process when in the background
+    group_size: int = 1  # configurations trained in the same compiled program (bpo.training.rows)
 
 
 def default_seed_chunk() -> int:

@@ -29,22 +29,34 @@ from bpo.training.run_output import RunOutput, chunk_size
 
 
 def run_iterations(cfg: TrainConfig, hp, keys, progress: Callable | None, seed_chunk: int,
-                   directory: Path | None = None, checkpoint_every: int = 0) -> RunOutput:
+                   directory: Path | None = None, checkpoint_every: int = 0, hp_per_seed: bool = False) -> RunOutput:
     """Run every loop iteration of ``cfg`` for all seeds; with ``directory`` and ``checkpoint_every
     = N > 0``, save a checkpoint after every N iterations and at the end, and continue from the
     checkpoint in ``directory`` when there is one. A non-finite loss or parameter stops the run with
-    the last good checkpoint kept."""
+    the last good checkpoint kept. With ``hp_per_seed`` every leaf of ``hp`` has the seed axis too
+    (rows of hyperparameters vmapped like seeds, ``bpo.training.rows``)."""
     start = time.perf_counter()
     kind = kind_of(cfg)
     stages = kind.make_stages(cfg, progress)
     chunk = chunk_size(seed_chunk, cfg.seeds)
-    init_all = jax.jit(lambda keys, hp: chunked_seed_map(lambda k: stages.init(k, hp), keys, chunk))
+    if hp_per_seed:
+        def init_all(keys, hp):
+            return chunked_seed_map(lambda kh: stages.init(*kh), (keys, hp), chunk)
+
+        def iteration_all(carry, hp, idx):
+            return chunked_seed_map(lambda ch: stages.segment(ch[0], ch[1], idx), (carry, hp), chunk)
+    else:
+        def init_all(keys, hp):
+            return chunked_seed_map(lambda k: stages.init(k, hp), keys, chunk)
+
+        def iteration_all(carry, hp, idx):
+            return chunked_seed_map(lambda c: stages.segment(c, hp, idx), carry, chunk)
+    init_all = jax.jit(init_all)
     finish_all = jax.jit(lambda carry, outputs: chunked_seed_map(lambda co: stages.finish(*co), (carry, outputs),
                                                                  chunk))
     carry_shape = jax.eval_shape(init_all, keys, hp)
     index = np.zeros(1, np.int32)
-    iteration_fn = jax.jit(lambda carry, hp, idx: chunked_seed_map(lambda c: stages.segment(c, hp, idx), carry,
-                                                                   chunk))
+    iteration_fn = jax.jit(iteration_all)
     iteration_all = iteration_fn.lower(carry_shape, hp, index).compile()
     compile_time = time.perf_counter() - start
     saving = directory is not None and checkpoint_every > 0

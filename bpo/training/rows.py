@@ -1,0 +1,97 @@
+"""Several configurations in one compiled program: rows that differ only in traced
+hyperparameters (Table 1's per-decision BPO rows differ only in c_bar and rho_bar) are vmapped
+together with their seeds, as rejax vmaps hyperparameters. On an accelerator a column of Table 1
+then costs one program's wall time instead of one per row.
+
+Each row keeps its own seeds (``seed_keys(cfg.seed, cfg.seeds)``, the keys it gets when run
+alone) and its own hyperparameters, so its results equal the row run alone to float rounding
+(vmapping more lanes changes XLA's fusion and reduction order, so not bitwise). A grouped run is
+therefore opt-in, and its summary records the group.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from bpo.config import ConfigError, OnPolicyTrainConfig, to_dict, traced_hyperparams
+from bpo.runners.seeds import seed_keys
+from bpo.training.kinds import TrainConfig
+from bpo.training.run_output import RunOutput, default_seed_chunk
+from bpo.training.segments import run_iterations
+
+# Config fields that may differ between rows of one program: the traced hyperparameters (their
+# values enter the program as data), the base seed and the variant's label.
+ROW_FIELDS = {
+    OnPolicyTrainConfig: ("seed", "variant", "ppo.learning_rate", "ppo.clip_range", "ppo.ent_coef", "ppo.vf_coef",
+                          "ppo.gamma", "ppo.gae_lambda", "bpo.rho_bar", "bpo.c_bar", "bpo.q_lr", "bpo.mu_lr",
+                          "bpo.polyak_tau", "bpo.symlog_reg_coef", "bpo.ppo_ent_coef"),
+}
+
+
+def program_fields(cfg: TrainConfig) -> dict:
+    """What must be equal for configs to share a program: the config without its row fields, flat."""
+    fields = ROW_FIELDS.get(type(cfg))
+    if fields is None:
+        raise ConfigError("rows", f"only on-policy JAX runs can share a program, not {type(cfg).__name__}")
+    return {k: v for k, v in _flatten(to_dict(cfg)).items() if k not in fields}
+
+
+def program_key(cfg: TrainConfig) -> str:
+    """A hashable form of ``program_fields``: configs with the same key can share a program."""
+    return repr(sorted(program_fields(cfg).items()))
+
+
+def _flatten(data: dict, prefix: str = "") -> dict:
+    out = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            out.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            out[prefix + key] = value
+    return out
+
+
+def check_rows(cfgs: list[TrainConfig]) -> None:
+    """Configs that cannot share one program raise a ``ConfigError`` naming the first difference."""
+    if not cfgs:
+        raise ConfigError("rows", "no configuration given")
+    if any(isinstance(c, OnPolicyTrainConfig) and c.backend == "gymnasium" for c in cfgs):
+        raise ConfigError("rows", "Gymnasium runs step on the host and cannot share a compiled program; use "
+                          "backend jax or mjx")
+    first = program_fields(cfgs[0])
+    for cfg in cfgs[1:]:
+        other = program_fields(cfg)
+        diff = sorted(k for k in first.keys() | other.keys() if first.get(k) != other.get(k))
+        if diff:
+            raise ConfigError("rows", f"configurations differ in {diff}, which are not traced; allowed to differ: "
+                              f"{list(ROW_FIELDS[type(cfg)])}")
+
+
+def run_rows(cfgs: list[TrainConfig], progress=None, seed_chunk: int | None = None) -> list[RunOutput]:
+    """Train validated configs that differ only in ``ROW_FIELDS`` as one program, all rows' seeds
+    vmapped together; one ``RunOutput`` per config, in order (timings are the group's)."""
+    check_rows(cfgs)
+    start = time.perf_counter()
+    sizes = [cfg.seeds for cfg in cfgs]
+    hps = [jax.tree.map(lambda x, n=n: jnp.broadcast_to(x, (n,)), traced_hyperparams(cfg))
+           for cfg, n in zip(cfgs, sizes, strict=True)]
+    hp = jax.tree.map(lambda *xs: jnp.concatenate(xs), *hps)
+    keys = jnp.concatenate([seed_keys(cfg.seed, cfg.seeds) for cfg in cfgs])
+    seed_chunk = default_seed_chunk() if seed_chunk is None else seed_chunk
+    group = dataclasses.replace(cfgs[0], seeds=sum(sizes))
+    out = run_iterations(group, hp, keys, progress, seed_chunk, hp_per_seed=True)
+    wall = time.perf_counter() - start
+    bounds = np.cumsum([0, *sizes])
+    outputs = []
+    for cfg, lo, hi in zip(cfgs, bounds[:-1], bounds[1:], strict=True):
+        metrics = jax.tree.map(lambda x, lo=lo, hi=hi: x[lo:hi], out.metrics)
+        outputs.append(RunOutput(config=cfg, metrics=metrics, compile_time_s=out.compile_time_s, wall_time_s=wall,
+                                 run_time_s=out.run_time_s, seed_chunk=seed_chunk, backend=out.backend,
+                                 group_size=len(cfgs)))
+    return outputs
+

@@ -1,0 +1,49 @@
+"""Rows of Table 1 in one program (``bpo.training.rows``): every row's results equal the row run
+alone to float tolerance; configs that differ in a static field are refused, naming it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from bpo.config import ConfigError, replace
+from bpo.presets import apply_variant, get_preset
+from bpo.training import check_rows, run, run_rows, summarize
+
+ROWS = ("bpo_c1.5_rho1.5", "bpo_c1.0_rho1.0", "bpo_c1.0_rho1.5")  # Table 1's per-decision rows
+
+
+def tiny(variant: str, preset: str = "cartpole_ppo", **changes):
+    cfg = apply_variant(get_preset(preset), variant)
+    return replace(cfg, seeds=2, total_timesteps=1024, eval_every=512, eval_episodes=2, **changes)
+
+
+def test_each_row_equals_the_row_run_alone():
+    cfgs = [tiny(v) for v in ROWS]
+    grouped = run_rows(cfgs)
+    for cfg, out in zip(cfgs, grouped, strict=True):
+        alone = run(cfg)
+        for part in ("eval", "train"):
+            for name, value in alone.metrics[part].items():
+                np.testing.assert_allclose(out.metrics[part][name], value, rtol=2e-4, atol=1e-5,
+                                           err_msg=f"{cfg.variant}: {part}/{name}")
+        assert summarize(out)["configs_in_program"] == 3
+    # The rows are different runs: c_bar and rho_bar reach the program as data.
+    cut = [out.metrics["train"]["c_truncated_frac"] for out in grouped]
+    assert not np.array_equal(cut[0], cut[1])
+
+
+@pytest.mark.parametrize(("changes", "field"), [
+    ({"bpo.traj": "traj"}, "bpo.traj"),  # the trajectory row is a program of its own
+    ({"algo": "ppo"}, "algo"),
+    ({"ppo.n_steps": 128}, "ppo.n_steps"),
+])
+def test_rows_that_differ_in_a_static_field_are_refused(changes, field):
+    with pytest.raises(ConfigError, match=rf"rows: configurations differ in \['{field}'\]"):
+        check_rows([tiny("bpo_c1.5_rho1.5"), tiny("bpo_c1.0_rho1.5", **changes)])
+
+
+def test_host_runs_cannot_share_a_program():
+    cfg = tiny("bpo_c1.5_rho1.5", backend="gymnasium")
+    with pytest.raises(ConfigError, match="rows: Gymnasium runs"):
+        check_rows([cfg, cfg])

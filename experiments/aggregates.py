@@ -6,6 +6,17 @@ A task is one (environment, preset) column. Scores are normalised per task by mi
 final return in that column (0 = the worst run of any row, 1 = the best), which works for negative
 returns too and keeps tasks with large returns from dominating. The probability of improvement
 does not depend on this choice: it compares runs within a task.
+
+With few runs per task the stratified bootstrap understates uncertainty, and can give an interval
+of zero width: when each task's comparison is certain in the sample (every run of the row above
+every run of the baseline on one task, below on another), every resample gives the same
+probability of improvement (0.5 there), so the interval is [0.5, 0.5]. So the probability of
+improvement is also given per task, each with Newcombe's score interval for P(X > Y) (which is
+never zero-width), and its reported interval is the bootstrap's widened to the average of the
+per-task intervals at a Bonferroni level; and every figure says in red when there are fewer than
+``RELIABLE_RUNS`` runs per task. The axes span the whole score range, [0, 1], so they include the
+baseline's IQM (marked) and the 0.5 of no improvement, and never start at a value that magnifies
+small gaps.
 """
 
 from __future__ import annotations
@@ -16,9 +27,15 @@ import numpy as np
 from matplotlib.figure import Figure
 from rliable import library as rly
 from rliable import metrics
+from scipy import optimize, stats
 
 from bpo import results
-from experiments.common import row_label, save_figure, sort_rows
+from experiments.common import row_label, save_figure, setting_label, sort_rows
+
+RELIABLE_RUNS = 10
+"""Fewer runs per task than this and the figures carry a note that their intervals are unreliable."""
+CONFIDENCE = 0.95
+TASK_MARKERS = "os^Dv<>PXh*p"
 
 
 def normalised_scores(cells: dict, baseline: str, rows: list[str]) -> tuple[list, dict[str, np.ndarray]]:
@@ -38,6 +55,51 @@ def normalised_scores(cells: dict, baseline: str, rows: list[str]) -> tuple[list
     return tasks, scores
 
 
+def newcombe_interval(p_hat: float, m: int, n: int, confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """Newcombe's (2006, method 5) score interval for theta = P(X > Y) estimated from m runs of X
+    and n of Y: the thetas with (p_hat - theta)^2 <= z^2 V(theta), where V is the Hanley-McNeil
+    variance of the estimate with both sample sizes set to N = (m + n) / 2,
+    V(theta) = theta (1 - theta) / (m n) * [1 + (N - 1)(1 - theta)/(2 - theta) + (N - 1) theta/(1 + theta)].
+    Like Wilson's interval for a proportion it is never zero-width: p_hat = 1 from 3 runs against 3
+    gives about [0.50, 1]."""
+    z = stats.norm.isf((1 - confidence) / 2)
+    big_n = (m + n) / 2
+
+    def excess(theta):  # <= 0 inside the interval
+        var = theta * (1 - theta) / (m * n) * (1 + (big_n - 1) * (1 - theta) / (2 - theta)
+                                               + (big_n - 1) * theta / (1 + theta))
+        return (p_hat - theta) ** 2 - z ** 2 * var
+
+    grid = np.linspace(0.0, 1.0, 2001)
+    inside = np.flatnonzero([excess(t) <= 0 for t in grid])
+    if len(inside) == 0:  # cannot happen for p_hat in [0, 1]; be safe
+        return p_hat, p_hat
+    i, j = inside[0], inside[-1]
+    low = 0.0 if i == 0 else optimize.brentq(excess, grid[i - 1], grid[i])
+    high = 1.0 if j == len(grid) - 1 else optimize.brentq(excess, grid[j], grid[j + 1])
+    return float(min(low, p_hat)), float(max(high, p_hat))
+
+
+def per_task_improvement(x: np.ndarray, y: np.ndarray, tasks, confidence: float) -> list[dict]:
+    """P(X > Y) on each task (rliable's estimate: the share of run pairs with x > y, ties half) with
+    Newcombe's interval at ``confidence``."""
+    out = []
+    for k, task in enumerate(tasks):
+        p = float(metrics.probability_of_improvement(x[:, [k]], y[:, [k]]))
+        low, high = newcombe_interval(p, len(x), len(y), confidence)
+        out.append({"task": list(task), "point": p, "low": low, "high": high})
+    return out
+
+
+def runs_per_task_note(runs: list[int]) -> str | None:
+    """'n = K runs per task: intervals unreliable' when a row has fewer than ``RELIABLE_RUNS``."""
+    low, high = min(runs), max(runs)
+    if low >= RELIABLE_RUNS:
+        return None
+    count = str(low) if low == high else f"{low} to {high}"
+    return f"n = {count} runs per task: intervals unreliable (fewer than {RELIABLE_RUNS})"
+
+
 def write_aggregates(cells: dict, baseline: str, out: Path, reps: int = 2000, seed: int = 0) -> list[Path]:
     """aggregates.json, iqm.{png,pdf} and probability_of_improvement.{png,pdf} in ``out``."""
     tasks, scores = normalised_scores(cells, baseline, sort_rows({r for by_row in cells.values() for r in by_row}))
@@ -46,30 +108,44 @@ def write_aggregates(cells: dict, baseline: str, out: Path, reps: int = 2000, se
     rows = list(scores)
     np.random.seed(seed)  # rliable's bootstrap draws from numpy's global generator
     iqm = lambda x: np.array([metrics.aggregate_iqm(x)])  # noqa: E731
-    point, interval = rly.get_interval_estimates(scores, iqm, reps=reps)
+    point, interval = rly.get_interval_estimates(scores, iqm, reps=reps, confidence_interval_size=CONFIDENCE)
     others = [r for r in rows if r != baseline]
     pairs = {}
     for r in others:
         n = min(len(scores[r]), len(scores[baseline]))
-        pairs[f"{r},{baseline}"] = (scores[r][:n], scores[baseline][:n])
-    poi_point, poi_interval = rly.get_interval_estimates(pairs, metrics.probability_of_improvement, reps=reps) \
-        if pairs else ({}, {})
+        pairs[r] = (scores[r][:n], scores[baseline][:n])
+    poi_point, poi_interval = rly.get_interval_estimates(
+        {f"{r},{baseline}": pair for r, pair in pairs.items()}, metrics.probability_of_improvement, reps=reps,
+        confidence_interval_size=CONFIDENCE) if pairs else ({}, {})
+    per_task_level = 1 - (1 - CONFIDENCE) / len(tasks)  # Bonferroni: every task's interval covers with >= 95%
+    improvement = {}
+    for r in others:
+        boot_low, boot_high = np.ravel(poi_interval[f"{r},{baseline}"])[:2]
+        by_task = per_task_improvement(*pairs[r], tasks, per_task_level)
+        avg_low, avg_high = np.mean([t["low"] for t in by_task]), np.mean([t["high"] for t in by_task])
+        improvement[r] = {"over": baseline, "point": float(poi_point[f"{r},{baseline}"]),
+                          "low": float(min(boot_low, avg_low)), "high": float(max(boot_high, avg_high)),
+                          "bootstrap_low": float(boot_low), "bootstrap_high": float(boot_high),
+                          "runs": len(pairs[r][0]), "per_task": by_task}
+    runs = {r: int(scores[r].shape[0]) for r in rows}
+    note = runs_per_task_note(list(runs.values()))
     summary = {
         "tasks": [list(t) for t in tasks], "normalisation": "per-task min-max over all final returns",
-        "bootstrap_reps": reps, "confidence": 0.95,
+        "bootstrap_reps": reps, "confidence": CONFIDENCE, "runs_per_task": runs,
+        "notes": [note] if note else [],
         "iqm": {r: {"point": float(point[r][0]), "low": float(interval[r][0, 0]), "high": float(interval[r][1, 0])}
                 for r in rows},
-        "probability_of_improvement": {
-            r: {"over": baseline, "point": float(poi_point[f"{r},{baseline}"]),
-                "low": float(np.ravel(poi_interval[f"{r},{baseline}"])[0]),
-                "high": float(np.ravel(poi_interval[f"{r},{baseline}"])[1])} for r in others},
+        "probability_of_improvement_interval": (
+            "the wider of rliable's stratified-bootstrap interval and the average over tasks of Newcombe's score "
+            f"intervals for P(X > Y), each at level 1 - {1 - CONFIDENCE:.2f} / {len(tasks)} tasks (Bonferroni)"),
+        "probability_of_improvement": improvement,
     }
     out = Path(out)
     results.atomic_write_json(out / "aggregates.json", summary)
     paths = [out / "aggregates.json"]
-    paths += _plot_iqm(summary, out)
+    paths += _save(iqm_figure(summary, baseline), out, "iqm")
     if others:
-        paths += _plot_improvement(summary, others, baseline, out)
+        paths += _save(improvement_figure(summary, baseline), out, "probability_of_improvement")
     return paths
 
 
@@ -78,35 +154,57 @@ def _save(fig: Figure, out: Path, stem: str) -> list[Path]:
 
 
 def _interval_plot(entries: list[tuple[str, float, float, float]], xlabel: str, title: str, reference=None,
-                   colours: list[str] | None = None):
-    """Horizontal 95% intervals with the point estimate marked; ``colours`` match the curves' rows."""
-    fig = Figure(figsize=(7, 0.55 * len(entries) + 1.2))
+                   reference_label: str | None = None, colours: list[str] | None = None, note: str | None = None):
+    """Horizontal 95% intervals with the point estimate marked, on an x axis from 0 to 1 (the range
+    of the normalised scores and of probabilities), with a dashed line at ``reference``; ``note``
+    in red under the axis; ``colours`` match the curves' rows."""
+    fig = Figure(figsize=(7.5, 0.55 * len(entries) + 1.6), layout="constrained")
     ax = fig.subplots()
     for i, (_, point, low, high) in enumerate(entries):
-        ax.barh(i, high - low, left=low, height=0.6, alpha=0.5, color=colours[i] if colours else f"C{i}")
+        ax.barh(i, max(high - low, 0.004), left=low if high - low >= 0.004 else point - 0.002, height=0.6, alpha=0.5,
+                color=colours[i] if colours else f"C{i}")
         ax.plot([point, point], [i - 0.3, i + 0.3], color="k", linewidth=2)
     ax.set_yticks(range(len(entries)), [e[0] for e in entries])
-    ax.invert_yaxis()
+    ax.set_ylim(len(entries) - 0.5, -0.5)  # first entry on top
+    ax.set_xlim(0.0, 1.0)
     if reference is not None:
-        ax.axvline(reference, color="gray", linestyle="--", linewidth=1)
+        ax.axvline(reference, color="gray", linestyle="--", linewidth=1, label=reference_label)
     ax.set_xlabel(xlabel)
     ax.set_title(title)
-    fig.tight_layout()
+    if note:
+        fig.supxlabel(note, color="firebrick", fontsize=9)
+    return fig, ax
+
+
+def iqm_figure(summary: dict, baseline: str) -> Figure:
+    """IQM intervals of every row, the baseline's IQM marked across them."""
+    entries = [(row_label(r), v["point"], v["low"], v["high"]) for r, v in summary["iqm"].items()]
+    notes, tasks = summary.get("notes") or [None], len(summary["tasks"])
+    fig, ax = _interval_plot(entries, "IQM of min-max normalised final return (0 = worst run, 1 = best run)",
+                             f"IQM over {tasks} task{'' if tasks == 1 else 's'}, 95% stratified-bootstrap CI",
+                             reference=summary["iqm"].get(baseline, {}).get("point"),
+                             reference_label=f"{row_label(baseline)} IQM", note=notes[0])
+    fig.legend(fontsize=8, loc="outside right upper")
     return fig
 
 
-def _plot_iqm(summary: dict, out: Path) -> list[Path]:
-    entries = [(row_label(r), v["point"], v["low"], v["high"]) for r, v in summary["iqm"].items()]
-    fig = _interval_plot(entries, "IQM of min-max normalised final return",
-                         f"IQM over {len(summary['tasks'])} tasks, 95% stratified-bootstrap CI")
-    return _save(fig, out, "iqm")
-
-
-def _plot_improvement(summary: dict, others, baseline: str, out: Path) -> list[Path]:
+def improvement_figure(summary: dict, baseline: str) -> Figure:
+    """P(row > baseline) per row: the interval (bootstrap widened to the per-task score intervals),
+    the point, and each task's own probability as a marker."""
     poi = summary["probability_of_improvement"]
+    others = list(poi)
     entries = [(row_label(r), poi[r]["point"], poi[r]["low"], poi[r]["high"]) for r in others]
     rows = list(summary["iqm"])  # every row, in the curves' order: colours match the learning curves
-    fig = _interval_plot(entries, f"P(row > {row_label(baseline)})",
-                         "Probability of improvement, 95% stratified-bootstrap CI", reference=0.5,
-                         colours=[f"C{rows.index(r)}" for r in others])
-    return _save(fig, out, "probability_of_improvement")
+    notes = summary.get("notes") or [None]
+    fig, ax = _interval_plot(entries, f"P(row > {row_label(baseline)}) across tasks\n(bar: 95% CI, the stratified "
+                             "bootstrap's widened to per-task score intervals; markers: each task alone)",
+                             f"Probability of improvement over {row_label(baseline)}",
+                             reference=0.5, reference_label="0.5: no improvement",
+                             colours=[f"C{rows.index(r)}" for r in others], note=notes[0])
+    tasks = [tuple(t) for t in summary["tasks"]]
+    for k, task in enumerate(tasks):
+        points = [poi[r]["per_task"][k]["point"] for r in others]
+        ax.scatter(points, range(len(others)), marker=TASK_MARKERS[k % len(TASK_MARKERS)], facecolors="white",
+                   edgecolors="k", s=28, zorder=3, clip_on=False, label=setting_label(task))
+    fig.legend(fontsize=7, loc="outside right upper")
+    return fig

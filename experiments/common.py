@@ -1,10 +1,13 @@
 """What the table, the aggregates and the plots share: row and column labels, their order, known
-optimal returns, Welch's t-test, and writing a figure. It imports nothing else from
+optimal returns, Welch's t-test (from values or from summary statistics), Holm's adjustment, the
+provenance check of a results folder, and writing a figure. It imports nothing else from
 ``experiments``, so they can all import it."""
 
 from __future__ import annotations
 
 import math
+import sys
+from collections import Counter
 from pathlib import Path
 
 from matplotlib.figure import Figure
@@ -63,6 +66,93 @@ def welch_p(row_values, baseline_values, alternative: str = "greater") -> float:
     if len(row_values) < 2 or len(baseline_values) < 2:
         return math.nan
     return float(stats.ttest_ind(row_values, baseline_values, equal_var=False, alternative=alternative).pvalue)
+
+
+def welch_p_from_stats(mean: float, sd: float, n: int, baseline_mean: float, baseline_sd: float, baseline_n: int,
+                       alternative: str = "greater") -> float:
+    """Welch's t-test from summary statistics, as a table of mean ± SD allows (each SE is sd / sqrt(n));
+    the same p as ``welch_p`` on values with these means, sample SDs and counts."""
+    if n < 2 or baseline_n < 2:
+        return math.nan
+    return float(stats.ttest_ind_from_stats(mean, sd, n, baseline_mean, baseline_sd, baseline_n, equal_var=False,
+                                            alternative=alternative).pvalue)
+
+
+def holm(pvalues) -> list[float]:
+    """Holm's step-down adjustment of a family of p-values: the k-th smallest of m is multiplied by
+    m - k + 1, capped at 1 and made non-decreasing in that order. Rejecting where the adjusted p is
+    below alpha keeps the chance of any false positive in the family at most alpha. NaN or None (an
+    untested cell) stays NaN and is not counted in m."""
+    pvalues = [math.nan if p is None else float(p) for p in pvalues]
+    tested = sorted((p, i) for i, p in enumerate(pvalues) if not math.isnan(p))
+    adjusted = [math.nan] * len(pvalues)
+    running = 0.0
+    for k, (p, i) in enumerate(tested):
+        running = max(running, min(1.0, (len(tested) - k) * p))
+        adjusted[i] = running
+    return adjusted
+
+
+UNKNOWN = "unknown"
+NO_PROVENANCE = "runs have no provenance record"
+PROVENANCE_FIELDS = {"code_version": "code versions", "mujoco": "MuJoCo versions"}
+
+
+def _provenance_values(summary: dict) -> dict[str, str] | None:
+    """A run's code version and MuJoCo version from its summary's ``provenance``; None without one."""
+    prov = summary.get("provenance")
+    if not isinstance(prov, dict):
+        return None
+    packages = prov.get("packages") if isinstance(prov.get("packages"), dict) else {}
+    mujoco = packages.get("mujoco", UNKNOWN)
+    return {"code_version": str(prov.get("code_version") or UNKNOWN),
+            "mujoco": "not installed" if mujoco is None else str(mujoco)}
+
+
+def provenance_counts(summaries) -> dict[str, dict[str, int]]:
+    """{"code_version": {version: runs}, "mujoco": {version: runs}} over run summaries; a run without
+    a provenance record counts as "unknown"."""
+    counts = {field: Counter() for field in PROVENANCE_FIELDS}
+    for summary in summaries:
+        values = _provenance_values(summary) or {}
+        for field in PROVENANCE_FIELDS:
+            counts[field][values.get(field, UNKNOWN)] += 1
+    return {field: dict(sorted(c.items(), key=lambda kv: (-kv[1], kv[0]))) for field, c in counts.items()}
+
+
+def provenance_notes(summaries) -> list[str]:
+    """What a results folder's runs say about where they came from, for ``bpo table`` and ``bpo plot``:
+    one "Warning: ..." per field (the code version, ``packages["mujoco"]``) on which the runs differ,
+    naming each version and how many runs have it (runs without a provenance record count as
+    "unknown"); a single "Note: runs have no provenance record ..." when none has one; nothing when
+    they all agree."""
+    summaries = list(summaries)
+    if not summaries:
+        return []
+    if all(_provenance_values(s) is None for s in summaries):
+        return [f"Note: {NO_PROVENANCE} ({_runs(len(summaries))}, written before summaries recorded the code and "
+                "package versions), so whether they all come from the same code and MuJoCo version cannot be checked."]
+    notes = []
+    for field, counts in provenance_counts(summaries).items():
+        if len(counts) > 1:
+            listed = ", ".join(f"{version} ({_runs(n)})" for version, n in counts.items())
+            unknown = f" ({UNKNOWN}: no provenance record)" if UNKNOWN in counts else ""
+            notes.append(f"Warning: this results folder mixes runs from different {PROVENANCE_FIELDS[field]}: "
+                         f"{listed}{unknown}. Their numbers may not be comparable.")
+    return notes
+
+
+def _runs(n: int) -> str:
+    return f"{n} run" if n == 1 else f"{n} runs"
+
+
+def report_provenance(summaries, command: str) -> list[str]:
+    """``provenance_notes`` of the runs, each printed to stderr (prefixed with ``command``); returned
+    for the caller to put beside its output."""
+    notes = provenance_notes(summaries)
+    for note in notes:
+        print(f"{command}: {note}", file=sys.stderr)
+    return notes
 
 
 def save_figure(fig: Figure, out: Path, stem: str, **savefig_kwargs) -> list[Path]:

@@ -1,6 +1,8 @@
 """``bpo plot``: learning curves of a results folder, one panel per (environment, preset), one line
 per row with the mean over seeds and a standard-error band (the style of the paper's Figures 2-5),
-and a dashed reference line where the environment's optimal return is known."""
+and a dashed reference line where the environment's optimal return is known. Like ``bpo table``, it
+warns (on stderr) when the runs come from different code or MuJoCo versions
+(``experiments.common.provenance_notes``)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,15 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from bpo import results
-from experiments.common import OPTIMAL_RETURNS, row_label, save_figure, setting_label, sort_rows, sort_settings
+from experiments.common import (
+    OPTIMAL_RETURNS,
+    report_provenance,
+    row_label,
+    save_figure,
+    setting_label,
+    sort_rows,
+    sort_settings,
+)
 from experiments.store import finished_runs
 
 STEP_LABELS = {"env_step": "environment steps", "episode": "episodes"}
@@ -35,6 +45,7 @@ def plot_results(results_dir: Path, out: Path) -> list[Path]:
     preset), one line per row (variant and grid values) with the same colour in every panel;
     ``OUT/curves.png`` and ``OUT/curves.pdf``."""
     runs = finished_runs(results_dir)
+    report_provenance([results.read_summary(Path(results_dir) / r["run_id"]) for r in runs], "bpo plot")
     by_setting: dict = {}
     for r in runs:
         by_setting.setdefault((r["env"], r["preset"]), []).append(r)

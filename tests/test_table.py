@@ -1,21 +1,26 @@
 """Table 1 from synthetic results whose means and Welch p-values are known by construction: the
-right cells are bold or italic, in Markdown, LaTeX and JSON, with the paper's numbers, known optima
-and the runs beside them; rliable's aggregates against a plain computation."""
+right cells are bold, italic or † (significantly worse), in Markdown, LaTeX and JSON, with the SD
+beside the SE, Holm's adjustment against a hand computation, the paper's numbers (as SD over 10
+runs), known optima and the runs beside them; runs with the paper's exact means and SDs give the
+paper's 20 marks; rliable's aggregates against a plain computation, with honest intervals and
+axes at small n; provenance warnings when a folder mixes code or MuJoCo versions."""
 
 import json
 import math
 
 import numpy as np
 import pytest
+from matplotlib.text import Text
 from scipy import stats
 
 from bpo.cli import main
 from bpo.config import replace
-from bpo.presets import get_preset
-from experiments.common import welch_p
-from experiments.table import compute_table, mark
+from bpo.presets import PAPER_TABLE1, get_preset
+from experiments.aggregates import improvement_figure, iqm_figure, newcombe_interval
+from experiments.common import holm, provenance_notes, welch_p, welch_p_from_stats
+from experiments.table import compute_paper_table, compute_table, mark, multiple_comparisons, to_markdown
 
-from synthetic_results import fake_run, synthetic_results
+from synthetic_results import exact_sample, fake_run, provenance_record, synthetic_results
 
 
 def sample(mean: float, sd: float, n: int) -> np.ndarray:
@@ -46,7 +51,7 @@ CELLS = {
         "bpo_c1.5_rho1.5": sample(mean_for_p(0.001), 100, 10),  # bold
         "bpo_c1.0_rho1.0": sample(mean_for_p(0.049), 100, 10),  # bold (just)
         "bpo_c1.0_rho1.5": sample(mean_for_p(0.051), 100, 10),  # italic (just)
-        "bpo_traj_c1.0": sample(900, 100, 10),  # worse: no mark
+        "bpo_traj_c1.0": sample(900, 100, 10),  # worse, one-sided p (lower mean) ~ 0.019: †
     },
     ANT: {
         "ppo": sample(500, 50, 5),
@@ -57,7 +62,7 @@ CELLS = {
 }
 EXPECTED = {
     (HOPPER, "bpo_c1.5_rho1.5"): "bold", (HOPPER, "bpo_c1.0_rho1.0"): "bold", (HOPPER, "bpo_c1.0_rho1.5"): "italic",
-    (HOPPER, "bpo_traj_c1.0"): "", (HOPPER, "ppo"): "",
+    (HOPPER, "bpo_traj_c1.0"): "worse", (HOPPER, "ppo"): "",
     (ANT, "bpo_c1.5_rho1.5"): "italic", (ANT, "bpo_c1.0_rho1.0"): "bold", (ANT, "bpo_c1.0_rho1.5"): "",
     (ANT, "ppo"): "",
 }
@@ -68,13 +73,18 @@ def test_welch_p_matches_the_written_out_test():
         for (m1, s1, n1), (m2, s2, n2) in [((600, 200, 8), (500, 50, 5)), ((1.5, 0.3, 3), (1.0, 2.0, 12))]:
             got = welch_p(sample(m1, s1, n1), sample(m2, s2, n2), alternative)
             assert got == pytest.approx(welch_reference(m1, s1, n1, m2, s2, n2, alternative), rel=1e-9)
-    assert math.isnan(welch_p([1.0], [1.0, 2.0]))
+            # From summary statistics (a table's mean ± SD): the same test.
+            assert welch_p_from_stats(m1, s1, n1, m2, s2, n2, alternative) == pytest.approx(got, rel=1e-9)
+    assert math.isnan(welch_p([1.0], [1.0, 2.0])) and math.isnan(welch_p_from_stats(1.0, 1.0, 1, 1.0, 1.0, 5))
 
 
 def test_marks_follow_mean_and_p():
     assert mark(2.0, 1.0, 0.01, 0.05) == "bold" and mark(2.0, 1.0, 0.2, 0.05) == "italic"
     assert mark(1.0, 1.0, 0.0, 0.05) == "" and mark(0.5, 1.0, 0.01, 0.05) == ""
     assert mark(2.0, 1.0, math.nan, 0.05) == "italic"  # too few seeds to test: an untested improvement
+    # A loss: a lower mean with a significant test for a lower mean.
+    assert mark(0.5, 1.0, 0.99, 0.05, p_worse=0.01) == "worse" and mark(0.5, 1.0, 0.9, 0.05, p_worse=0.1) == ""
+    assert mark(0.5, 1.0, 0.99, 0.05, p_worse=math.nan) == "" and mark(1.0, 1.0, 0.5, 0.05, p_worse=0.01) == ""
 
 
 def test_table_marks_exactly_the_right_cells():
@@ -85,11 +95,49 @@ def test_table_marks_exactly_the_right_cells():
     assert table[(HOPPER, "bpo_c1.0_rho1.5")]["p"] == pytest.approx(0.051, rel=1e-6)
     assert table[(ANT, "bpo_c1.5_rho1.5")]["p"] == pytest.approx(welch_reference(600, 200, 8, 500, 50, 5), rel=1e-9)
     assert table[(ANT, "bpo_c1.0_rho1.0")]["se"] == pytest.approx(60 / 2)
+    assert table[(ANT, "bpo_c1.0_rho1.0")]["sd"] == pytest.approx(60) and table[(ANT, "ppo")]["n"] == 5
+    assert table[(ANT, "ppo")]["values"] == pytest.approx(CELLS[ANT]["ppo"])
+    # The worse row: its one-sided p for a lower mean and its two-sided p, by the written-out test.
+    worse = table[(HOPPER, "bpo_traj_c1.0")]
+    assert worse["p_worse"] == worse["p_less"] == pytest.approx(
+        welch_reference(1000, 100, 10, 900, 100, 10), rel=1e-9)  # = P(PPO's mean > this row's mean)
+    assert worse["p_less"] == pytest.approx(0.0191, abs=1e-4)
+    assert worse["p_two_sided"] == pytest.approx(2 * worse["p_less"], rel=1e-9)
+    assert worse["p_greater"] == worse["p"] == pytest.approx(1 - worse["p_less"], rel=1e-9)
     # Two-sided: p doubles, so the cell at one-sided 0.049 loses its bold.
     two = compute_table({k: {r: list(v) for r, v in rows.items()} for k, rows in CELLS.items()}, "ppo",
                         alternative="two-sided")
     assert two[(HOPPER, "bpo_c1.0_rho1.0")]["mark"] == "italic"
     assert two[(HOPPER, "bpo_c1.5_rho1.5")]["mark"] == "bold"
+    assert two[(HOPPER, "bpo_traj_c1.0")]["mark"] == "worse"  # two-sided p 0.038
+    assert two[(HOPPER, "bpo_traj_c1.0")]["p_worse"] == pytest.approx(two[(HOPPER, "bpo_traj_c1.0")]["p_two_sided"])
+
+
+def test_holm_matches_a_hand_computation():
+    # Sorted: 0.005 x 4 = 0.02, 0.01 x 3 = 0.03, 0.03 x 2 = 0.06, 0.04 x 1 = 0.04 -> raised to 0.06.
+    assert holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert holm([0.6, 0.7]) == [1.0, 1.0]  # capped at 1
+    adjusted = holm([0.2, None, 0.01, math.nan])  # untested cells: not counted, stay NaN
+    assert adjusted[0] == pytest.approx(0.2) and adjusted[2] == pytest.approx(0.02)
+    assert math.isnan(adjusted[1]) and math.isnan(adjusted[3])
+    # The Hopper column: four tests with one-sided p 0.001, 0.049, 0.051 and 1 - 0.0191 (the worse row).
+    table = compute_table({HOPPER: {r: list(v) for r, v in CELLS[HOPPER].items()}}, "ppo")
+    p_traj = table[(HOPPER, "bpo_traj_c1.0")]["p"]
+    hand = {"bpo_c1.5_rho1.5": 0.001 * 4, "bpo_c1.0_rho1.0": 0.049 * 3, "bpo_c1.0_rho1.5": 0.049 * 3,
+            "bpo_traj_c1.0": p_traj}  # 0.051 x 2 = 0.102 < 0.147: raised to 0.147
+    for row, expected in hand.items():
+        assert table[(HOPPER, row)]["p_holm"] == pytest.approx(expected, rel=1e-5), row
+    assert table[(HOPPER, "ppo")]["p_holm"] is None
+    # The loss tests, a family of their own: the worse row's 0.0191 x 4 = 0.076, no longer significant.
+    assert table[(HOPPER, "bpo_traj_c1.0")]["p_worse_holm"] == pytest.approx(4 * (1 - p_traj), rel=1e-9)
+    mc = multiple_comparisons(table, 0.05, "greater")
+    assert mc["tests"] == 4 and mc["expected_false_positives"] == pytest.approx(0.2)
+    assert (mc["bold"], mc["bold_after_holm"], mc["worse"], mc["worse_after_holm"]) == (2, 1, 1, 0)
+    md = to_markdown(table, [HOPPER], list(CELLS[HOPPER]), "ppo", 0.05, "greater")
+    assert "Multiple comparisons: 4 tests at α = 0.05, so about 0.05 × 4 = 0.20 cells would be marked bold" in md
+    assert "Still significant at α = 0.05 after Holm's adjustment: bold cells 1 of 2, † cells 0 of 1 (their" in md
+    assert "| BPO (c̄, ρ̄ = 1.5, 1.5) | 0.004 |" in md  # the Holm table
+    assert "Few seeds" not in md  # 10 seeds per cell
 
 
 def test_bpo_table_writes_marked_markdown_latex_and_aggregates(tmp_path, capsys):
@@ -104,20 +152,49 @@ def test_bpo_table_writes_marked_markdown_latex_and_aggregates(tmp_path, capsys)
     assert list(body) == list(labels.values())  # the paper's row order
     for (setting, row), expected in EXPECTED.items():
         text = body[labels[row]][header[1:].index(f"{setting[0]} ({'gSDE' if setting == ANT else 'default'})")]
-        style = "bold" if text.startswith("**") else "italic" if text.startswith("*") else ""
+        style = ("bold" if text.startswith("**") else "italic" if text.startswith("*") else
+                 "worse" if text.endswith(" †") else "")
         assert style == expected, (setting, row, text)
+    # Mean ± SE, then the SD; the worse row's cell carries the dagger.
+    assert body["PPO"][1] == "1000 ± 32 (SD 100)" and body["BPO (traj c̄ = 1.0)"][1] == "900 ± 32 (SD 100) †"
+    assert body["BPO (c̄, ρ̄ = 1.0, 1.0)"][0] == "**700 ± 30** (SD 60)"
     assert body["BPO (traj c̄ = 1.0)"][0] == "–"  # no such run on Ant
+    text = "\n".join(md)
+    assert ("Mean ± SE of the final evaluation return over seeds (SE = SD / √n), with the SD over seeds in "
+            "parentheses.") in text
+    assert "† = lower mean, significantly (one-sided test for a lower mean, p < 0.05)" in text  # the legend
+    assert "| BPO (traj c̄ = 1.0) | – | 0.981 (0.038) |" in text  # one-sided p (two-sided p)
+    assert "Multiple comparisons: 7 tests at α = 0.05, so about 0.05 × 7 = 0.35 cells" in text
     tex = (tmp_path / "out" / "table1.tex").read_text()
     assert tex.count(r"\bm{") == 3 and tex.count(r"\mathit{") == 2
-    cells = json.loads((tmp_path / "out" / "table1.json").read_text())["cells"]
+    assert r"$900 \pm 32$ (SD 100)$^{\dagger}$" in tex and tex.count(r"$^{\dagger}$") == 2  # the cell, the legend
+    assert r"Mean $\pm$ SE of the final evaluation return over seeds" in tex
+    table = json.loads((tmp_path / "out" / "table1.json").read_text())
+    cells = table["cells"]
     assert {c["row"]: c["mark"] for c in cells if c["env"] == "Hopper-v5"} == {
         r: m for (s, r), m in EXPECTED.items() if s == HOPPER}
+    for c in cells:  # mean, SD, SE, n and the per-seed values; both p-values of each tested cell
+        values = CELLS[(c["env"], c["preset"])][c["row"]]
+        assert c["values"] == pytest.approx(values) and c["n"] == len(values)
+        assert c["sd"] == pytest.approx(np.std(values, ddof=1))
+        assert c["se"] == pytest.approx(c["sd"] / len(values) ** 0.5)
+        assert (c["p_greater"] is None) == (c["p_two_sided"] is None) == (c["row"] == "ppo")
+    assert table["multiple_comparisons"]["tests"] == 7 and table["notes"][0].startswith(
+        "Few seeds: only 4 to 10 per cell (the paper used 10).")  # in the Markdown too, in bold
+    assert f"**{table['notes'][0]}**" in text and table["notes"][1:] == [
+        "Note: runs have no provenance record (9 runs, written before summaries recorded the code and package "
+        "versions), so whether they all come from the same code and MuJoCo version cannot be checked."]
     for name in ("iqm.png", "iqm.pdf", "probability_of_improvement.png", "probability_of_improvement.pdf"):
         assert (tmp_path / "out" / name).stat().st_size > 5000
-    # The paper's Table 1 for the same cells (bpo.presets.PAPER_TABLE1), in the same column order.
-    text = "\n".join(md)
-    assert "The paper's Table 1 (1.5M/2M steps, 10 seeds) for the same cells:" in text
-    assert "| PPO | 1106 ± 111 | 2126 ± 492 |" in text and "| BPO (traj c̄ = 1.0) | 1400 ± 122 | 2770 ± 296 |" in text
+    # The paper's Table 1 for the same cells (bpo.presets.PAPER_TABLE1), in the same column order,
+    # labelled mean (SD) over 10 runs and marked by the same test with its ± as the SD.
+    assert "The paper's Table 1 for the same cells (1.5M/2M steps): mean (SD) over 10 runs." in text
+    assert "| PPO | 1106 (SD 111) | 2126 (SD 492) |" in text
+    assert "| BPO (traj c̄ = 1.0) | **1400** (SD 122) | **2770** (SD 296) |" in text
+    assert "| BPO (c̄, ρ̄ = 1.5, 1.5) | **1287** (SD 148) | *2143* (SD 422) |" in text
+    paper = {(c["env"], c["row"]): c for c in table["paper_table1"]["cells"]}
+    assert paper[("Ant-v5", "bpo_c1.5_rho1.5")]["sd"] == 148 and paper[("Ant-v5", "ppo")]["n"] == 10
+    assert paper[("Ant-v5", "bpo_c1.5_rho1.5")]["se"] == pytest.approx(148 / 10 ** 0.5)
     # One line per run, with its seeds and wall time.
     assert "| Hopper-v5/mujoco_default/ppo | PPO | 10 | – | 1 | – |" in text
     assert sum(line.startswith("| Ant-v5/") or line.startswith("| Hopper-v5/") for line in md) == 9
@@ -159,7 +236,198 @@ def test_episodic_table_notes_the_optimum_and_each_run(tmp_path):
         fake_run(tmp_path / algo, replace(base, algo=algo, seeds=3), finals)
     assert main(["table", str(tmp_path), "--bootstrap-reps", "200"]) == 0
     md = (tmp_path / "table1.md").read_text()
-    assert "| REINFORCE | -13.00 ± 0.12 |" in md and "| BPO | **-11.20 ± 0.12** |" in md  # baseline: REINFORCE
+    assert "| REINFORCE | -13.00 ± 0.12 (SD 0.20) |" in md and "| BPO | **-11.20 ± 0.12** (SD 0.20) |" in md  # baseline
+    assert "| BPO | < 0.001 (< 0.001) |" in md  # p-values: one-sided (two-sided)
+    assert "Multiple comparisons: 1 test at α = 0.05, so about 0.05 × 1 = 0.05 cells" in md
+    assert "Still significant at α = 0.05 after Holm's adjustment: bold cells 1 of 1." in md
+    assert ("**Few seeds: only 3 per cell (the paper used 10). A t-test on so few values has little power and relies "
+            "on them being roughly normal;") in md
     assert "Optimal expected return: ShortCorridor-v0 -11.66." in md  # envs.short_corridor, exact
     assert "The paper's Table 1" not in md
     assert "| bpo | BPO | 3 | – | 1 | – |" in md and "| reinforce | REINFORCE | 3 | – | 1 | – |" in md
+
+
+# The paper's Table 1 marks (bold: significant improvement over PPO; italic: higher mean, not
+# significant; none: lower mean), 4 BPO rows x 5 columns. docs/choices.md: reading the paper's ± as
+# an SD over 10 runs reproduces all 20; as an SE only 13 (the 7 cells in SE_READING_LOSES turn italic).
+A, HCG, HCD, H, W = (("Ant-v5", "mujoco_gsde"), ("HalfCheetah-v5", "mujoco_gsde"),
+                     ("HalfCheetah-v5", "mujoco_default"), ("Hopper-v5", "mujoco_default"),
+                     ("Walker2d-v5", "mujoco_default"))
+C15, C10, C1015, TRAJ = "bpo_c1.5_rho1.5", "bpo_c1.0_rho1.0", "bpo_c1.0_rho1.5", "bpo_traj_c1.0"
+PAPER_MARKS = {
+    (A, C15): "bold", (A, C10): "bold", (A, C1015): "bold", (A, TRAJ): "bold",
+    (HCG, C15): "italic", (HCG, C10): "italic", (HCG, C1015): "italic", (HCG, TRAJ): "italic",
+    (HCD, C15): "bold", (HCD, C10): "", (HCD, C1015): "bold", (HCD, TRAJ): "italic",
+    (H, C15): "italic", (H, C10): "italic", (H, C1015): "italic", (H, TRAJ): "bold",
+    (W, C15): "bold", (W, C10): "bold", (W, C1015): "bold", (W, TRAJ): "bold",
+}
+SE_READING_LOSES = {(A, C15), (HCD, C15), (HCD, C1015), (H, TRAJ), (W, C15), (W, C10), (W, C1015)}
+
+
+def test_runs_with_the_papers_means_and_sds_give_the_papers_marks(tmp_path):
+    assert set(PAPER_TABLE1) == {A, HCG, HCD, H, W} and len(PAPER_MARKS) == 20
+    # 10 runs per cell whose returns have exactly the paper's mean and SD.
+    cells = {s: {row: exact_sample(mean, sd, 10, seed=i) for i, (row, (mean, sd)) in enumerate(rows.items())}
+             for s, rows in PAPER_TABLE1.items()}
+    synthetic_results(tmp_path / "res", cells)
+    assert main(["table", str(tmp_path / "res"), "--out", str(tmp_path / "out"), "--bootstrap-reps", "100"]) == 0
+    table = json.loads((tmp_path / "out" / "table1.json").read_text())
+    ours = {((c["env"], c["preset"]), c["row"]): c for c in table["cells"]}
+    for (setting, row), cell in ours.items():
+        assert (cell["mean"], cell["sd"], cell["n"]) == pytest.approx((*PAPER_TABLE1[setting][row], 10))
+    assert {k: c["mark"] for k, c in ours.items() if k[1] != "ppo"} == PAPER_MARKS  # all 20
+    # The paper's own numbers, tested from summary statistics as SD: the same 20 marks.
+    paper = {((c["env"], c["preset"]), c["row"]): c for c in table["paper_table1"]["cells"]}
+    assert {k: c["mark"] for k, c in paper.items() if k[1] != "ppo"} == PAPER_MARKS
+    assert all(paper[k]["p"] == pytest.approx(ours[k]["p"], rel=1e-9) for k in PAPER_MARKS)
+    assert "mean ± SD over 10 runs" in table["paper_table1"]["dispersion"]
+    md = (tmp_path / "out" / "table1.md").read_text()
+    assert "Few seeds" not in md and "Seeds per cell: 10." in md
+    assert "| BPO (c̄, ρ̄ = 1.0, 1.0) | **1592 ± 40** (SD 126) |" in md  # ours: mean ± SE (SD)
+    assert "| BPO (c̄, ρ̄ = 1.0, 1.0) | **1592** (SD 126) |" in md  # the paper's: mean (SD)
+    # Reading the paper's ± as an SE (SD = ± x sqrt(10)) instead loses exactly the 7 documented bold marks.
+    as_se = compute_table({s: {r: exact_sample(m, sd * 10 ** 0.5, 10) for r, (m, sd) in rows.items()}
+                           for s, rows in PAPER_TABLE1.items()}, "ppo")
+    differ = {k for k, expected in PAPER_MARKS.items() if as_se[k]["mark"] != expected}
+    assert differ == SE_READING_LOSES and all(as_se[k]["mark"] == "italic" for k in differ)
+    # No loss in the paper's table: its one lower mean (HalfCheetah default, 1.0/1.0) is far from significant.
+    assert compute_paper_table([HCD], "ppo")[(HCD, C10)]["p_worse"] == pytest.approx(0.39, abs=0.01)
+
+
+def figure_text(fig) -> str:
+    return "\n".join(t.get_text() for t in fig.findobj(Text))
+
+
+def test_probability_of_improvement_is_not_zero_width_with_opposite_certain_tasks(tmp_path):
+    """BPO beats PPO in every run pair on Hopper and loses every pair on Ant: rliable's stratified
+    bootstrap gives P = 0.5 with a zero-width interval; ours shows the two tasks and an honest interval."""
+    cells = {HOPPER: {"ppo": [1.0, 2.0, 3.0], "bpo_c1.0_rho1.5": [10.0, 11.0, 12.0]},
+             ANT: {"ppo": [10.0, 11.0, 12.0], "bpo_c1.0_rho1.5": [1.0, 2.0, 3.0]}}
+    synthetic_results(tmp_path, cells)
+    assert main(["table", str(tmp_path), "--bootstrap-reps", "200"]) == 0
+    agg = json.loads((tmp_path / "aggregates.json").read_text())
+    poi = agg["probability_of_improvement"]["bpo_c1.0_rho1.5"]
+    assert poi["point"] == 0.5 and poi["bootstrap_low"] == poi["bootstrap_high"] == 0.5  # rliable's, kept
+    assert [t["point"] for t in poi["per_task"]] == [0.0, 1.0]  # Ant, Hopper
+    # Each task: Newcombe's interval at the Bonferroni level 1 - 0.05 / 2; the reported one averages them.
+    assert [(t["low"], t["high"]) for t in poi["per_task"]] == [
+        pytest.approx(newcombe_interval(0.0, 3, 3, 0.975)), pytest.approx(newcombe_interval(1.0, 3, 3, 0.975))]
+    assert poi["low"] == pytest.approx(np.mean([t["low"] for t in poi["per_task"]]))
+    assert poi["low"] < 0.3 and poi["high"] > 0.7
+    assert agg["runs_per_task"] == {"ppo": 3, "bpo_c1.0_rho1.5": 3}
+    assert agg["notes"] == ["n = 3 runs per task: intervals unreliable (fewer than 10)"]
+    fig = improvement_figure(agg, "ppo")
+    ax = fig.axes[0]
+    assert ax.get_xlim()[0] <= 0.0 and ax.get_xlim()[1] >= 1.0  # includes 0.5, the reference line
+    assert any(list(line.get_xdata()) == [0.5, 0.5] for line in ax.lines)
+    text = figure_text(fig)
+    assert "n = 3 runs per task: intervals unreliable" in text
+    assert "Ant-v5 (gSDE)" in text and "Hopper-v5 (default)" in text  # the per-task markers' legend
+    offsets = sorted(float(c.get_offsets()[0][0]) for c in ax.collections if len(c.get_offsets()) == 1)
+    assert offsets == [0.0, 1.0]  # each task's own probability is drawn
+    fig = iqm_figure(agg, "ppo")
+    ax = fig.axes[0]
+    assert ax.get_xlim() == (0.0, 1.0)  # the whole normalised range, from 0
+    baseline_iqm = agg["iqm"]["ppo"]["point"]
+    assert any(list(line.get_xdata()) == [baseline_iqm, baseline_iqm] and line.get_linestyle() == "--"
+               for line in ax.lines)  # the baseline's level, marked
+    assert "n = 3 runs per task: intervals unreliable" in figure_text(fig) and "PPO IQM" in figure_text(fig)
+
+
+def test_no_small_n_note_with_ten_runs_per_task(tmp_path):
+    cells = {HOPPER: {r: sample(1000 + 10 * i, 100, 10) for i, r in enumerate(("ppo", C1015))}}
+    synthetic_results(tmp_path, cells)
+    assert main(["table", str(tmp_path), "--bootstrap-reps", "100"]) == 0
+    agg = json.loads((tmp_path / "aggregates.json").read_text())
+    assert agg["notes"] == []
+    assert "unreliable" not in figure_text(improvement_figure(agg, "ppo"))
+    assert "unreliable" not in figure_text(iqm_figure(agg, "ppo"))
+
+
+def test_newcombe_interval():
+    low, high = newcombe_interval(1.0, 3, 3)
+    assert high == 1.0 and 0.45 < low < 0.55  # all 9 pairs won: still not sure P > 0.5
+    assert newcombe_interval(0.0, 3, 3) == pytest.approx((1 - high, 1 - low))  # symmetric
+    lo10, hi10 = newcombe_interval(1.0, 10, 10)
+    assert low < lo10 < 1.0  # narrower with more runs
+    # Large samples: close to the Wald interval with the Hanley-McNeil variance (N = (m + n) / 2).
+    p, m = 0.7, 400
+    var = p * (1 - p) / m ** 2 * (1 + (m - 1) * (1 - p) / (2 - p) + (m - 1) * p / (1 + p))
+    assert newcombe_interval(p, m, m) == pytest.approx((p - 1.96 * var ** 0.5, p + 1.96 * var ** 0.5), abs=2e-3)
+
+
+PROV_CELLS = {HOPPER: {"ppo": [1.0, 2.0, 3.0], C1015: [2.0, 3.0, 4.0], C15: [1.5, 2.5, 3.5]},
+              ANT: {"ppo": [1.0, 2.0, 3.0], C1015: [2.0, 3.0, 4.0]}}
+
+
+def provenance_of(code: dict, mujoco: dict | None = None) -> dict:
+    """{(env, preset, variant): record} with the code version ``code[key]`` (None: no record)."""
+    return {(*s, r): None if code.get((*s, r), "x") is None else
+            provenance_record(code.get((*s, r), "aaa111"), (mujoco or {}).get((*s, r), "3.17.0"))
+            for s, rows in PROV_CELLS.items() for r in rows}
+
+
+def run_table_and_plot(tmp_path, capsys, provenance) -> tuple[str, str, str]:
+    """(bpo table's stderr, its Markdown, bpo plot's stderr) on PROV_CELLS with ``provenance``."""
+    synthetic_results(tmp_path / "res", PROV_CELLS, provenance)
+    capsys.readouterr()
+    assert main(["table", str(tmp_path / "res"), "--out", str(tmp_path / "t"), "--bootstrap-reps", "100"]) == 0
+    table_err = capsys.readouterr().err
+    assert main(["plot", str(tmp_path / "res"), "--out", str(tmp_path / "p")]) == 0
+    return table_err, (tmp_path / "t" / "table1.md").read_text(), capsys.readouterr().err
+
+
+def test_provenance_notes():
+    same = [{"provenance": provenance_record("aaa")}] * 3
+    assert provenance_notes(same) == [] and provenance_notes([]) == []
+    assert provenance_notes([{}, {}]) == [
+        "Note: runs have no provenance record (2 runs, written before summaries recorded the code and package "
+        "versions), so whether they all come from the same code and MuJoCo version cannot be checked."]
+    mixed = same + [{"provenance": provenance_record("bbb-dirty", "3.16.0")}, {}]
+    assert provenance_notes(mixed) == [
+        "Warning: this results folder mixes runs from different code versions: aaa (3 runs), bbb-dirty (1 run), "
+        "unknown (1 run) (unknown: no provenance record). Their numbers may not be comparable.",
+        "Warning: this results folder mixes runs from different MuJoCo versions: 3.17.0 (3 runs), 3.16.0 (1 run), "
+        "unknown (1 run) (unknown: no provenance record). Their numbers may not be comparable."]
+    # Installed without git: the package version is the code version.
+    assert "bpo 0.1.0 (1 run)" in provenance_notes(same + [{"provenance": provenance_record("bpo 0.1.0")}])[0]
+
+
+def test_table_and_plot_warn_when_code_versions_are_mixed(tmp_path, capsys):
+    code = {(*HOPPER, C15): "bbb222-dirty", (*ANT, C1015): "bbb222-dirty"}
+    table_err, md, plot_err = run_table_and_plot(tmp_path, capsys, provenance_of(code))
+    warning = ("Warning: this results folder mixes runs from different code versions: aaa111 (3 runs), "
+               "bbb222-dirty (2 runs). Their numbers may not be comparable.")
+    assert f"bpo table: {warning}" in table_err and f"bpo plot: {warning}" in plot_err
+    assert f"**{warning}**" in md
+    assert "MuJoCo versions" not in md + table_err + plot_err  # the same MuJoCo everywhere
+
+
+def test_table_and_plot_warn_when_runs_without_provenance_are_mixed_in(tmp_path, capsys):
+    table_err, md, plot_err = run_table_and_plot(tmp_path, capsys, provenance_of({(*HOPPER, "ppo"): None}))
+    for text in (table_err, md, plot_err):
+        assert "different code versions: aaa111 (4 runs), unknown (1 run) (unknown: no provenance record)" in text
+        assert "different MuJoCo versions: 3.17.0 (4 runs), unknown (1 run)" in text
+        assert "runs have no provenance record" not in text
+
+
+def test_table_and_plot_warn_when_mujoco_versions_are_mixed(tmp_path, capsys):
+    table_err, md, plot_err = run_table_and_plot(tmp_path, capsys, provenance_of({}, {(*ANT, "ppo"): "4.0.0"}))
+    for text in (table_err, md, plot_err):
+        assert ("Warning: this results folder mixes runs from different MuJoCo versions: 3.17.0 (4 runs), "
+                "4.0.0 (1 run).") in text
+        assert "code versions" not in text
+    assert json.loads((tmp_path / "t" / "table1.json").read_text())["provenance"] == {
+        "code_version": {"aaa111": 5}, "mujoco": {"3.17.0": 4, "4.0.0": 1}}
+
+
+def test_table_and_plot_say_once_when_no_run_has_provenance(tmp_path, capsys):
+    table_err, md, plot_err = run_table_and_plot(tmp_path, capsys, None)
+    for text in (table_err, md, plot_err):
+        assert text.count("runs have no provenance record") == 1 and "Warning" not in text
+
+
+def test_table_and_plot_are_quiet_when_provenance_agrees(tmp_path, capsys):
+    table_err, md, plot_err = run_table_and_plot(tmp_path, capsys, provenance_of({}))
+    assert table_err == plot_err == ""
+    assert "provenance" not in md and "Warning" not in md

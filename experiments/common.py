@@ -26,6 +26,7 @@ ROW_LABELS = {
     "bpo_traj_c1.0": ("BPO (traj c̄ = 1.0)", r"BPO (traj $\bar{c} = 1.0$)"),
     "bpo_no_qhat": ("BPO without Q̂", r"BPO without $\hat{Q}$"),
     "bpo_no_symlog": ("BPO without symlog", "BPO without symlog"),
+    "bpo_no_symlog_target": ("BPO without symlog (target networks)", "BPO without symlog (target networks)"),
 }
 SETTING_NAMES = {"mujoco_gsde": "gSDE", "mujoco_default": "default"}
 ROW_ORDER = ("reinforce", "bpo") + TABLE1_ROWS + tuple(ABLATIONS)

@@ -34,9 +34,16 @@ class NonFiniteError(RuntimeError):
 
 def save(directory: Path, state, extra: dict, info: dict, config) -> None:
     """``state``: a pytree restored later against a template of the same structure; ``extra``: a
-    dict of arrays, lists and bytes restored as it is (curves so far, simulator snapshots)."""
+    dict of arrays, lists and bytes restored as it is (curves so far, simulator snapshots).
+
+    ``info`` (progress, settings) and the config go into the state file itself, so that one rename
+    replaces the whole checkpoint: a process killed at any moment leaves an old or a new
+    checkpoint, never new state with old progress. ``checkpoint.json`` repeats them for people
+    and for tools that only need the config."""
     directory = Path(directory)
-    payload = {"state": serialization.to_state_dict(jax.tree.map(np.asarray, state)), "extra": extra}
+    info = {**info, "config": to_dict(config)}
+    payload = {"state": serialization.to_state_dict(jax.tree.map(np.asarray, state)), "extra": extra,
+               "info": json.dumps(info)}
     blob = serialization.msgpack_serialize(payload)
     directory.mkdir(parents=True, exist_ok=True)
     tmp = directory / f".{STATE_FILE}.tmp"
@@ -45,7 +52,7 @@ def save(directory: Path, state, extra: dict, info: dict, config) -> None:
         f.flush()
         os.fsync(f.fileno())
     tmp.replace(directory / STATE_FILE)
-    results.atomic_write_json(directory / INFO_FILE, {**info, "config": to_dict(config)})
+    results.atomic_write_json(directory / INFO_FILE, info)
 
 
 def exists(directory: Path | None) -> bool:
@@ -53,11 +60,13 @@ def exists(directory: Path | None) -> bool:
 
 
 def load(directory: Path, template):
-    """(state shaped like ``template``, extra, info) of the checkpoint in ``directory``."""
+    """(state shaped like ``template``, extra, info) of the checkpoint in ``directory``; the info
+    is the one saved with the state (``save``)."""
     directory = Path(directory)
     raw = serialization.msgpack_restore((directory / STATE_FILE).read_bytes())
     state = serialization.from_state_dict(template, raw["state"])
-    return state, raw["extra"], json.loads((directory / INFO_FILE).read_text())
+    info = json.loads(raw["info"]) if "info" in raw else json.loads((directory / INFO_FILE).read_text())
+    return state, raw["extra"], info
 
 
 def remove(directory: Path) -> None:

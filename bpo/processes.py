@@ -1,16 +1,20 @@
 """Child processes that never outlive their parent, and stop requests by SIGINT and SIGTERM.
 
 A ``bpo`` process may start others: the evaluation worker of a Gymnasium run, the workers of an
-``async`` vector environment, the worker processes of a sweep. Each calls ``die_with_parent`` as
-the first thing it does, so a parent killed with SIGKILL (a timeout, the OOM killer, a cluster's
-cancel) takes them with it: nothing keeps computing, holding memory or racing the next run.
+``async`` vector environment. Each calls ``die_with_parent`` as the first thing it does, so a
+parent killed with SIGKILL (a timeout, the OOM killer, a cluster's cancel) takes them with it:
+nothing keeps computing, holding memory or racing the next run.
 
 SIGINT and SIGTERM, inside ``stop_requests()``, do not kill the process: they ask the training
 loop to stop at the end of the current iteration (a rollout and its update, or a block of
 episodes), where a checkpoint can be written. ``requested()`` is checked by the loops; they raise
 ``Interrupted``, which the command line turns into a message and exit code 128 + the signal
-(130 for SIGINT, 143 for SIGTERM). A second signal while a stop is pending ends the process at
-once (``KeyboardInterrupt``).
+(130 for SIGINT, 143 for SIGTERM). A second SIGINT while a stop is pending ends the process at
+once (``KeyboardInterrupt``: Ctrl-C twice); a repeated SIGTERM is ignored, since schedulers often
+send several (a preemption, then a requeue) and the stop under way is what they ask for.
+
+Sweep workers tie themselves to the sweep process in ``experiments.launch`` instead, keeping
+SIGINT: the sweep forwards it to them.
 """
 
 from __future__ import annotations
@@ -59,9 +63,10 @@ def requested() -> int | None:
 
 def _request(signum, frame) -> None:
     global _requested
-    if _requested is not None:
+    if _requested is None:
+        _requested = signum
+    elif signum == signal.SIGINT:
         raise KeyboardInterrupt
-    _requested = signum
 
 
 @contextlib.contextmanager

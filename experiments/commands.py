@@ -4,10 +4,14 @@ and experiments.table. ``bpo reproduce NAME`` is ``bpo sweep NAME`` followed by 
 ``bpo table`` on its results.
 
 Outputs go to ``runs/NAME`` (git-ignored) unless ``--out`` says otherwise: the committed results
-under ``results/`` are only rewritten on request (``--out results/NAME``)."""
+under ``results/`` are only rewritten on request (``--out results/NAME``). Every command first
+creates its output folder and proves it can write there (``bpo.results.ensure_writable_dir``),
+before anything is planned, compiled, launched or drawn."""
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -16,6 +20,7 @@ from typing import Annotated, Literal
 import tyro
 
 from bpo.config import ConfigError
+from bpo.results import ensure_writable_dir
 from experiments import launch, store
 from experiments.plotting import plot_results
 from experiments.sweep import Grid, Sweep, expand, load_sweep, parse_assignment
@@ -23,6 +28,7 @@ from experiments.table import write_tables
 
 RUNS_DIR = Path("runs")
 """Where sweeps and reproductions write by default: git-ignored, so the committed results/ stay as they are."""
+HOW_TO_CONTINUE = "run the same command again: finished runs are kept, interrupted runs continue from their checkpoints"
 
 
 @dataclass(frozen=True)
@@ -97,17 +103,24 @@ def sweep_main(argv: list[str]) -> int:
 def run_sweep(args: SweepArgs) -> tuple[int, Path | None]:
     """``bpo sweep`` with parsed arguments: (exit code, the sweep's results folder or None when it
     stopped at a bad argument)."""
+    created: list[Path] = []
     try:
         if args.workers is not None and args.workers < 1:
             raise ConfigError("workers", f"must be an integer >= 1, got {args.workers}")
         if args.seeds is not None and args.seeds < 1:
             raise ConfigError("seeds", f"must be an integer >= 1, got {args.seeds}")
         sweep = build_sweep(args)
+        sweep_dir = args.out or RUNS_DIR / sweep.name
+        if not args.dry_run:  # a dry run writes nothing
+            created = [p for p in (sweep_dir, *sweep_dir.parents) if not p.exists()]
+            ensure_writable_dir(sweep_dir, "--out")
         specs = expand(sweep)
     except ConfigError as e:
+        for folder in created:  # made just now for the check: leave no empty folder behind
+            with contextlib.suppress(OSError):
+                folder.rmdir()
         print(f"error: {e}", file=sys.stderr)
         return 2, None
-    sweep_dir = args.out or RUNS_DIR / sweep.name
     states = {s.run_id: ("finished" if store.is_finished(sweep_dir, s) else
                          "redo" if (sweep_dir / s.run_id).exists() else "new") for s in specs}
     if args.dry_run:
@@ -118,7 +131,9 @@ def run_sweep(args: SweepArgs) -> tuple[int, Path | None]:
             print(f"{states[s.run_id]:>8}  {s.run_id}  [{cfg.algo}, {cfg.seeds} seeds, {budget}] {overrides}".rstrip())
         print(f"{len(specs)} runs, {sum(v == 'finished' for v in states.values())} finished -> {sweep_dir}")
         return 0, sweep_dir
-    if not launch.slurm_in_flight(sweep_dir):  # jobs still running may be writing into .staging
+    # Staging leftovers of runs no process holds the lock of; Slurm jobs still queued may not have
+    # taken theirs yet (and some cluster file systems keep locks per node), so not while they are.
+    if not launch.slurm_in_flight(sweep_dir):
         store.clear_staging(sweep_dir)
     store.write_sweep_file(sweep_dir, sweep.name, specs)
     todo = [s for s in specs if states[s.run_id] != "finished"]
@@ -129,16 +144,25 @@ def run_sweep(args: SweepArgs) -> tuple[int, Path | None]:
             print(f"{len(in_flight)} runs still queued or running from an earlier submission: not resubmitted")
     print(f"sweep {sweep.name}: {len(specs)} runs, {len(specs) - len(todo)} finished or in flight, "
           f"{len(todo)} to run -> {sweep_dir}")
-    failed = {}
+    outcome = launch.Outcome()
     if todo and args.backend == "local":
-        failed = launch.run_local(sweep_dir, todo, min(args.workers or launch.default_workers(), len(todo)),
-                                  args.progress)
+        outcome = launch.run_local(sweep_dir, todo, min(args.workers or launch.default_workers(), len(todo)),
+                                   args.progress)
     elif todo:
-        failed = launch.run_slurm(sweep_dir, todo, sweep.slurm, args.wait, args.progress)
-    store.refresh_index(sweep_dir, failed)
+        outcome = launch.run_slurm(sweep_dir, todo, sweep.slurm, args.wait, args.progress)
+    store.refresh_index(sweep_dir, outcome.failed)
     store.remove_empty_staging(sweep_dir)
-    if failed:
-        print(f"{len(failed)} runs failed: {sorted(failed)}; their logs are in {sweep_dir / 'logs'} "
+    if outcome.elsewhere:
+        print(f"{len(outcome.elsewhere)} runs left to another process that is running them: "
+              f"{sorted(outcome.elsewhere)}; it adds them to {sweep_dir} (and to its index.json) as they finish")
+    if outcome.signal is not None:
+        name = signal.Signals(outcome.signal).name
+        stopped = f" ({len(outcome.interrupted)} interrupted: {sorted(outcome.interrupted)})" if outcome.interrupted \
+            else ""
+        print(f"stopped by {name}{stopped}; {HOW_TO_CONTINUE}", file=sys.stderr)
+        return 128 + outcome.signal, sweep_dir
+    if outcome.failed:
+        print(f"{len(outcome.failed)} runs failed: {sorted(outcome.failed)}; their logs are in {sweep_dir / 'logs'} "
               "(run the command again to retry them)", file=sys.stderr)
         return 1, sweep_dir
     return 0, sweep_dir
@@ -230,6 +254,7 @@ def table_main(argv: list[str]) -> int:
             raise ConfigError("alpha", f"must be in (0, 1), got {args.alpha}")
         if args.bootstrap_reps < 100:
             raise ConfigError("bootstrap_reps", f"must be an integer >= 100, got {args.bootstrap_reps}")
+        ensure_writable_dir(args.out or args.results_dir, "--out")
         paths = write_tables(args.results_dir, args.out or args.results_dir, baseline=args.baseline,
                              alpha=args.alpha, alternative=args.alternative, reps=args.bootstrap_reps)
     except (ConfigError, FileNotFoundError) as e:
@@ -244,6 +269,7 @@ def plot_main(argv: list[str]) -> int:
     args = tyro.cli(PlotArgs, args=argv, prog="bpo plot")
     try:
         _check_results_dir(args.results_dir)
+        ensure_writable_dir(args.out or args.results_dir, "--out")
         paths = plot_results(args.results_dir, args.out or args.results_dir)
     except (ConfigError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)

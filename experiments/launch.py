@@ -1,9 +1,19 @@
 """Running a sweep's runs: locally in worker processes, or on Slurm as a submitit job array.
 
-Both backends call ``execute`` for one run: build the config from its spec, train all its seeds
-(vmapped), and publish the run directory in one rename. Finished runs (same config, summary
-written) are skipped, so re-running a sweep resumes it; runs killed half-way left nothing but
-``.staging`` leftovers, which are deleted and redone.
+Both backends call ``execute`` for one run: take the run's lock (``experiments.store``; a run whose
+lock another process holds is running there and is left to it), build the config from its spec,
+train all its seeds (vmapped), and publish the run directory in one rename. Finished runs (same
+config, summary written) are skipped, so re-running a sweep resumes it; a run interrupted half-way
+continues from its last checkpoint, and what it left in ``.staging`` is deleted.
+
+* Local: ``run_local`` locks each run before it starts the worker process for it (the worker
+  inherits the lock), so two sweeps of one folder share its runs. SIGINT or SIGTERM to the sweep
+  is forwarded to its workers, which stop at the end of their current loop iteration with a
+  checkpoint; workers still running after ``STOP_GRACE_S`` are killed. Workers die with the sweep
+  process, even when it is killed with SIGKILL (``PR_SET_PDEATHSIG``).
+* Slurm: each job runs ``SlurmRun``, which follows submitit's checkpointing protocol: a job
+  preempted or at its time limit is requeued by submitit, and a job requeued by anyone
+  (``scontrol requeue``) continues from the run's last checkpoint when it starts again.
 
     python -m experiments.launch worker SWEEP_DIR RUN_ID   # what a local worker process runs
 """
@@ -14,41 +24,144 @@ import ctypes
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from bpo import checkpoint as ckpt
-from bpo import results
+from bpo import processes, results
 from bpo.config import to_dict
 from bpo.runtime import enable_compile_cache
 from bpo.training import default_checkpoint_every, run_validated, write
 from experiments import store
 from experiments.sweep import RunSpec, SlurmResources
 
+LOCK_FD_ENV = "BPO_RUN_LOCK_FD"
+"""A local worker's inherited run lock: the file descriptor its sweep process locked for it."""
+SWEEP_PID_ENV = "BPO_SWEEP_PID"
+"""A local worker's sweep process, which the worker dies with."""
+LOCKED_ELSEWHERE = 75
+"""A worker's exit code when another process holds its run's lock (EX_TEMPFAIL)."""
+STOP_GRACE_S = 30.0
+"""After SIGINT/SIGTERM, how long a local sweep waits for its workers to checkpoint and stop."""
+SLURM_STOP_WAIT_S = 120.0
+"""How long a Slurm job stopped by SIGTERM (with a checkpoint) waits for submitit's preemption
+signal or Slurm's SIGKILL before it exits."""
+SLURM_LOCK_WAIT_S = 180.0
+"""How long a Slurm job waits for its run's lock: a requeued job may start while the lock of the
+job it replaces is still being released (a network file system frees a dead node's locks late)."""
 
-def execute(sweep_dir: str | Path, run_id: str) -> dict:
-    """Train one run of the sweep in ``sweep_dir`` and publish its run directory; its summary.
+
+@dataclass
+class Outcome:
+    """What became of the runs given to a backend; the runs in none of the lists finished."""
+
+    failed: dict[str, str] = field(default_factory=dict)
+    """run id -> what went wrong."""
+    elsewhere: list[str] = field(default_factory=list)
+    """Runs another process was executing (it holds their lock): left to it."""
+    interrupted: list[str] = field(default_factory=list)
+    """Runs stopped by a signal; they continue from their checkpoints when the sweep runs again."""
+    signal: int | None = None
+    """The signal that stopped the sweep (local backend), or None."""
+
+
+def execute(sweep_dir: str | Path, run_id: str, lock: store.Lock | None = None) -> dict | None:
+    """Train one run of the sweep in ``sweep_dir`` and publish its run directory; its summary, or
+    None when another process holds the run's lock (it is executing the run, which is left to it).
+    ``lock``: the run's lock when the caller took it already (released here in any case).
+
     The run checkpoints into ``SWEEP/.checkpoints/RUN-ID`` about ten times, and an interrupted run
-    continues from its last checkpoint (unless its configuration changed since)."""
-    enable_compile_cache()
-    spec = {s.run_id: s for s in store.read_specs(sweep_dir)}[run_id]
-    cfg = spec.build()  # validated by the planner (experiments.sweep.expand) before any worker started
-    directory = Path(sweep_dir) / store.CHECKPOINTS / run_id
-    if ckpt.exists(directory):
-        stored = json.loads((directory / ckpt.INFO_FILE).read_text())["config"]
-        if stored != json.loads(json.dumps(to_dict(cfg))):
-            ckpt.remove(directory)
-        else:
-            print(f"{run_id}: continuing from checkpoint {directory}", flush=True)
-    every = default_checkpoint_every(cfg)
-    summary = store.publish(Path(sweep_dir), spec, lambda staging: write(
-        run_validated(cfg, checkpoint_dir=directory, checkpoint_every=every), staging))
-    ckpt.remove(directory)
+    continues from its last checkpoint (unless its configuration changed since). SIGINT and SIGTERM
+    stop it at the end of the current loop iteration, with a checkpoint: ``bpo.processes.Interrupted``."""
+    sweep_dir = Path(sweep_dir)
+    lock = lock or store.try_lock_run(sweep_dir, run_id)
+    if lock is None:
+        print(f"{run_id}: running in another process (it holds {store.run_lock_path(sweep_dir, run_id)}); "
+              "left to it", flush=True)
+        return None
+    with lock:
+        spec = {s.run_id: s for s in store.read_specs(sweep_dir)}[run_id]
+        if store.is_finished(sweep_dir, spec):  # by another process, after this one was told to run it
+            print(f"{run_id}: finished by another process; nothing to do", flush=True)
+            return results.read_summary(sweep_dir / run_id)
+        print(f"{run_id}: training in process {os.getpid()} on {socket.gethostname()}", flush=True)
+        enable_compile_cache()
+        cfg = spec.build()  # validated by the planner (experiments.sweep.expand) before any worker started
+        directory = sweep_dir / store.CHECKPOINTS / run_id
+        if ckpt.exists(directory):
+            stored = json.loads((directory / ckpt.INFO_FILE).read_text())["config"]
+            if stored != json.loads(json.dumps(to_dict(cfg))):
+                print(f"{run_id}: the checkpoint in {directory} is of another configuration (the spec or the code "
+                      "changed since): starting over", flush=True)
+                ckpt.remove(directory)
+            else:
+                print(f"{run_id}: continuing from checkpoint {directory}", flush=True)
+        every = default_checkpoint_every(cfg)
+        with processes.stop_requests():
+            summary = store.publish(sweep_dir, spec, lambda staging: write(
+                run_validated(cfg, checkpoint_dir=directory, checkpoint_every=every), staging))
+        ckpt.remove(directory)
     return summary
+
+
+class SlurmRun:
+    """What each Slurm job of a sweep runs: ``execute(sweep_dir, run_id)``, with submitit's
+    checkpointing protocol. When Slurm signals a preemption or the coming time limit (SIGUSR2,
+    ``--signal=USR2@90``), submitit calls ``checkpoint`` and requeues the job with the call it
+    returns, the same one: the job starts again and ``execute`` continues from the run's last
+    checkpoint. SIGTERM (``scontrol requeue``, a preemption, ``scancel``) stops the run at the end
+    of its loop iteration with a checkpoint; a requeued job continues from it. The run's lock died
+    with the stopped job's process, so the requeued job takes it at once."""
+
+    def __call__(self, sweep_dir: str, run_id: str) -> dict | None:
+        deadline = time.monotonic() + SLURM_LOCK_WAIT_S
+        while (lock := store.try_lock_run(sweep_dir, run_id)) is None and time.monotonic() < deadline:
+            time.sleep(5.0)
+        try:
+            return execute(sweep_dir, run_id, lock)
+        except processes.Interrupted as e:
+            # SIGTERM: Slurm is requeueing, preempting or cancelling the job, and the checkpoint is
+            # written. A preemption may follow with submitit's signal (SIGUSR2), on which submitit
+            # calls ``checkpoint`` and requeues the job, so wait for it (or for Slurm's SIGKILL).
+            # Then leave no result: to submitit, SystemExit is not the job failing.
+            print(f"{run_id}: {e}", flush=True)
+            deadline = time.monotonic() + SLURM_STOP_WAIT_S
+            while time.monotonic() < deadline:
+                time.sleep(1.0)
+            raise SystemExit(e.exit_code) from None
+
+    def checkpoint(self, *args, **kwargs):
+        import submitit  # see run_slurm
+
+        return submitit.helpers.DelayedSubmission(self, *args, **kwargs)
+
+
+def worker_main(sweep_dir: str, run_id: str) -> int:
+    """A local worker process: ``execute`` with the run lock its sweep took for it; the exit code."""
+    if SWEEP_PID_ENV in os.environ:
+        _die_with_parent(int(os.environ.pop(SWEEP_PID_ENV)))
+    lock = None
+    if LOCK_FD_ENV in os.environ:
+        lock = store.adopt_run_lock(sweep_dir, run_id, int(os.environ.pop(LOCK_FD_ENV)))
+    try:
+        summary = execute(sweep_dir, run_id, lock)
+    except processes.Interrupted as e:
+        print(f"{run_id}: {e}", flush=True)
+        return e.exit_code
+    except KeyboardInterrupt:  # SIGINT before training started (nothing to keep), or a second one
+        print(f"{run_id}: interrupted", flush=True)
+        return 128 + signal.SIGINT
+    if summary is None:
+        return LOCKED_ELSEWHERE
+    print(f"{run_id}: final return {summary['final_mean']:.2f} ± {summary['final_se']:.2f}", flush=True)
+    return 0
 
 
 def default_workers() -> int:
@@ -56,13 +169,17 @@ def default_workers() -> int:
     return max(1, len(os.sched_getaffinity(0)))
 
 
-def _die_with_parent() -> None:
+def _die_with_parent(parent: int) -> None:
     """Linux: a worker gets SIGKILL when the sweep process dies, even by SIGKILL, so no orphan keeps
-    computing (and racing the next sweep for the same run)."""
+    computing (and holding its run's lock). A sweep that died before this call ends the worker now.
+    Called by the worker itself (not as ``preexec_fn``: forking a multithreaded process and running
+    Python before exec can deadlock)."""
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except OSError:
         pass
+    if os.getppid() != parent:
+        os._exit(1)
 
 
 def _progress(show: bool) -> Progress:
@@ -78,6 +195,10 @@ def _report(console, spec: RunSpec, summary: dict | None, error: str | None) -> 
         console.print(f"[red]failed[/] {spec.run_id}: {error}")
 
 
+def _report_elsewhere(console, run_id: str) -> None:
+    console.print(f"[yellow]left[/] {run_id}: running in another process")
+
+
 def _log_tail(path: Path, lines: int = 15) -> str:
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
@@ -85,46 +206,110 @@ def _log_tail(path: Path, lines: int = 15) -> str:
         return ""
 
 
-def run_local(sweep_dir: Path, specs: list[RunSpec], workers: int, show_progress: bool = True) -> dict[str, str]:
-    """Run ``specs`` in up to ``workers`` processes at once; returns {run_id: error} of failed runs."""
+def _start_worker(sweep_dir: Path, spec: RunSpec, lock: store.Lock, log) -> subprocess.Popen:
+    log.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')}: worker for {spec.run_id}, started by process "
+              f"{os.getpid()} on {socket.gethostname()}\n")
+    log.flush()
+    cmd = [sys.executable, "-m", "experiments.launch", "worker", str(sweep_dir), spec.run_id]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", LOCK_FD_ENV: str(lock.fd), SWEEP_PID_ENV: str(os.getpid())}
+    # Its own session: a Ctrl-C in the terminal reaches the sweep alone, which forwards it once.
+    return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, pass_fds=(lock.fd,),
+                            start_new_session=True)
+
+
+def run_local(sweep_dir: Path, specs: list[RunSpec], workers: int, show_progress: bool = True) -> Outcome:
+    """Run ``specs`` in up to ``workers`` processes at once.
+
+    Each run is locked here before its worker starts, and the worker inherits the lock: a run whose
+    lock another process holds is left to it, and a run found finished once locked is not redone.
+    Logs go to ``SWEEP/logs/RUN-ID.log`` (appended: an interrupted run's log keeps both parts).
+    SIGINT or SIGTERM stops starting runs and is forwarded to the workers, which stop at the end of
+    their loop iteration with a checkpoint; after ``STOP_GRACE_S`` (or a second signal) the ones
+    still running are killed."""
     sweep_dir = Path(sweep_dir)
     logs = sweep_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    queue, running, failed = list(specs), {}, {}
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    queue, running, out = list(specs), {}, Outcome()
+    signals: list[int] = []
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        previous = {s: signal.signal(s, lambda signum, frame: signals.append(signum))
+                    for s in (signal.SIGINT, signal.SIGTERM)}
+    stopping_since = None
     with _progress(show_progress) as bar:
         task = bar.add_task(f"sweep {sweep_dir.name}", total=len(specs))
         try:
             while queue or running:
+                if signals and stopping_since is None:
+                    out.signal, stopping_since = signals[0], time.monotonic()
+                    queue.clear()
+                    bar.console.print(f"[yellow]{signal.Signals(out.signal).name}[/]: stopping "
+                                      f"{len(running)} running runs (each checkpoints at the end of its current "
+                                      "iteration)")
+                    for proc in running:
+                        proc.send_signal(out.signal)
+                if stopping_since is not None and (len(signals) > 1 or time.monotonic() - stopping_since
+                                                   > STOP_GRACE_S):
+                    for proc in running:
+                        proc.kill()
                 while queue and len(running) < workers:
                     spec = queue.pop(0)
-                    log = open(logs / f"{spec.run_id}.log", "w")
-                    cmd = [sys.executable, "-m", "experiments.launch", "worker", str(sweep_dir), spec.run_id]
-                    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                            preexec_fn=_die_with_parent)
-                    running[proc] = (spec, log, time.monotonic())
+                    lock = store.try_lock_run(sweep_dir, spec.run_id)
+                    if lock is None:
+                        out.elsewhere.append(spec.run_id)
+                        _report_elsewhere(bar.console, spec.run_id)
+                        bar.advance(task)
+                        continue
+                    if store.is_finished(sweep_dir, spec):  # by another process since this sweep was planned
+                        lock.release()
+                        bar.console.print(f"[green]done[/] {spec.run_id}: finished by another process")
+                        bar.advance(task)
+                        continue
+                    log = open(logs / f"{spec.run_id}.log", "a")
+                    try:
+                        running[_start_worker(sweep_dir, spec, lock, log)] = (spec, log, lock)
+                    except BaseException:
+                        log.close()
+                        lock.release()
+                        raise
                 bar.update(task, description=f"sweep {sweep_dir.name}: running " +
                            ", ".join(s.run_id for s, _, _ in running.values()))
                 time.sleep(0.2)
                 for proc in [p for p in running if p.poll() is not None]:
-                    spec, log, _ = running.pop(proc)
+                    spec, log, lock = running.pop(proc)
                     log.close()
+                    lock.release()
+                    log_path = logs / f"{spec.run_id}.log"
                     if proc.returncode == 0 and store.is_finished(sweep_dir, spec):
                         _report(bar.console, spec, results.read_summary(sweep_dir / spec.run_id), None)
+                    elif proc.returncode == LOCKED_ELSEWHERE:
+                        out.elsewhere.append(spec.run_id)
+                        _report_elsewhere(bar.console, spec.run_id)
+                    elif out.signal is not None:
+                        out.interrupted.append(spec.run_id)
+                        bar.console.print(f"[yellow]stopped[/] {spec.run_id} (exit code {proc.returncode}); "
+                                          f"log {log_path}")
                     else:
-                        failed[spec.run_id] = (f"exit code {proc.returncode}; log {logs / (spec.run_id + '.log')}:\n"
-                                               + _log_tail(logs / f"{spec.run_id}.log"))
-                        _report(bar.console, spec, None, failed[spec.run_id])
-                    store.refresh_index(sweep_dir, failed)
+                        out.failed[spec.run_id] = (f"exit code {proc.returncode}; log {log_path}:\n"
+                                                   + _log_tail(log_path))
+                        _report(bar.console, spec, None, out.failed[spec.run_id])
+                    store.refresh_index(sweep_dir, out.failed)
                     bar.advance(task)
         finally:
-            for proc in running:  # Ctrl-C or an error here: stop the workers, nothing is published
+            for proc in running:  # an error here: stop the workers, nothing of theirs is published
                 proc.kill()
-    return failed
+            for proc, (_, log, lock) in running.items():
+                proc.wait()
+                log.close()
+                lock.release()
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+    return out
 
 
 def _jobs_file(sweep_dir: Path) -> Path:
     return Path(sweep_dir) / ".slurm" / "jobs.json"
+
 
 
 def slurm_in_flight(sweep_dir: Path) -> set[str]:
@@ -138,9 +323,10 @@ def slurm_in_flight(sweep_dir: Path) -> set[str]:
 
 
 def run_slurm(sweep_dir: Path, specs: list[RunSpec], resources: SlurmResources, wait: bool = True,
-              show_progress: bool = True) -> dict[str, str]:
-    """Submit ``specs`` as one Slurm job array (one job per run); with ``wait``, follow the jobs to the
-    end. Returns {run_id: error} of the runs that failed."""
+              show_progress: bool = True) -> Outcome:
+    """Submit ``specs`` as one Slurm job array (one job per run, each running ``SlurmRun``); with
+    ``wait``, follow the jobs to the end. Jobs are requeueable (``--requeue``) and append to their
+    logs, so a requeued job's log keeps what its first start wrote."""
     # Imported here, the one import of experiments/ not at the top: importing submitit reconfigures
     # the logging module (logging.config.dictConfig, closing the handlers there were), which only the
     # Slurm backend should pay for.
@@ -152,16 +338,17 @@ def run_slurm(sweep_dir: Path, specs: list[RunSpec], resources: SlurmResources, 
         name=f"bpo-{sweep_dir.name}", timeout_min=resources.timeout_min, cpus_per_task=resources.cpus_per_task,
         mem_gb=resources.mem_gb, gpus_per_node=resources.gpus_per_node, tasks_per_node=1, nodes=1,
         slurm_partition=resources.partition, slurm_array_parallelism=resources.array_parallelism,
-        slurm_additional_parameters=dict(resources.additional),
+        slurm_additional_parameters={"requeue": True, "open_mode": "append", **dict(resources.additional)},
     )
-    jobs = executor.map_array(execute, [str(sweep_dir)] * len(specs), [s.run_id for s in specs])
+    jobs = executor.map_array(SlurmRun(), [str(sweep_dir)] * len(specs), [s.run_id for s in specs])
     recorded = json.loads(_jobs_file(sweep_dir).read_text()) if _jobs_file(sweep_dir).exists() else {}
     recorded.update({s.run_id: j.job_id for s, j in zip(specs, jobs, strict=True)})
     results.atomic_write_json(_jobs_file(sweep_dir), recorded)
     print(f"submitted {len(jobs)} Slurm jobs (array {jobs[0].job_id.split('_')[0]}); logs in {sweep_dir / '.slurm'}")
+    out = Outcome()
     if not wait:
-        return {}
-    failed, missing = {}, {}
+        return out
+    missing = {}
     with _progress(show_progress) as bar:
         task = bar.add_task(f"sweep {sweep_dir.name} (slurm)", total=len(jobs))
         pending = dict(zip(jobs, specs, strict=True))
@@ -178,13 +365,18 @@ def run_slurm(sweep_dir: Path, specs: list[RunSpec], resources: SlurmResources, 
                 try:
                     if not job.done():
                         raise RuntimeError(f"left the queue without a result; see {job.paths.stderr}")
-                    _report(bar.console, spec, job.result(), None)
+                    summary = job.result()
+                    if summary is None:
+                        out.elsewhere.append(spec.run_id)
+                        _report_elsewhere(bar.console, spec.run_id)
+                    else:
+                        _report(bar.console, spec, summary, None)
                 except Exception as e:  # the job's traceback, as submitit reports it
-                    failed[spec.run_id] = f"Slurm job {job.job_id}: {e}"
-                    _report(bar.console, spec, None, failed[spec.run_id])
-                store.refresh_index(sweep_dir, failed)
+                    out.failed[spec.run_id] = f"Slurm job {job.job_id}: {e}"
+                    _report(bar.console, spec, None, out.failed[spec.run_id])
+                store.refresh_index(sweep_dir, out.failed)
                 bar.advance(task)
-    return failed
+    return out
 
 
 def _queued(job_ids: set[str]) -> set[str] | None:
@@ -201,5 +393,4 @@ def _queued(job_ids: set[str]) -> set[str] | None:
 if __name__ == "__main__":
     if len(sys.argv) != 4 or sys.argv[1] != "worker":
         sys.exit("usage: python -m experiments.launch worker SWEEP_DIR RUN_ID")
-    summary = execute(sys.argv[2], sys.argv[3])
-    print(f"{sys.argv[3]}: final return {summary['final_mean']:.2f} ± {summary['final_se']:.2f}")
+    sys.exit(worker_main(sys.argv[2], sys.argv[3]))

@@ -4,14 +4,34 @@ expanded runs) and ``index.json`` (one entry per run, what the analysis commands
 A run is first written whole to ``.staging/`` and then renamed to its final name, so a run
 directory either is complete or does not exist: a sweep killed at any moment leaves no
 half-written run behind, and the next sweep deletes the staging leftovers and redoes those runs.
+
+Several processes may work on one results folder at once (two ``bpo sweep`` of the same folder,
+a rerun on the login node while Slurm jobs still run). They share the work through file locks
+(``fcntl.flock``, which the kernel releases when the process holding it ends, however it ends):
+
+* ``.locks/RUN-ID.lock`` is held by the process that executes the run, for the whole run; a
+  process that finds it held leaves the run to its holder, so no run is executed twice at once,
+  and staging leftovers are deleted only for runs whose lock is free;
+* ``.locks/index.lock`` is held for a moment around each rebuild of ``index.json`` and around the
+  staging clean-up, so the index is always rebuilt from the run directories as they are and
+  written whole, whoever writes it last.
+
+A lock file is removed by its holder when it releases it (and ``.locks`` once empty); whoever
+takes a lock checks that the file it locked is still the one at that path, so a removal never
+lets two processes hold the same lock.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
 import json
 import os
 import shutil
 import socket
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 from bpo import results
@@ -20,6 +40,138 @@ from experiments.sweep import RunSpec
 
 STAGING = ".staging"
 CHECKPOINTS = ".checkpoints"  # runs in progress; kept across invocations, unlike .staging
+LOCKS = ".locks"  # RUN-ID.lock: held by the process executing the run; index.lock: around index and staging
+INDEX_LOCK = "index.lock"  # never a run's (run ids always contain a '-')
+_NO_LOCKS = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS)  # file systems without flock
+_warned: list[bool] = []  # that locks do not work here, once per process
+
+
+class Lock:
+    """An exclusive ``flock`` on a file in ``SWEEP/.locks``. ``release()`` removes the file and
+    unlocks; a process that ends without releasing (even by SIGKILL) unlocks too, and leaves only
+    an unlocked empty file behind."""
+
+    def __init__(self, path: Path, fd: int):
+        self.path, self.fd = Path(path), fd
+
+    def release(self) -> None:
+        if self.fd < 0:
+            return
+        with contextlib.suppress(OSError):
+            if _same_file(self.path, self.fd):  # removed while still held: see _acquire
+                os.unlink(self.path)
+        os.close(self.fd)
+        self.fd = -1
+        with contextlib.suppress(OSError):  # not empty (other locks), or already gone
+            self.path.parent.rmdir()
+
+    def __enter__(self) -> Lock:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def _same_file(path: Path, fd: int) -> bool:
+    try:
+        a, b = os.stat(path), os.fstat(fd)
+    except FileNotFoundError:
+        return False
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+
+
+def _acquire(path: Path, blocking: bool) -> Lock | None:
+    """Lock ``path`` (created if needed); None when another process holds it and not ``blocking``.
+    OSError when the folder cannot be created or written."""
+    while True:
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        except FileNotFoundError:  # .locks absent, or just removed as empty by another process
+            path.parent.mkdir(exist_ok=True)  # in the results folder, which must exist
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        except OSError as e:
+            if e.errno not in _NO_LOCKS:
+                os.close(fd)
+                raise
+            if not _warned:
+                print(f"warning: {path.parent} does not support file locks ({e.strerror}): concurrent sweeps of "
+                      "this folder are not kept apart", file=sys.stderr)
+                _warned.append(True)
+            return Lock(path, fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        # The holder we waited for may have removed the file before unlocking it: then we locked a
+        # file nobody else will ever look at, and must lock the one now at that path instead.
+        if _same_file(path, fd):
+            return Lock(path, fd)
+        os.close(fd)
+
+
+def run_lock_path(sweep_dir: Path, run_id: str) -> Path:
+    return Path(sweep_dir) / LOCKS / f"{run_id}.lock"
+
+
+def try_lock_run(sweep_dir: Path, run_id: str) -> Lock | None:
+    """The run's lock, or None when another process holds it (it is executing the run)."""
+    lock = _acquire(run_lock_path(sweep_dir, run_id), blocking=False)
+    if lock is None:
+        # The clean-ups and the index hold a run's lock for a moment, under the folder lock: once they
+        # are done, a lock still held is held by a process executing the run.
+        with folder_lock(sweep_dir):
+            lock = _acquire(run_lock_path(sweep_dir, run_id), blocking=False)
+    return lock
+
+
+def adopt_run_lock(sweep_dir: Path, run_id: str, fd: int) -> Lock | None:
+    """The run's lock from an inherited file descriptor (a sweep locks a run before it starts the
+    worker process for it, which inherits the lock); None if ``fd`` is not that lock."""
+    path = run_lock_path(sweep_dir, run_id)
+    try:
+        if not _same_file(path, fd):
+            return None
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # already ours (the same open file): succeeds at once
+    except OSError:
+        return None
+    return Lock(path, fd)
+
+
+def run_is_locked(sweep_dir: Path, run_id: str) -> bool:
+    """Whether a process (this one included) holds the run's lock; creates nothing. (It holds a
+    shared lock for a moment: call it under ``folder_lock``, see ``try_lock_run``.)"""
+    try:
+        fd = os.open(run_lock_path(sweep_dir, run_id), os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def folder_lock(sweep_dir: Path) -> Iterator[None]:
+    """Held around each read-modify-write of ``index.json`` and the staging clean-up (a moment);
+    a folder this user cannot write is read without it (nothing will be written there)."""
+    try:
+        lock = _acquire(Path(sweep_dir) / LOCKS / INDEX_LOCK, blocking=True) if Path(sweep_dir).is_dir() else None
+    except OSError:
+        lock = None
+    try:
+        yield
+    finally:
+        if lock is not None:
+            lock.release()
 
 
 def write_sweep_file(sweep_dir: Path, name: str, specs: list[RunSpec]) -> None:
@@ -65,24 +217,58 @@ def same_result_config(stored: dict, expected: dict) -> bool:
     return True
 
 
-def clear_staging(sweep_dir: Path) -> None:
-    """Remove what killed runs left half-written (nothing outside .staging is ever partial)."""
-    shutil.rmtree(Path(sweep_dir) / STAGING, ignore_errors=True)
+def clear_staging(sweep_dir: Path) -> list[str]:
+    """Remove what killed runs left half-written (nothing outside .staging is ever partial): the
+    staging folders of runs whose lock is free. A run being executed by another process (its lock
+    is held) keeps its staging folder. Returns the names removed."""
+    staging, removed = Path(sweep_dir) / STAGING, []
+    if not staging.is_dir():
+        return removed
+    with folder_lock(sweep_dir):
+        for entry in sorted(staging.iterdir()):
+            try:
+                # staging/RUN-ID/HOST.PID (older versions: RUN-ID.HOST.PID, whose lock is always free)
+                lock = _acquire(run_lock_path(sweep_dir, entry.name), blocking=False)
+            except OSError:
+                lock = None
+            if lock is None:
+                continue
+            with lock:
+                shutil.rmtree(entry, ignore_errors=True)
+                removed.append(entry.name)
+        with contextlib.suppress(OSError):
+            staging.rmdir()
+    return removed
 
 
 def remove_empty_staging(sweep_dir: Path) -> None:
-    """Remove the staging and checkpoint folders once nothing is in them."""
-    for name in (STAGING, CHECKPOINTS):
-        try:
-            (Path(sweep_dir) / name).rmdir()
-        except OSError:  # absent, or a run of this or another submission is still using it
-            pass
+    """Remove the staging, checkpoint and lock folders once nothing is in them, unless a run is
+    being executed (by this or another process): it may be about to write there. Lock files that
+    no process holds (left by a killed one) are removed first."""
+    locks = Path(sweep_dir) / LOCKS
+    with folder_lock(sweep_dir):
+        for path in sorted(locks.glob("*.lock")) if locks.is_dir() else []:
+            if path.name == INDEX_LOCK:
+                continue
+            try:
+                lock = _acquire(path, blocking=False)
+            except OSError:
+                return
+            if lock is None:
+                return
+            lock.release()
+        for name in (STAGING, CHECKPOINTS):
+            try:
+                (Path(sweep_dir) / name).rmdir()
+            except OSError:  # absent, or not empty (a checkpoint of an interrupted run)
+                pass
 
 
 def publish(sweep_dir: Path, spec: RunSpec, write_run) -> dict:
-    """Write a run with ``write_run(staging_dir) -> summary`` and move it into place in one rename."""
+    """Write a run with ``write_run(staging_dir) -> summary`` and move it into place in one rename.
+    The caller holds the run's lock (``try_lock_run``)."""
     sweep_dir = Path(sweep_dir)
-    staging = sweep_dir / STAGING / f"{spec.run_id}.{socket.gethostname()}.{os.getpid()}"
+    staging = sweep_dir / STAGING / spec.run_id / f"{socket.gethostname()}.{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
     summary = write_run(staging)
     results.atomic_write_json(staging / "spec.json", spec.to_json())
@@ -90,6 +276,8 @@ def publish(sweep_dir: Path, spec: RunSpec, write_run) -> dict:
     if final.exists():  # an older configuration under the same id: replaced by the one just run
         shutil.rmtree(final)
     os.replace(staging, final)
+    with contextlib.suppress(OSError):
+        staging.parent.rmdir()
     fd = os.open(sweep_dir, os.O_RDONLY)
     try:
         os.fsync(fd)  # the rename itself survives a crash
@@ -128,13 +316,14 @@ def _entry(run_dir: Path, root: Path) -> dict | None:
 
 def build_index(results_dir: Path, failed: dict[str, str] | None = None) -> dict:
     """Index every finished run under ``results_dir`` (sweep runs, and any other run directories such
-    as ``bpo reproduce`` writes), plus the sweep's runs not finished yet (pending or failed)."""
+    as ``bpo reproduce`` writes), plus the sweep's runs not finished yet: running (a process holds
+    its lock), failed (in ``failed``) or pending."""
     root = Path(results_dir)
     entries = []
     for summary_path in sorted(root.rglob("summary.json")):
         run_dir = summary_path.parent
         parts = run_dir.relative_to(root).parts
-        if STAGING in parts or CHECKPOINTS in parts or not (run_dir / "config.json").exists():
+        if STAGING in parts or CHECKPOINTS in parts or LOCKS in parts or not (run_dir / "config.json").exists():
             continue
         entry = _entry(run_dir, root)
         if entry is not None:
@@ -142,7 +331,8 @@ def build_index(results_dir: Path, failed: dict[str, str] | None = None) -> dict
     done = {e["run_id"] for e in entries}
     for spec in read_specs(root):
         if spec.run_id not in done:
-            status = "failed" if failed and spec.run_id in failed else "pending"
+            status = ("running" if run_is_locked(root, spec.run_id) else
+                      "failed" if failed and spec.run_id in failed else "pending")
             entries.append({"run_id": spec.run_id, "status": status, "preset": spec.preset, "row": spec.row,
                             **({"error": failed[spec.run_id]} if status == "failed" else {})})
     name = json.loads((root / "sweep.json").read_text())["sweep"] if (root / "sweep.json").exists() else root.name
@@ -152,14 +342,17 @@ def build_index(results_dir: Path, failed: dict[str, str] | None = None) -> dict
 def refresh_index(results_dir: Path, failed: dict[str, str] | None = None) -> dict:
     """Rebuild ``index.json`` from the run directories (cheap: a few small files per run) and write
     it when the folder is writable; the analysis commands call this, so the index is never stale
-    (Slurm jobs finish after the submitting command has exited)."""
-    index = build_index(results_dir, failed)
-    if not index["runs"]:
-        raise FileNotFoundError(f"no finished runs (summary.json + config.json) under {results_dir}")
-    try:
-        results.atomic_write_json(Path(results_dir) / "index.json", index)
-    except OSError:
-        pass
+    (Slurm jobs finish after the submitting command has exited). Rebuilt and written under the
+    folder's index lock, so concurrent sweeps never interleave their reads and writes: whichever
+    writes last writes what the folder holds then."""
+    with folder_lock(results_dir):
+        index = build_index(results_dir, failed)
+        if not index["runs"]:
+            raise FileNotFoundError(f"no finished runs (summary.json + config.json) under {results_dir}")
+        try:
+            results.atomic_write_json(Path(results_dir) / "index.json", index)
+        except OSError:
+            pass
     return index
 
 

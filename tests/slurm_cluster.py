@@ -136,7 +136,8 @@ def _free_port() -> int:
 
 def _slurm_conf(workdir: Path, host: str) -> str:
     """A minimal config: one node with this machine's CPUs, no cgroups (containers lack them), no
-    accounting, and per-CPU scheduling so that several one-CPU jobs share the node."""
+    accounting, and per-CPU scheduling so that several one-CPU jobs share the node. A requeued job
+    may start again 10 s after it was requeued (``cred_expire``; Slurm's default makes it 120 s)."""
     cpus = len(os.sched_getaffinity(0))
     meminfo = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines())
     mem_mb = int(meminfo["MemTotal"].split()[0]) // 1024
@@ -148,6 +149,7 @@ SlurmdPort={_free_port()}
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
+AuthInfo=cred_expire=10
 StateSaveLocation={workdir / 'state'}
 SlurmdSpoolDir={workdir / 'spool'}
 SlurmctldPidFile={workdir / 'run'}/slurmctld.pid

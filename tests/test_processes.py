@@ -5,6 +5,7 @@ multiprocessing's resource tracker) is left alive."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -12,9 +13,12 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from bpo import checkpoint as ckpt
+from bpo import processes
+from bpo.presets import get_preset
 
 SHORT_CORRIDOR = ["train", "short_corridor", "--algo", "bpo", "--episodes", "600", "--eval-every", "10",
                   "--eval-episodes", "2", "--seeds", "2", "--no-progress"]
@@ -106,3 +110,28 @@ def test_no_child_outlives_a_host_run(tmp_path, signum):
         time.sleep(0.1)
     left = [p for p in descendants if alive(p)]
     assert not left, [Path(f"/proc/{p}/cmdline").read_bytes()[:200] for p in left]
+
+
+def test_stop_requests_take_the_first_signal_and_a_second_ctrl_c_aborts():
+    with processes.stop_requests():
+        assert processes.requested() is None
+        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signal.SIGTERM)  # a scheduler's repeated SIGTERM: still one stop request
+        assert processes.requested() == signal.SIGTERM
+    assert processes.requested() is None and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+    with pytest.raises(KeyboardInterrupt), processes.stop_requests():
+        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGINT)
+
+
+def test_a_checkpoint_s_progress_travels_with_its_state(tmp_path):
+    """The restart point is read from the state file, so a kill between the state file's rename and
+    checkpoint.json's leaves a consistent checkpoint."""
+    state = {"w": np.arange(3.0)}
+    cfg = get_preset("short_corridor")
+    ckpt.save(tmp_path, state, {}, {"iterations_done": 4}, cfg)
+    ckpt.save(tmp_path, {"w": np.arange(3.0) + 1}, {}, {"iterations_done": 8}, cfg)
+    (tmp_path / ckpt.INFO_FILE).write_text(json.dumps({"iterations_done": 4}))  # as if killed in between
+    loaded, _, info = ckpt.load(tmp_path, state)
+    assert info["iterations_done"] == 8 and info["config"]["preset"] == "short_corridor"
+    np.testing.assert_array_equal(loaded["w"], np.arange(3.0) + 1)

@@ -1,8 +1,12 @@
 """The Slurm backend on a real single-node Slurm (Debian's slurm-wlm and munge, started by the
-``slurm_env`` fixture): a 2-job array sweep, with the same results as the local backend."""
+``slurm_env`` fixture): a 2-job array sweep, with the same results as the local backend; and a
+job requeued while it runs (``scontrol requeue``, what a preemption does), which continues from
+its checkpoint on its own, with the same results as an uninterrupted local run."""
 
+import json
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -46,3 +50,79 @@ def test_slurm_array_sweep_matches_local(slurm_env, tmp_path):  # noqa: F811 - p
     assert len(logs) == 2 and logs[0].split("_")[0] == logs[1].split("_")[0]
     again = _sweep([str(sweep_file), "--backend", "slurm", "--out", str(tmp_path / "slurm")], timeout=120)
     assert "2 runs, 2 finished or in flight, 0 to run" in again
+
+
+REQUEUE_SWEEP_FILE = '''
+from experiments.sweep import Grid, SlurmResources, Sweep
+
+SWEEP = Sweep(
+    name="slurm_requeue",
+    grids=(Grid(preset="short_corridor", variants=("bpo",),
+                fixed=(("episodes", 4000), ("eval_every", 10), ("eval_episodes", 2)), seeds=2),),
+    slurm=SlurmResources(partition="{partition}", timeout_min=10, cpus_per_task=1, mem_gb=2),
+)
+'''
+
+
+def _iterations_done(checkpoint_info) -> int:
+    try:
+        return json.loads(checkpoint_info.read_text())["iterations_done"]
+    except (OSError, ValueError, KeyError):
+        return 0
+
+
+def test_a_requeued_or_preempted_job_continues_from_its_checkpoint(slurm_env, tmp_path):  # noqa: F811
+    """``scontrol requeue`` of the running job, then, once it runs again and has checkpointed further,
+    a preemption as submitit simulates one (SIGTERM, then SIGUSR2: submitit calls SlurmRun.checkpoint
+    and requeues the job itself). The job finishes on its own, bit-identical to a local run."""
+    sweep_file = tmp_path / "slurm_requeue.py"
+    sweep_file.write_text(REQUEUE_SWEEP_FILE.format(partition=slurm_env["partition"]))
+    out, run_id = tmp_path / "slurm", "ShortCorridor-v0-short_corridor-bpo"
+    info = out / ".checkpoints" / run_id / "checkpoint.json"  # 401 loop iterations, a checkpoint every 40
+
+    def logs() -> str:
+        return "".join(p.read_text() for p in (out / ".slurm").glob("*/*_log.out"))
+
+    proc = subprocess.Popen([sys.executable, "-m", "bpo.cli", "sweep", str(sweep_file), "--backend", "slurm",
+                             "--out", str(out), "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+
+    def wait_for(condition, what: str) -> None:
+        deadline = time.monotonic() + 300
+        while not condition():
+            assert proc.poll() is None, proc.stdout.read()
+            assert time.monotonic() < deadline, f"no {what} after 300 s:\n{logs()}"
+            time.sleep(0.1)
+
+    try:
+        wait_for(info.exists, "checkpoint")
+        job_id = json.loads((out / ".slurm" / "jobs.json").read_text())[run_id]
+        requeue = subprocess.run(["scontrol", "requeue", job_id], capture_output=True, text=True, timeout=60)
+        assert requeue.returncode == 0, requeue.stderr
+        wait_for(lambda: "continuing from checkpoint" in logs(), "second start")
+        resumed_at = _iterations_done(info)
+        wait_for(lambda: _iterations_done(info) > resumed_at, "checkpoint after the second start")
+        for sig in ("SIGTERM", "USR2"):
+            subprocess.run(["scancel", "--signal", sig, job_id], check=True, capture_output=True, timeout=60)
+        output, _ = proc.communicate(timeout=600)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == 0, output
+    assert f"done {run_id}: final return" in output
+    # One job, started three times: stopped with a checkpoint by the requeue's SIGTERM and requeued by
+    # Slurm; then requeued by submitit on SIGUSR2 (which may come before the preemption's SIGTERM has
+    # stopped the run: then it continues from the last periodic checkpoint, and the requeue's own
+    # SIGTERM may end the job before submitit logs "Requeued job"); continuing each time.
+    log = logs()
+    assert log.count(f"{run_id}: stopped by SIGTERM after loop iteration") in (1, 2), log
+    assert "Caught signal SIGUSR2" in log and "Calling checkpoint method" in log, log
+    assert log.count(f"{run_id}: continuing from checkpoint") == 2, log
+    assert log.count("training in process") == 3, log
+    index = json.loads((out / "index.json").read_text())
+    assert [(e["run_id"], e["status"]) for e in index["runs"]] == [(run_id, "finished")]
+    assert not (out / ".checkpoints").exists() and not (out / ".locks").exists()
+    # Bit-identical to the same run done locally in one go.
+    _sweep([str(sweep_file), "--backend", "local", "--out", str(tmp_path / "local")])
+    for name in ("curve.csv", "train_metrics.csv"):
+        assert (out / run_id / name).read_bytes() == (tmp_path / "local" / run_id / name).read_bytes(), name

@@ -1,5 +1,6 @@
 """Sweeps: expansion and validation of the grid, the staged results store, a sweep killed with
-SIGKILL and resumed (real subprocesses), learning-curve plots, and `bpo reproduce` (a sweep, then
+SIGKILL and resumed, its workers dying with it, a sweep stopped by SIGTERM (real subprocesses),
+output folders checked before any work, learning-curve plots, and `bpo reproduce` (a sweep, then
 its plot and table) with its default output folder under runs/."""
 
 import csv
@@ -188,7 +189,7 @@ def test_sweep_killed_with_sigkill_resumes_without_redoing_runs(tmp_path):
     before = {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in first.iterdir()}
     _read_all(out)
     assert not [p for p in out.iterdir() if p.is_dir() and p.name not in (first.name, "logs", store.STAGING,
-                                                                        store.CHECKPOINTS)]
+                                                                        store.CHECKPOINTS, store.LOCKS)]
 
     rerun = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
@@ -198,10 +199,134 @@ def test_sweep_killed_with_sigkill_resumes_without_redoing_runs(tmp_path):
     index = json.loads((out / "index.json").read_text())
     assert sorted(e["status"] for e in index["runs"]) == ["finished"] * 3
     assert not (out / store.STAGING).exists() or not any((out / store.STAGING).iterdir())
+    assert not (out / store.LOCKS).exists()  # the killed sweep's stale lock file was removed
     _read_all(out)
     # A third invocation has nothing left to do.
     again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
     assert "3 runs, 3 finished or in flight, 0 to run" in again.stdout
+
+
+def _ppid(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat[stat.rindex(")") + 2:].split()[1])
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (from /proc/*/stat)."""
+    return [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and _ppid(int(p.name)) == pid]
+
+
+def _alive(pid: int) -> bool:
+    """Running, not a zombie waiting to be reaped."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] != "Z"
+
+
+def _wait_for(condition, proc, seconds: float, what: str) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert proc.poll() is None, f"the sweep ended before {what}: " + proc.stdout.read()
+        assert time.monotonic() < deadline, f"no {what} after {seconds} s"
+        time.sleep(0.1)
+
+
+def _sweep_cmd(out: Path, episodes: str) -> list[str]:
+    return [sys.executable, "-m", "bpo.cli", "sweep", "--preset", "short_corridor", "--variants", "bpo",
+            "--grid", f"episodes={episodes}", "--set", "eval_every=10", "eval_episodes=2", "--seeds", "2",
+            "--workers", "1", "--no-progress", "--out", str(out)]
+
+
+def test_a_sweep_killed_with_sigkill_takes_its_worker_with_it(tmp_path):
+    out = tmp_path / "sweep"
+    proc = subprocess.Popen(_sweep_cmd(out, "3000"), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        log = out / "logs" / "ShortCorridor-v0-short_corridor-bpo-episodes=3000.log"
+        _wait_for(lambda: log.exists() and "training in process" in log.read_text(), proc, 120, "training worker")
+        workers = _children(proc.pid)
+        assert len(workers) == 1 and _alive(workers[0])
+        proc.kill()
+        proc.wait()
+        deadline = time.monotonic() + 5
+        while _alive(workers[0]):
+            assert time.monotonic() < deadline, "the worker outlived its sweep by 5 s"
+            time.sleep(0.05)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_stops_a_sweep_with_checkpoints_and_a_rerun_completes_it(tmp_path, sig):
+    out = tmp_path / "sweep"
+    cmd = _sweep_cmd(out, "2000,40")
+    long_run, short_run = (f"ShortCorridor-v0-short_corridor-bpo-episodes={n}" for n in (2000, 40))
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        # The signal comes once the first run has written a checkpoint (201 loop iterations, a checkpoint every 20).
+        _wait_for((out / store.CHECKPOINTS / long_run / "checkpoint.json").exists, proc, 180, "checkpoint")
+        workers = _children(proc.pid)
+        assert len(workers) == 1
+        start = time.monotonic()
+        proc.send_signal(sig)  # to the sweep process alone, as `kill` does
+        output, _ = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+        proc.wait()
+    name = signal.Signals(sig).name
+    assert proc.returncode == 128 + sig, output
+    assert time.monotonic() - start < 35
+    assert f"stopped by {name} (1 interrupted: ['{long_run}']); run the same command again: finished runs are " \
+           "kept, interrupted runs continue from their checkpoints" in output
+    assert not _alive(workers[0])
+    log = (out / "logs" / f"{long_run}.log").read_text()
+    assert f"{long_run}: stopped by {name} after loop iteration" in log  # the worker got the signal: checkpointed
+    assert not (out / long_run).exists() and not (out / short_run).exists()  # the second run never started
+    index = json.loads((out / "index.json").read_text())
+    assert sorted((e["run_id"], e["status"]) for e in index["runs"]) == [(long_run, "pending"), (short_run, "pending")]
+    if sig == signal.SIGINT:
+        return  # the rest is the same for both signals
+
+    rerun = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    log = (out / "logs" / f"{long_run}.log").read_text()
+    assert f"{long_run}: continuing from checkpoint" in log and log.count("training in process") == 2
+    index = json.loads((out / "index.json").read_text())
+    assert sorted(e["status"] for e in index["runs"]) == ["finished"] * 2
+    assert not any((out / d).exists() for d in (store.STAGING, store.CHECKPOINTS, store.LOCKS))
+    _read_all(out)
+
+
+FORBIDDEN = "/proc/forbidden/x"  # /proc accepts no new folders, whoever runs the tests (root too)
+
+
+@pytest.mark.parametrize("argv", [
+    ["sweep", "--preset", "short_corridor", "--variants", "bpo", "--set", "episodes=40", "--seeds", "2"],
+    ["reproduce", "fig2"],
+    ["plot", "results"],
+    ["table", "results"],
+], ids=lambda argv: argv[0])
+def test_an_unwritable_out_stops_sweeps_and_analyses_before_any_work(argv, tmp_path, monkeypatch, capsys):
+    import experiments.commands  # noqa: F401 - what bpo.cli imports on first use (matplotlib, rliable), beforehand
+
+    synthetic_results(tmp_path / "results", {("Hopper-v5", "mujoco_default"): {"ppo": [1, 2],
+                                                                                "bpo_c1.0_rho1.5": [3, 4]}})
+    monkeypatch.chdir(tmp_path)
+    before = sorted(tmp_path.rglob("*"))
+    start = time.perf_counter()
+    assert main([*argv, "--out", FORBIDDEN]) == 2
+    seconds = time.perf_counter() - start
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: --out: cannot write to '{FORBIDDEN}' ("), err
+    assert err.rstrip().endswith("); allowed: a folder this user can create and write"), err
+    assert seconds < 1.0, f"{seconds:.2f} s of work before the check"
+    assert sorted(tmp_path.rglob("*")) == before  # nothing was written (no runs/, no index.json)
 
 
 def test_plots_are_written_and_not_empty(tmp_path):

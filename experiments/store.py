@@ -344,15 +344,22 @@ def refresh_index(results_dir: Path, failed: dict[str, str] | None = None) -> di
     it when the folder is writable; the analysis commands call this, so the index is never stale
     (Slurm jobs finish after the submitting command has exited). Rebuilt and written under the
     folder's index lock, so concurrent sweeps never interleave their reads and writes: whichever
-    writes last writes what the folder holds then."""
+    writes last writes what the folder holds then. A folder that is not a sweep's (no sweep.json:
+    run directories gathered by hand) is only read."""
+    if not (Path(results_dir) / "sweep.json").exists():
+        return _nonempty(build_index(results_dir, failed), results_dir)
     with folder_lock(results_dir):
-        index = build_index(results_dir, failed)
-        if not index["runs"]:
-            raise FileNotFoundError(f"no finished runs (summary.json + config.json) under {results_dir}")
+        index = _nonempty(build_index(results_dir, failed), results_dir)
         try:
             results.atomic_write_json(Path(results_dir) / "index.json", index)
         except OSError:
             pass
+    return index
+
+
+def _nonempty(index: dict, results_dir: Path) -> dict:
+    if not index["runs"]:
+        raise FileNotFoundError(f"no finished runs (summary.json + config.json) under {results_dir}")
     return index
 
 

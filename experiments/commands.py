@@ -53,6 +53,12 @@ class SweepArgs:
     """slurm: follow the jobs until they end (--no-wait returns after submitting)."""
     progress: bool = True
     """Show the sweep's progress bar."""
+    group_rows: bool = False
+    """Train the runs that can share one compiled program (JAX or MJX runs differing only in traced
+    hyperparameters, e.g. Table 1's per-decision BPO rows of one column) as one program each, in
+    this process, one program after another: for one accelerator. Each run still gets its own run
+    directory; its results equal the run alone to float rounding, not bitwise. Local backend only;
+    groups are not checkpointed."""
     preset: str | None = None
     """Without a sweep file: the preset."""
     envs: tuple[str, ...] = ()
@@ -109,6 +115,8 @@ def run_sweep(args: SweepArgs) -> tuple[int, Path | None]:
             raise ConfigError("workers", f"must be an integer >= 1, got {args.workers}")
         if args.seeds is not None and args.seeds < 1:
             raise ConfigError("seeds", f"must be an integer >= 1, got {args.seeds}")
+        if args.group_rows and args.backend != "local":
+            raise ConfigError("group_rows", "runs a sweep's programs in this process; allowed with --backend local")
         sweep = build_sweep(args)
         sweep_dir = args.out or RUNS_DIR / sweep.name
         if not args.dry_run:  # a dry run writes nothing
@@ -145,7 +153,9 @@ def run_sweep(args: SweepArgs) -> tuple[int, Path | None]:
     print(f"sweep {sweep.name}: {len(specs)} runs, {len(specs) - len(todo)} finished or in flight, "
           f"{len(todo)} to run -> {sweep_dir}")
     outcome = launch.Outcome()
-    if todo and args.backend == "local":
+    if todo and args.group_rows:
+        outcome = launch.run_groups(sweep_dir, todo, args.progress)
+    elif todo and args.backend == "local":
         outcome = launch.run_local(sweep_dir, todo, min(args.workers or launch.default_workers(), len(todo)),
                                    args.progress)
     elif todo:

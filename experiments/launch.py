@@ -20,6 +20,7 @@ continues from its last checkpoint, and what it left in ``.staging`` is deleted.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
@@ -36,9 +37,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from bpo import checkpoint as ckpt
 from bpo import processes, results
-from bpo.config import to_dict
+from bpo.config import OnPolicyTrainConfig, to_dict
 from bpo.runtime import enable_compile_cache
-from bpo.training import default_checkpoint_every, run_validated, write
+from bpo.training import default_checkpoint_every, program_key, run_rows, run_validated, write
 from experiments import store
 from experiments.sweep import RunSpec, SlurmResources
 
@@ -109,6 +110,70 @@ def execute(sweep_dir: str | Path, run_id: str, lock: store.Lock | None = None) 
                 run_validated(cfg, checkpoint_dir=directory, checkpoint_every=every), staging))
         ckpt.remove(directory)
     return summary
+
+
+def group_specs(specs: list[RunSpec]) -> list[list[RunSpec]]:
+    """Runs that can share one compiled program (JAX or MJX runs that differ only in traced
+    hyperparameters, ``bpo.training.rows``: a Table 1 column's per-decision BPO rows), grouped in
+    the order they come; every other run is a group of its own."""
+    groups: dict[str, list[RunSpec]] = {}
+    for spec in specs:
+        cfg = spec.build()
+        shareable = isinstance(cfg, OnPolicyTrainConfig) and cfg.backend != "gymnasium"
+        groups.setdefault(program_key(cfg) if shareable else f"alone:{spec.run_id}", []).append(spec)
+    return list(groups.values())
+
+
+def execute_group(sweep_dir: Path, specs: list[RunSpec]) -> tuple[dict[str, dict], list[str]]:
+    """Train the runs of one group as one program and publish each run's directory, as ``execute``
+    does for one run: (summaries by run id, runs left to another process that holds their lock).
+    A group is not checkpointed: a stopped group starts over."""
+    with contextlib.ExitStack() as held:
+        todo, elsewhere = [], []
+        for spec in specs:
+            lock = store.try_lock_run(sweep_dir, spec.run_id)
+            if lock is None:
+                elsewhere.append(spec.run_id)
+                continue
+            held.enter_context(lock)
+            if not store.is_finished(sweep_dir, spec):
+                todo.append(spec)
+        if not todo:
+            return {}, elsewhere
+        enable_compile_cache()
+        cfgs = [spec.build() for spec in todo]
+        outputs = run_rows(cfgs) if len(cfgs) > 1 else [run_validated(cfgs[0])]
+        summaries = {spec.run_id: store.publish(sweep_dir, spec, lambda staging, out=out: write(out, staging))
+                     for spec, out in zip(todo, outputs, strict=True)}
+    return summaries, elsewhere
+
+
+def run_groups(sweep_dir: Path, specs: list[RunSpec], show_progress: bool = True) -> Outcome:
+    """The local backend with ``--group-rows``: each group of runs that can share a program
+    (``group_specs``) trained as one program in this process, one group after another (on one
+    accelerator, one program at a time uses it best)."""
+    outcome = Outcome()
+    groups = group_specs(specs)
+    with _progress(show_progress) as bar:
+        task = bar.add_task(f"sweep {sweep_dir.name} ({len(groups)} programs)", total=len(specs))
+        for group in groups:
+            bar.update(task, description=f"sweep {sweep_dir.name}: " + ", ".join(s.run_id for s in group))
+            try:
+                summaries, elsewhere = execute_group(sweep_dir, group)
+            except Exception as e:  # noqa: BLE001 -- recorded as the group's runs' failure, the sweep goes on
+                summaries, elsewhere = {}, []
+                outcome.failed.update({s.run_id: f"{type(e).__name__}: {e}" for s in group})
+            outcome.elsewhere += elsewhere
+            for spec in group:
+                if spec.run_id in summaries:
+                    _report(bar.console, spec, summaries[spec.run_id], None)
+                elif spec.run_id in outcome.failed:
+                    _report(bar.console, spec, None, outcome.failed[spec.run_id])
+                else:
+                    _report_elsewhere(bar.console, spec.run_id)
+            store.refresh_index(sweep_dir, outcome.failed)
+            bar.advance(task, len(group))
+    return outcome
 
 
 class SlurmRun:

@@ -3,9 +3,12 @@ alone to float tolerance; configs that differ in a static field are refused, nam
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
+from bpo.cli import main
 from bpo.config import ConfigError, replace
 from bpo.presets import apply_variant, get_preset
 from bpo.training import check_rows, run, run_rows, summarize
@@ -47,3 +50,22 @@ def test_host_runs_cannot_share_a_program():
     cfg = tiny("bpo_c1.5_rho1.5", backend="gymnasium")
     with pytest.raises(ConfigError, match="rows: Gymnasium runs"):
         check_rows([cfg, cfg])
+
+
+def test_a_grouped_sweep_writes_one_run_directory_per_cell(tmp_path):
+    """`bpo sweep --group-rows`: the three per-decision rows share a program, PPO runs alone; each
+    cell gets its run directory, with the results of the cell run alone (to float tolerance)."""
+    out = tmp_path / "sweep"
+    argv = ["sweep", "--preset", "cartpole_ppo", "--variants", "ppo", *ROWS, "--set", "total_timesteps=1024",
+            "eval_every=512", "eval_episodes=2", "--seeds", "2", "--group-rows", "--no-progress", "--out", str(out)]
+    assert main(argv) == 0
+    index = json.loads((out / "index.json").read_text())
+    assert sorted(e["status"] for e in index["runs"]) == ["finished"] * 4
+    for variant in ("ppo", *ROWS):
+        run_dir = out / f"CartPole-v1-cartpole_ppo-{variant}"
+        summary = json.loads((run_dir / "summary.json").read_text())
+        assert summary["configs_in_program"] == (1 if variant == "ppo" else 3)
+        alone = run(tiny(variant))
+        np.testing.assert_allclose(summary["final_eval_returns"], alone.metrics["eval"]["eval_return"][:, -1],
+                                   rtol=2e-4)
+    assert main([*argv[:-2], "--backend", "slurm", "--out", str(tmp_path / "x")]) == 2

@@ -157,7 +157,11 @@ def _coerce(name: str, value, current):
             raise ConfigError(name, f"must be true or false, got {value!r}")
         return value
     if isinstance(current, float) and isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:
+            raise ConfigError(name, f"must be a number within float range, got an integer of {len(str(value))} "
+                              "digits") from None
     if isinstance(current, float) and value in ("inf", "-inf"):
         return float(value)
     if isinstance(current, tuple):

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 from pathlib import Path
 
 import jax
@@ -26,6 +25,11 @@ from bpo import results
 from bpo.config import to_dict
 
 STATE_FILE, INFO_FILE = "checkpoint.msgpack", "checkpoint.json"
+
+
+class CheckpointWriteError(OSError):
+    """A checkpoint could not be written (disk full, permissions changed mid-run); the one before
+    it, if any, is still in place."""
 
 
 class NonFiniteError(RuntimeError):
@@ -44,15 +48,28 @@ def save(directory: Path, state, extra: dict, info: dict, config) -> None:
     info = {**info, "config": to_dict(config)}
     payload = {"state": serialization.to_state_dict(jax.tree.map(np.asarray, state)), "extra": extra,
                "info": json.dumps(info)}
-    blob = serialization.msgpack_serialize(payload)
-    directory.mkdir(parents=True, exist_ok=True)
-    tmp = directory / f".{STATE_FILE}.tmp"
-    with open(tmp, "wb") as f:
-        f.write(blob)
-        f.flush()
-        os.fsync(f.fileno())
-    tmp.replace(directory / STATE_FILE)
-    results.atomic_write_json(directory / INFO_FILE, info)
+    try:
+        results.atomic_write_bytes(directory / STATE_FILE, serialization.msgpack_serialize(payload))
+        results.atomic_write_json(directory / INFO_FILE, info)
+    except OSError as e:
+        raise CheckpointWriteError(f"writing the checkpoint in {str(directory)!r} failed ({e})") from e
+
+
+def read_info(directory: Path) -> dict:
+    """The progress and config saved with the checkpoint's state (``save``)."""
+    raw = serialization.msgpack_restore((Path(directory) / STATE_FILE).read_bytes())
+    return json.loads(raw["info"]) if "info" in raw else json.loads((Path(directory) / INFO_FILE).read_text())
+
+
+def mismatch(directory: Path, config, seed_chunk: int | None = None) -> str | None:
+    """Why the checkpoint in ``directory`` cannot continue a run of ``config`` (written by another
+    configuration, or with another seed chunk, which is part of the compiled program); None if it can."""
+    info = read_info(directory)
+    if json.loads(json.dumps(info["config"])) != json.loads(json.dumps(to_dict(config))):
+        return "the checkpoint was written by a different configuration"
+    if seed_chunk is not None and info.get("seed_chunk", seed_chunk) != seed_chunk:
+        return f"the checkpoint was written with seed_chunk={info['seed_chunk']}, this run uses {seed_chunk}"
+    return None
 
 
 def exists(directory: Path | None) -> bool:

@@ -189,22 +189,23 @@ def _train(cfg, out_dir: Path, show_progress: bool, seed_chunk, tensorboard: boo
             # Without a progress bar the program has no host callback, so it can be kept in the compile cache.
             out = run_validated(cfg, progress=bar.update if show_progress else None, seed_chunk=seed_chunk,
                                 logger=logger, checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every)
-    except NonFiniteError as e:
+        if logger is not None and cfg.backend != "gymnasium":
+            logger.log_run(out.metrics, cfg.ppo.n_steps * cfg.ppo.n_envs)
+    except (NonFiniteError, ConfigError) as e:  # ConfigError: a checkpoint of another run in the way
         return _fail(str(e))
     except Interrupted as e:
         how = (f"; continue it with `bpo train --resume {out_dir}`" if e.checkpoint is not None
                else " (with --checkpoint-every N a stopped run can be continued)")
         print(f"{e}{how}", file=sys.stderr)
         return e.exit_code
-    except OSError as e:  # a checkpoint could not be written (disk full, permissions changed mid-run)
+    except ckpt.CheckpointWriteError as e:
         kept = (f"; the last checkpoint written is kept in {str(checkpoint_dir)!r}: fix the cause and continue "
                 f"with `bpo train --resume {out_dir}`") if ckpt.exists(checkpoint_dir) else ""
-        print(f"error: {flag}: writing failed during the run ({e}){kept}", file=sys.stderr)
+        print(f"error: --checkpoint-every: {e}{kept}", file=sys.stderr)
         return 1
-    if logger is not None:
-        if cfg.backend != "gymnasium":
-            logger.log_run(out.metrics, cfg.ppo.n_steps * cfg.ppo.n_envs)
-        logger.close()
+    finally:
+        if logger is not None:
+            logger.close()
     try:
         summary = write(out, out_dir)
     except OSError as e:  # the folder was writable when the run started: keep the results elsewhere

@@ -1,9 +1,9 @@
 """Child processes that never outlive their parent, and stop requests by SIGINT and SIGTERM.
 
 A ``bpo`` process may start others: the evaluation worker of a Gymnasium run, the workers of an
-``async`` vector environment. Each calls ``die_with_parent`` as the first thing it does, so a
-parent killed with SIGKILL (a timeout, the OOM killer, a cluster's cancel) takes them with it:
-nothing keeps computing, holding memory or racing the next run.
+``async`` vector environment, the worker processes of a sweep. Each calls ``die_with_parent`` as
+the first thing it does, so a parent killed with SIGKILL (a timeout, the OOM killer, a cluster's
+cancel) takes them with it: nothing keeps computing, holding memory or racing the next run.
 
 SIGINT and SIGTERM, inside ``stop_requests()``, do not kill the process: they ask the training
 loop to stop at the end of the current iteration (a rollout and its update, or a block of
@@ -13,8 +13,7 @@ episodes), where a checkpoint can be written. ``requested()`` is checked by the 
 once (``KeyboardInterrupt``: Ctrl-C twice); a repeated SIGTERM is ignored, since schedulers often
 send several (a preemption, then a requeue) and the stop under way is what they ask for.
 
-Sweep workers tie themselves to the sweep process in ``experiments.launch`` instead, keeping
-SIGINT: the sweep forwards it to them.
+Sweep workers call it keeping SIGINT: the sweep forwards the signal to them.
 """
 
 from __future__ import annotations
@@ -45,13 +44,16 @@ class Interrupted(Exception):
         return 128 + self.signum
 
 
-def die_with_parent(parent_pid: int | None = None) -> None:
-    """Linux: this process gets SIGKILL when its parent dies, however it dies; and it leaves
-    SIGINT to the parent (a Ctrl-C reaches the whole process group, but the parent decides how the
-    work stops). With ``parent_pid``, a parent that died before this call ends this process now."""
+def die_with_parent(parent_pid: int | None = None, keep_sigint: bool = False) -> None:
+    """Linux: this process gets SIGKILL when its parent dies, however it dies; and, unless
+    ``keep_sigint``, it leaves SIGINT to the parent (a Ctrl-C reaches the whole process group, but
+    the parent decides how the work stops). With ``parent_pid``, a parent that died before this call
+    ends this process now. Called by the child itself, first thing (not as a ``preexec_fn``: running
+    Python between fork and exec of a multithreaded process can deadlock)."""
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if not keep_sigint:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
     if parent_pid is not None and os.getppid() != parent_pid:
         os._exit(1)
 

@@ -28,8 +28,9 @@ def _git(*args: str) -> str | None:
 def code_version() -> str:
     """The git commit of the source tree, with ``-dirty`` when tracked files differ from it; the
     installed package's version (``bpo X.Y.Z``) when the code does not run from a git checkout."""
-    commit = _git("rev-parse", "HEAD")
-    if commit is None:
+    top = _git("rev-parse", "--show-toplevel")
+    commit = _git("rev-parse", "HEAD") if top is not None and Path(top).resolve() == _SOURCE else None
+    if commit is None:  # not our checkout (a package installed into a venv inside another repository)
         try:
             return f"bpo {metadata.version('bpo')}"
         except metadata.PackageNotFoundError:

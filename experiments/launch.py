@@ -21,7 +21,6 @@ continues from its last checkpoint, and what it left in ``.staging`` is deleted.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import os
 import signal
@@ -37,9 +36,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from bpo import checkpoint as ckpt
 from bpo import processes, results
-from bpo.config import OnPolicyTrainConfig, to_dict
+from bpo.config import OnPolicyTrainConfig
 from bpo.runtime import enable_compile_cache
 from bpo.training import default_checkpoint_every, program_key, run_rows, run_validated, write
+from bpo.training.run_output import default_seed_chunk
 from experiments import store
 from experiments.sweep import RunSpec, SlurmResources
 
@@ -97,10 +97,9 @@ def execute(sweep_dir: str | Path, run_id: str, lock: store.Lock | None = None) 
         cfg = spec.build()  # validated by the planner (experiments.sweep.expand) before any worker started
         directory = sweep_dir / store.CHECKPOINTS / run_id
         if ckpt.exists(directory):
-            stored = json.loads((directory / ckpt.INFO_FILE).read_text())["config"]
-            if stored != json.loads(json.dumps(to_dict(cfg))):
-                print(f"{run_id}: the checkpoint in {directory} is of another configuration (the spec or the code "
-                      "changed since): starting over", flush=True)
+            why = ckpt.mismatch(directory, cfg, default_seed_chunk())
+            if why:  # the spec, the code or the backend changed since: the checkpoint cannot continue this run
+                print(f"{run_id}: {why} ({directory}): starting over", flush=True)
                 ckpt.remove(directory)
             else:
                 print(f"{run_id}: continuing from checkpoint {directory}", flush=True)
@@ -143,8 +142,10 @@ def execute_group(sweep_dir: Path, specs: list[RunSpec]) -> tuple[dict[str, dict
         enable_compile_cache()
         cfgs = [spec.build() for spec in todo]
         outputs = run_rows(cfgs) if len(cfgs) > 1 else [run_validated(cfgs[0])]
-        summaries = {spec.run_id: store.publish(sweep_dir, spec, lambda staging, out=out: write(out, staging))
-                     for spec, out in zip(todo, outputs, strict=True)}
+        summaries = {}
+        for spec, out in zip(todo, outputs, strict=True):
+            summaries[spec.run_id] = store.publish(sweep_dir, spec, lambda staging, out=out: write(out, staging))
+            ckpt.remove(sweep_dir / store.CHECKPOINTS / spec.run_id)  # of an earlier, ungrouped attempt
     return summaries, elsewhere
 
 
@@ -154,12 +155,19 @@ def run_groups(sweep_dir: Path, specs: list[RunSpec], show_progress: bool = True
     accelerator, one program at a time uses it best)."""
     outcome = Outcome()
     groups = group_specs(specs)
-    with _progress(show_progress) as bar:
+    with _progress(show_progress) as bar, processes.stop_requests():
         task = bar.add_task(f"sweep {sweep_dir.name} ({len(groups)} programs)", total=len(specs))
         for group in groups:
+            if processes.requested() is not None:  # SIGINT or SIGTERM between two programs: no new one
+                outcome.signal = processes.requested()
+                break
             bar.update(task, description=f"sweep {sweep_dir.name}: " + ", ".join(s.run_id for s in group))
             try:
                 summaries, elsewhere = execute_group(sweep_dir, group)
+            except processes.Interrupted as e:  # groups are not checkpointed: these runs start over next time
+                outcome.signal = e.signum
+                outcome.interrupted += [s.run_id for s in group]
+                break
             except Exception as e:  # noqa: BLE001 -- recorded as the group's runs' failure, the sweep goes on
                 summaries, elsewhere = {}, []
                 outcome.failed.update({s.run_id: f"{type(e).__name__}: {e}" for s in group})
@@ -211,7 +219,8 @@ class SlurmRun:
 def worker_main(sweep_dir: str, run_id: str) -> int:
     """A local worker process: ``execute`` with the run lock its sweep took for it; the exit code."""
     if SWEEP_PID_ENV in os.environ:
-        _die_with_parent(int(os.environ.pop(SWEEP_PID_ENV)))
+        # Not SIGINT: the sweep forwards it (a Ctrl-C reaches a worker once, through the sweep).
+        processes.die_with_parent(int(os.environ.pop(SWEEP_PID_ENV)), keep_sigint=True)
     lock = None
     if LOCK_FD_ENV in os.environ:
         lock = store.adopt_run_lock(sweep_dir, run_id, int(os.environ.pop(LOCK_FD_ENV)))
@@ -232,19 +241,6 @@ def worker_main(sweep_dir: str, run_id: str) -> int:
 def default_workers() -> int:
     """One worker per core this process may use (its affinity, which Slurm and taskset restrict)."""
     return max(1, len(os.sched_getaffinity(0)))
-
-
-def _die_with_parent(parent: int) -> None:
-    """Linux: a worker gets SIGKILL when the sweep process dies, even by SIGKILL, so no orphan keeps
-    computing (and holding its run's lock). A sweep that died before this call ends the worker now.
-    Called by the worker itself (not as ``preexec_fn``: forking a multithreaded process and running
-    Python before exec can deadlock)."""
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
-    if os.getppid() != parent:
-        os._exit(1)
 
 
 def _progress(show: bool) -> Progress:
@@ -313,8 +309,10 @@ def run_local(sweep_dir: Path, specs: list[RunSpec], workers: int, show_progress
                                       "iteration)")
                     for proc in running:
                         proc.send_signal(out.signal)
-                if stopping_since is not None and (len(signals) > 1 or time.monotonic() - stopping_since
-                                                   > STOP_GRACE_S):
+                # A second Ctrl-C, or the grace time, kills the workers; a repeated SIGTERM (schedulers
+                # send several) does not.
+                if stopping_since is not None and (signals[1:].count(signal.SIGINT) > 0
+                                                   or time.monotonic() - stopping_since > STOP_GRACE_S):
                     for proc in running:
                         proc.kill()
                 while queue and len(running) < workers:
@@ -406,9 +404,10 @@ def run_slurm(sweep_dir: Path, specs: list[RunSpec], resources: SlurmResources, 
         slurm_additional_parameters={"requeue": True, "open_mode": "append", **dict(resources.additional)},
     )
     jobs = executor.map_array(SlurmRun(), [str(sweep_dir)] * len(specs), [s.run_id for s in specs])
-    recorded = json.loads(_jobs_file(sweep_dir).read_text()) if _jobs_file(sweep_dir).exists() else {}
-    recorded.update({s.run_id: j.job_id for s, j in zip(specs, jobs, strict=True)})
-    results.atomic_write_json(_jobs_file(sweep_dir), recorded)
+    with store.folder_lock(sweep_dir):  # another submission may be recording its jobs too
+        recorded = json.loads(_jobs_file(sweep_dir).read_text()) if _jobs_file(sweep_dir).exists() else {}
+        recorded.update({s.run_id: j.job_id for s, j in zip(specs, jobs, strict=True)})
+        results.atomic_write_json(_jobs_file(sweep_dir), recorded)
     print(f"submitted {len(jobs)} Slurm jobs (array {jobs[0].job_id.split('_')[0]}); logs in {sweep_dir / '.slurm'}")
     out = Outcome()
     if not wait:

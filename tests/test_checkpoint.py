@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from bpo import checkpoint as ckpt
-from bpo.config import replace
+from bpo.config import ConfigError, replace
 from bpo.presets import get_preset
 from bpo.training import run
 from envs.gymnasium_envs import make_vector_env
@@ -169,3 +169,16 @@ def test_non_finite_values_are_found_and_named():
     assert ckpt.first_non_finite({"q_loss": np.zeros((2, 3))}) is None
     tree = {"actor": {"w": np.ones(3), "b": np.array([0.0, np.nan])}}
     assert ckpt.non_finite_leaf(tree, "state") == "state['actor']['b']"
+
+
+@pytest.mark.parametrize("preset, changes", [
+    ("short_corridor", {"algo": "bpo", "episodes": 20, "eval_every": 10, "eval_episodes": 2}),
+    ("cartpole_ppo", {"algo": "bpo", "backend": "gymnasium", "total_timesteps": 512, "eval_every": 256,
+                      "eval_episodes": 1, "eval_in_background": False}),
+], ids=["jax-runner", "host-runner"])
+def test_a_checkpoint_of_another_configuration_is_refused_before_compiling(tmp_path, preset, changes):
+    cfg = replace(get_preset(preset), seeds=2, **changes)
+    run(cfg, checkpoint_dir=tmp_path, checkpoint_every=1)  # leaves its last checkpoint (the CLI removes it)
+    other = replace(cfg, seed=7)
+    with pytest.raises(ConfigError, match="resume: the checkpoint was written by a different configuration"):
+        run(other, checkpoint_dir=tmp_path, checkpoint_every=1)

@@ -26,7 +26,7 @@ import numpy as np
 
 from bpo import checkpoint as ckpt
 from bpo import processes
-from bpo.config import OnPolicyTrainConfig, PPOHyperparams
+from bpo.config import ConfigError, OnPolicyTrainConfig, PPOHyperparams
 from bpo.learner import keyed_update, make_learner
 from bpo.runners.evaluation import Evaluations
 from bpo.runners.onpolicy import eval_schedule, n_updates
@@ -145,14 +145,18 @@ class HostRunner:
     # -- the run ---------------------------------------------------------------------------------
     def run(self) -> dict:
         cfg = self.cfg
+        if ckpt.exists(self.checkpoint_dir) and (why := ckpt.mismatch(self.checkpoint_dir, cfg)):
+            raise ConfigError("resume", why)
         # Started first: a background evaluator's worker process starts up while this one compiles.
         evaluations = Evaluations(cfg, background=cfg.eval_in_background)
-        env = make_vector_env(cfg.env, cfg.seeds * cfg.ppo.n_envs, cfg.vector_mode, processes.die_with_parent)
-        # The per-step programs are fastest with synchronous CPU dispatch, set in bpo/__init__.py.
         try:
-            return self._run(env, evaluations)
+            env = make_vector_env(cfg.env, cfg.seeds * cfg.ppo.n_envs, cfg.vector_mode, processes.die_with_parent)
+            # The per-step programs are fastest with synchronous CPU dispatch, set in bpo/__init__.py.
+            try:
+                return self._run(env, evaluations)
+            finally:
+                env.close()
         finally:
-            env.close()
             evaluations.close()
 
     def _evaluate(self, evaluations: Evaluations, env_step: int, actor_params, stats, rate: float) -> list:

@@ -19,6 +19,7 @@ import jax
 import numpy as np
 
 from bpo.config import OnPolicyTrainConfig, traced_hyperparams
+from bpo.provenance import code_version
 from bpo.runners.host import HostRunner
 from bpo.runners.seeds import seed_keys
 from bpo.runners.stages import whole_run
@@ -61,6 +62,7 @@ def run_validated(cfg: TrainConfig, progress: Callable | None = None, seed_chunk
     created, and call this; library code calls ``run``.
     """
     hp = traced_hyperparams(cfg)
+    code_version()  # read now and kept (cached): the code that starts the run is the code that made it
     if isinstance(cfg, OnPolicyTrainConfig) and cfg.backend == "gymnasium":
         return run_on_host(cfg, hp, progress, logger, checkpoint_dir, checkpoint_every)
     keys = seed_keys(cfg.seed, cfg.seeds)

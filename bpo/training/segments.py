@@ -12,7 +12,6 @@ not bitwise.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -22,7 +21,7 @@ import numpy as np
 
 from bpo import checkpoint as ckpt
 from bpo import processes
-from bpo.config import ConfigError, to_dict
+from bpo.config import ConfigError
 from bpo.runners.seeds import chunked_seed_map
 from bpo.training.kinds import TrainConfig, kind_of
 from bpo.training.run_output import RunOutput, chunk_size
@@ -36,6 +35,9 @@ def run_iterations(cfg: TrainConfig, hp, keys, progress: Callable | None, seed_c
     the last good checkpoint kept. With ``hp_per_seed`` every leaf of ``hp`` has the seed axis too
     (rows of hyperparameters vmapped like seeds, ``bpo.training.rows``)."""
     start = time.perf_counter()
+    saving = directory is not None and checkpoint_every > 0
+    if saving and ckpt.exists(directory) and (why := ckpt.mismatch(directory, cfg, seed_chunk)):
+        raise ConfigError("resume", why)
     kind = kind_of(cfg)
     stages = kind.make_stages(cfg, progress)
     chunk = chunk_size(seed_chunk, cfg.seeds)
@@ -59,19 +61,17 @@ def run_iterations(cfg: TrainConfig, hp, keys, progress: Callable | None, seed_c
     iteration_fn = jax.jit(iteration_all)
     iteration_all = iteration_fn.lower(carry_shape, hp, index).compile()
     compile_time = time.perf_counter() - start
-    saving = directory is not None and checkpoint_every > 0
     done, pieces = 0, []
     if saving and ckpt.exists(directory):
         outputs_shape = jax.eval_shape(iteration_fn, carry_shape, hp, index)[1]
         saved, _, info = ckpt.load(directory, {"carry": carry_shape, "outputs": outputs_shape})
-        check_resumable(cfg, info, seed_chunk)
         carry, done = saved["carry"], info["iterations_done"]
         pieces.append(saved["outputs"])
     else:
         carry = init_all(keys, hp)
     while done < stages.n_iterations:
         carry, outputs = iteration_all(carry, hp, index + done)
-        outputs = jax.tree.map(np.asarray, outputs)
+        outputs = jax.device_get(outputs)  # one batched transfer
         ckpt.raise_if_non_finite(kind.segment_metrics(outputs[1], done), kind.first_unit(cfg, done), kind.unit,
                                  directory if saving else None)
         pieces.append(outputs)
@@ -95,13 +95,3 @@ def run_iterations(cfg: TrainConfig, hp, keys, progress: Callable | None, seed_c
                      wall_time_s=end - start, run_time_s=end - start - compile_time, seed_chunk=seed_chunk,
                      backend=jax.default_backend())
 
-
-def check_resumable(cfg: TrainConfig, info: dict, seed_chunk: int) -> None:
-    """A checkpoint continues only the run that wrote it, with the same seed chunk (the chunking
-    changes the compiled program, so it is part of what makes the run reproducible)."""
-    stored = json.loads(json.dumps(info["config"]))
-    if stored != json.loads(json.dumps(to_dict(cfg))):
-        raise ConfigError("resume", "the checkpoint was written by a different configuration")
-    if info["seed_chunk"] != seed_chunk:
-        raise ConfigError("resume", f"the checkpoint was written with seed_chunk={info['seed_chunk']}; "
-                          "resume with the same value")

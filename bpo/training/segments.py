@@ -71,7 +71,7 @@ def run_iterations(cfg: TrainConfig, hp, keys, progress: Callable | None, seed_c
         carry = init_all(keys, hp)
     while done < stages.n_iterations:
         carry, outputs = iteration_all(carry, hp, index + done)
-        outputs = jax.device_get(outputs)  # one batched transfer
+        outputs = jax.tree.map(np.asarray, outputs)
         ckpt.raise_if_non_finite(kind.segment_metrics(outputs[1], done), kind.first_unit(cfg, done), kind.unit,
                                  directory if saving else None)
         pieces.append(outputs)

@@ -55,10 +55,14 @@ def save(directory: Path, state, extra: dict, info: dict, config) -> None:
         raise CheckpointWriteError(f"writing the checkpoint in {str(directory)!r} failed ({e})") from e
 
 
+def _info(raw: dict, directory: Path) -> dict:
+    """The info saved inside the state file; older checkpoints kept it only in checkpoint.json."""
+    return json.loads(raw["info"]) if "info" in raw else json.loads((Path(directory) / INFO_FILE).read_text())
+
+
 def read_info(directory: Path) -> dict:
     """The progress and config saved with the checkpoint's state (``save``)."""
-    raw = serialization.msgpack_restore((Path(directory) / STATE_FILE).read_bytes())
-    return json.loads(raw["info"]) if "info" in raw else json.loads((Path(directory) / INFO_FILE).read_text())
+    return _info(serialization.msgpack_restore((Path(directory) / STATE_FILE).read_bytes()), directory)
 
 
 def mismatch(directory: Path, config, seed_chunk: int | None = None) -> str | None:
@@ -82,8 +86,7 @@ def load(directory: Path, template):
     directory = Path(directory)
     raw = serialization.msgpack_restore((directory / STATE_FILE).read_bytes())
     state = serialization.from_state_dict(template, raw["state"])
-    info = json.loads(raw["info"]) if "info" in raw else json.loads((directory / INFO_FILE).read_text())
-    return state, raw["extra"], info
+    return state, raw["extra"], _info(raw, directory)
 
 
 def remove(directory: Path) -> None:

@@ -36,9 +36,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from bpo import checkpoint as ckpt
 from bpo import processes, results
-from bpo.config import OnPolicyTrainConfig
 from bpo.runtime import enable_compile_cache
 from bpo.training import default_checkpoint_every, program_key, run_rows, run_validated, write
+from bpo.training.rows import can_share
 from bpo.training.run_output import default_seed_chunk
 from experiments import store
 from experiments.sweep import RunSpec, SlurmResources
@@ -118,8 +118,7 @@ def group_specs(specs: list[RunSpec]) -> list[list[RunSpec]]:
     groups: dict[str, list[RunSpec]] = {}
     for spec in specs:
         cfg = spec.build()
-        shareable = isinstance(cfg, OnPolicyTrainConfig) and cfg.backend != "gymnasium"
-        groups.setdefault(program_key(cfg) if shareable else f"alone:{spec.run_id}", []).append(spec)
+        groups.setdefault(program_key(cfg) if can_share(cfg) else f"alone:{spec.run_id}", []).append(spec)
     return list(groups.values())
 
 

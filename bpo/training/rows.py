@@ -33,6 +33,12 @@ ROW_FIELDS = {
 }
 
 
+def can_share(cfg: TrainConfig) -> bool:
+    """Whether ``cfg`` can share a compiled program with other rows: an on-policy run whose
+    environments step inside the program (JAX or MJX, not Gymnasium on the host)."""
+    return type(cfg) in ROW_FIELDS and cfg.backend != "gymnasium"
+
+
 def program_fields(cfg: TrainConfig) -> dict:
     """What must be equal for configs to share a program: the config without its row fields, flat."""
     fields = ROW_FIELDS.get(type(cfg))
@@ -60,7 +66,7 @@ def check_rows(cfgs: list[TrainConfig]) -> None:
     """Configs that cannot share one program raise a ``ConfigError`` naming the first difference."""
     if not cfgs:
         raise ConfigError("rows", "no configuration given")
-    if any(isinstance(c, OnPolicyTrainConfig) and c.backend == "gymnasium" for c in cfgs):
+    if any(isinstance(c, OnPolicyTrainConfig) and not can_share(c) for c in cfgs):
         raise ConfigError("rows", "Gymnasium runs step on the host and cannot share a compiled program; use "
                           "backend jax or mjx")
     first = program_fields(cfgs[0])

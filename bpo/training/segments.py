@@ -59,7 +59,7 @@ def run_iterations(cfg: TrainConfig, hp, keys, progress: Callable | None, seed_c
     carry_shape = jax.eval_shape(init_all, keys, hp)
     index = np.zeros(1, np.int32)
     iteration_fn = jax.jit(iteration_all)
-    iteration_all = iteration_fn.lower(carry_shape, hp, index).compile()
+    iteration = iteration_fn.lower(carry_shape, hp, index).compile()
     compile_time = time.perf_counter() - start
     done, pieces = 0, []
     if saving and ckpt.exists(directory):
@@ -70,7 +70,7 @@ def run_iterations(cfg: TrainConfig, hp, keys, progress: Callable | None, seed_c
     else:
         carry = init_all(keys, hp)
     while done < stages.n_iterations:
-        carry, outputs = iteration_all(carry, hp, index + done)
+        carry, outputs = iteration(carry, hp, index + done)
         outputs = jax.tree.map(np.asarray, outputs)
         ckpt.raise_if_non_finite(kind.segment_metrics(outputs[1], done), kind.first_unit(cfg, done), kind.unit,
                                  directory if saving else None)

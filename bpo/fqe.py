@@ -97,16 +97,23 @@ def take_action(values, actions):
 
 
 def fqe_step(state: QState, batch, log_pi, *, predict, next_values, tx, gamma, bounds, tau, reg_coef,
-             settings: FQESettings):
+             settings: FQESettings, target_pass=None):
     """One gradient step of FQE on a minibatch (one element of an FQE epoch, Algorithm 1 l.11/14).
 
     ``batch`` holds at least reward, terminated and log_mu. ``predict(params, batch)`` is the
     network output at (s, a) (symlog scale with symlog targets); ``next_values(params, batch)`` is
     E_{a'~pi} Q(s', a') in real scale (exact for discrete actions, one sample for continuous ones).
-    ``log_pi`` is log pi(a|s) for the weighted-TD weights.
+    ``log_pi`` is log pi(a|s) for the weighted-TD weights. ``target_pass(params, batch)``, if given,
+    returns ``(next_values, predict)`` of the same parameters from one pass of the network over both
+    inputs; it is used when the bootstrap and the symlog regulariser both read the target network
+    (the same numbers, half the calls of small matrix products).
     """
-    bootstrap_params = state.target_params if settings.bootstrap_from_target else state.params
-    targets = bellman_targets(batch["reward"], batch["terminated"], next_values(bootstrap_params, batch), gamma)
+    both_from_target = target_pass is not None and settings.bootstrap_from_target and settings.symlog_targets
+    if both_from_target:
+        next_v, reg_target = target_pass(state.target_params, batch)
+    else:
+        next_v = next_values(state.target_params if settings.bootstrap_from_target else state.params, batch)
+    targets = bellman_targets(batch["reward"], batch["terminated"], next_v, gamma)
     if settings.clip_targets:
         clipped = jnp.clip(targets, bounds[0], bounds[1])
         clip_frac = jnp.mean(clipped != targets)
@@ -116,7 +123,7 @@ def fqe_step(state: QState, batch, log_pi, *, predict, next_values, tx, gamma, b
     targets = jax.lax.stop_gradient(symlog(targets) if settings.symlog_targets else targets)
     weights = td_weights(log_pi, batch["log_mu"]) if settings.weight_td else jnp.ones_like(targets)
     if settings.symlog_targets:
-        reg_target, coef = predict(state.target_params, batch), reg_coef
+        reg_target, coef = (reg_target if both_from_target else predict(state.target_params, batch)), reg_coef
     else:
         reg_target, coef = jnp.zeros_like(targets), 0.0
 

@@ -3,11 +3,21 @@
 Two are applied when ``bpo`` is imported, because XLA reads them when its CPU client starts and
 the client starts at the first JAX computation:
 
-* ``XLA_FLAGS += --xla_cpu_enable_concurrency_optimized_scheduler=false``. XLA's CPU runtime can
-  deadlock on our vmapped runs (a while-loop evaluation inside a cond inside the update scan,
-  several seeds): with the concurrency-optimised thunk scheduler a 2-seed Acrobot run never
-  finishes, idle, in ``block_until_ready``. Disabling the scheduler avoids it and costs nothing
-  measurable. A user's own setting of this flag is kept.
+* ``XLA_FLAGS`` gets three CPU flags (``CPU_FLAGS``; a user's own setting of any of them is kept):
+
+  - ``--xla_cpu_enable_concurrency_optimized_scheduler=false``. XLA's CPU runtime can deadlock on
+    our vmapped runs (a while-loop evaluation inside a cond inside the update scan, several
+    seeds): with the concurrency-optimised thunk scheduler a 2-seed Acrobot run never finishes,
+    idle, in ``block_until_ready``. Disabling the scheduler avoids it and costs nothing measurable.
+  - ``--xla_cpu_multi_thread_eigen=false``. Our matrices are small (64-256 units, minibatches of
+    128-256): splitting one of them over Eigen's thread pool costs more than it saves, and a
+    weight-gradient product x^T dy ran 4x slower inside the BPO update than alone. Off, the
+    HalfCheetah BPO update takes about 15 % less time (``benchmarks/flop_efficiency.py``). Runs use
+    the cores by running seeds side by side instead (``bpo.training.segments``).
+  - ``--xla_cpu_experimental_ynn_fusion_type=individual_dot``. By default XLA hands whole fusions
+    of matrix products, elementwise work and reductions to YNNPACK; on our vmapped seed chunks its
+    reductions (layer norm, the FQE losses) ran at a fraction of XLA's own speed. Matrix products
+    alone go to YNNPACK: Figure 2's behaviour step takes about 30 % less time.
 * ``jax_cpu_enable_async_dispatch = False``. The Gymnasium host runner makes one tiny XLA call per
   environment step; with asynchronous CPU dispatch each call is handed to XLA's worker threads,
   which on one core costs more than the call itself (HalfCheetah, one core: act call 64 -> 38 us,
@@ -27,13 +37,18 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-SCHEDULER_FLAG = "--xla_cpu_enable_concurrency_optimized_scheduler=false"
+CPU_FLAGS = {
+    "xla_cpu_enable_concurrency_optimized_scheduler": "false",
+    "xla_cpu_multi_thread_eigen": "false",
+    "xla_cpu_experimental_ynn_fusion_type": "individual_dot",
+}
 
 
 def apply_import_time_settings() -> None:
-    """The XLA flag and the dispatch mode above; must run before JAX's CPU client exists."""
-    if "xla_cpu_enable_concurrency_optimized_scheduler" not in os.environ.get("XLA_FLAGS", ""):
-        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + SCHEDULER_FLAG).strip()
+    """The XLA flags and the dispatch mode above; must run before JAX's CPU client exists."""
+    flags = os.environ.get("XLA_FLAGS", "")
+    added = [f"--{name}={value}" for name, value in CPU_FLAGS.items() if name not in flags]
+    os.environ["XLA_FLAGS"] = " ".join([flags, *added]).strip()
     import jax  # only now: XLA_FLAGS must be in the environment before JAX is first imported
 
     if os.environ.get("BPO_CPU_ASYNC_DISPATCH", "0") != "1":
@@ -50,3 +65,14 @@ def enable_compile_cache() -> str | None:
     jax.config.update("jax_compilation_cache_dir", folder)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
     return folder
+
+
+def cpu_threads() -> int:
+    """Threads a CPU run may use to train its seeds side by side: ``BPO_THREADS`` if set, else the
+    cores this process may run on. Results do not depend on it (``bpo.training.segments``)."""
+    value = os.environ.get("BPO_THREADS", "")
+    if value:
+        if not value.isdigit() or int(value) < 1:
+            raise ValueError(f"BPO_THREADS: must be an integer >= 1, got {value!r}")
+        return int(value)
+    return len(os.sched_getaffinity(0))

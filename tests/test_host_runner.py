@@ -40,6 +40,35 @@ def test_same_step_auto_reset_returns_the_real_final_observation():
     np.testing.assert_array_equal(final, [[1.0], [1.0]])  # the real last observation B
 
 
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "TruncationProbe-v0", "HalfCheetah-v5"])
+def test_in_process_vector_env_steps_as_gymnasiums_sync_vector_env(env_id):
+    """The runner's vector env against Gymnasium's own (same-step auto-reset) on the same seeds and
+    actions: observations, rewards, end flags and real final observations identical, step by step,
+    through terminations (CartPole), truncations (the probe, HalfCheetah at 1,000 steps) and resets."""
+    import gymnasium as gym
+    from gymnasium.vector import AutoresetMode
+
+    from envs.gymnasium_envs import _make
+
+    n, steps = 3, 1100 if env_id == "HalfCheetah-v5" else 300
+    ours = make_vector_env(env_id, n)
+    theirs = gym.vector.SyncVectorEnv([lambda: _make(env_id) for _ in range(n)], autoreset_mode=AutoresetMode.SAME_STEP)
+    np.testing.assert_array_equal(ours.reset(seed=[1, 2, 3])[0], theirs.reset(seed=[1, 2, 3])[0])
+    rng, ends = np.random.default_rng(0), 0
+    for _ in range(steps):
+        space = theirs.single_action_space
+        action = (rng.integers(0, space.n, n) if isinstance(space, gym.spaces.Discrete)
+                  else rng.uniform(space.low, space.high, (n,) + space.shape).astype(np.float32))
+        a, b = ours.step(action), theirs.step(action)
+        for x, y in zip(a[:4], b[:4], strict=True):
+            np.testing.assert_array_equal(x, y)
+        done = a[2] | a[3]
+        np.testing.assert_array_equal(final_observations(a[0], done, a[4]), final_observations(b[0], done, b[4]))
+        ends += int(done.sum())
+    ours.close(), theirs.close()
+    assert ends > 0
+
+
 @pytest.mark.parametrize("algo", ["ppo", "bpo"])
 def test_truncated_episodes_bootstrap_from_the_final_observation(algo):
     """v(B) = 1/(1-gamma) = 2 and v(A) = 1 only if a truncated step bootstraps from V(B), the real

@@ -127,6 +127,21 @@ class Behaviour:
         next_action = D.sample(batch["key"], dist, discrete=False)
         return self.q_value(params, batch["next_obs"], next_action, hat)
 
+    def target_pass(self, pi_next: D.Dist, params, batch, hat: bool = False):
+        """(``next_values``, ``q_output``) of the same parameters on a minibatch, from one pass of the
+        network over the (s, a) and (s', a') rows stacked; row by row the same numbers."""
+        dist = jax.tree.map(lambda x: x[batch["idx"]], pi_next)
+        if self.discrete:
+            out = self.head(self.q_net.apply(params, jnp.concatenate([batch["obs"], batch["next_obs"]])), hat)
+            here, there = jnp.split(out, 2)
+            next_v = expected_next_value(to_real(there, self.cfg.symlog_targets), jax.nn.softmax(dist.loc, axis=-1))
+            return next_v, take_action(here, batch["action"])
+        next_action = D.sample(batch["key"], dist, discrete=False)
+        rows = jnp.concatenate([jnp.concatenate([batch["obs"], self.env_action(batch["action"])], axis=-1),
+                                jnp.concatenate([batch["next_obs"], self.env_action(next_action)], axis=-1)])
+        here, there = jnp.split(self.head(self.q_net.apply(params, rows), hat)[..., 0], 2)
+        return to_real(there, self.cfg.symlog_targets), here
+
     def discrete_q_hat(self, q_hat_params, obs, hat_cap):
         """Q-hat(s, a) for every action, made safe for the log in eq. (5); ones without Q-hat."""
         if not self.cfg.use_q_hat:
@@ -186,6 +201,7 @@ def fqe_epochs(key, q_state: QState, replay: rb.Replay, rewards_field: str, gamm
             state, batch, log_pi[idx], predict=lambda p, b: beh.q_output(p, b["obs"], b["action"], hat),
             next_values=lambda p, b: beh.next_values(pi_next, p, b, hat), tx=tx, gamma=gamma, bounds=bounds,
             tau=hp.polyak_tau, reg_coef=hp.symlog_reg_coef, settings=settings,
+            target_pass=lambda p, b: beh.target_pass(pi_next, p, b, hat),
         )
 
     def epoch(state, k):

@@ -85,6 +85,7 @@ def summarize(out: RunOutput) -> dict:
         "eval_time_s": out.eval_time_s,
         "eval_worker_time_s": out.eval_worker_time_s,
         "seed_chunk": out.seed_chunk,
+        "threads": out.threads,
         "configs_in_program": out.group_size,
         "backend": out.backend,
         "provenance": provenance(out.backend),

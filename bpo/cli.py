@@ -74,7 +74,7 @@ class TrainArgs:
     count episodes: use --episodes."""
     seed_chunk: int | None = None
     """Seeds vmapped together; chunks run one after another inside the same jitted call (0 = all
-    at once). Default: 20 on a CPU, 0 on a GPU."""
+    at once). Default: 10 on a CPU, 0 on a GPU."""
     progress: bool = True
     """Show a progress bar with the latest evaluation return."""
     checkpoint_every: int = 0
@@ -95,7 +95,7 @@ class OnPolicyTrainArgs:
     """Also write TensorBoard event files to OUT/tb (live for Gymnasium environments)."""
     seed_chunk: int | None = None
     """Seeds vmapped together; chunks run one after another inside the same jitted call (0 = all
-    at once). Default: 20 on a CPU, 0 on a GPU."""
+    at once). Default: 10 on a CPU, 0 on a GPU."""
     progress: bool = True
     """Show a progress bar with the latest evaluation return and steps/s."""
     checkpoint_every: int = 0

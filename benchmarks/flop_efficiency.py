@@ -18,7 +18,8 @@ Workloads, each timed as the median of several calls after a warm-up, on one cor
   sweep runs it;
 * CartPole ``cartpole_ppo`` BPO update, one seed.
 
-    python benchmarks/flop_efficiency.py [--core 0] [--repeats 5] [--matmul 512 1024]
+    python benchmarks/flop_efficiency.py [--core 0] [--repeats 5] [--matmul 512 1024] [--fig2-chunk 10]
+    python benchmarks/flop_efficiency.py --only "Figure 2" --fig2-chunk 1 2 4 10 20 50 100   # seeds per chunk
 """
 
 from __future__ import annotations
@@ -157,10 +158,14 @@ def timed(call, repeats: int) -> float:
 
 
 def main() -> None:
+    global FIG2_SEEDS
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--core", type=int, default=0, help="the core to run on (read before JAX starts)")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--matmul", nargs="+", type=int, default=[256, 1024])
+    parser.add_argument("--fig2-chunk", nargs="+", type=int, default=[FIG2_SEEDS],
+                        help="seeds vmapped together in the Figure 2 workload (one row per value)")
+    parser.add_argument("--only", default="", help="run only the workloads whose name contains this text")
     args = parser.parse_args()
     print(f"jax {jax.__version__}, {jax.devices()[0].device_kind}, core {CORE} only "
           f"(affinity {sorted(os.sched_getaffinity(0))})")
@@ -174,7 +179,13 @@ def main() -> None:
     peak = max(rates.values())
     print("| workload | matmul GFLOP per call | ms per call | GFLOP/s | / matrix-product rate |")
     print("| --- | --- | --- | --- | --- |")
-    for name, build in WORKLOADS.items():
+    workloads = [(name, build, None) for name, build in WORKLOADS.items() if "Figure 2" not in name]
+    workloads[2:2] = [(f"Figure 2 BPO-REINFORCE behaviour step ({n} seeds vmapped)", figure2_behaviour_step, n)
+                      for n in args.fig2_chunk]
+    for name, build, chunk in workloads:
+        if args.only not in name:
+            continue
+        FIG2_SEEDS = chunk or FIG2_SEEDS
         fn, call_args = build()
         flops = matmul_flops(fn, *call_args)
         compiled = jax.jit(fn).lower(*call_args).compile()

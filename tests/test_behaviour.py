@@ -6,10 +6,11 @@ import numpy as np
 import optax
 import pytest
 
-from bpo.agents.bpo import make_behaviour, mu_loss
+from bpo.agents.bpo import adam, make_behaviour, mu_loss
 from bpo.behaviour import behaviour_target_log_probs, continuous_mu_loss, discrete_mu_loss
 from bpo.config import replace
-from bpo.distributions import logits_dist
+from bpo.distributions import Dist, logits_dist
+from bpo.fqe import QState, fqe_step
 from bpo.presets import get_preset
 
 
@@ -91,10 +92,6 @@ def test_mu_entropy_bonus_subtracts_its_weighted_entropy():
 def test_one_target_pass_gives_the_two_passes_numbers_bit_for_bit(discrete):
     """``Behaviour.target_pass`` stacks the (s, a) and (s', a') rows into one network pass: the FQE
     step with it equals the step with the two separate passes exactly, compiled."""
-    from bpo.agents.bpo import adam
-    from bpo.distributions import Dist
-    from bpo.fqe import QState, fqe_step
-
     cfg = get_preset("mujoco_default").bpo
     n_obs, n_act, batch = 5, 2 if discrete else 3, 64
     beh = make_behaviour(cfg, discrete, n_act, mu_apply=None, action_low=-np.ones(n_act), action_high=np.ones(n_act))

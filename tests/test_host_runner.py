@@ -2,10 +2,12 @@
 Gymnasium probe, agreement with the JAX runner, smoke runs of every MuJoCo task x {ppo, bpo} x
 {mujoco_default, mujoco_gsde}, presets and variants, and the CLI."""
 
+import gymnasium as gym
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from gymnasium.vector import AutoresetMode
 
 from bpo.cli import main
 from bpo.config import ConfigError, OnPolicyTrainConfig, PPOConfig, replace, traced_hyperparams
@@ -14,7 +16,7 @@ from bpo.presets import PAPER_TABLE1, apply_variant, best_bpo_row, get_preset
 from bpo.runners.host import HostRunner
 from bpo.training import run
 from bpo.validation import validate
-from envs.gymnasium_envs import MUJOCO_ENVS, final_observations, gym_spec, make_vector_env
+from envs.gymnasium_envs import MUJOCO_ENVS, _make, final_observations, gym_spec, make_vector_env
 
 
 def probe_config(algo: str, **changes) -> OnPolicyTrainConfig:
@@ -45,11 +47,6 @@ def test_in_process_vector_env_steps_as_gymnasiums_sync_vector_env(env_id):
     """The runner's vector env against Gymnasium's own (same-step auto-reset) on the same seeds and
     actions: observations, rewards, end flags and real final observations identical, step by step,
     through terminations (CartPole), truncations (the probe, HalfCheetah at 1,000 steps) and resets."""
-    import gymnasium as gym
-    from gymnasium.vector import AutoresetMode
-
-    from envs.gymnasium_envs import _make
-
     n, steps = 3, 1100 if env_id == "HalfCheetah-v5" else 300
     ours = make_vector_env(env_id, n)
     theirs = gym.vector.SyncVectorEnv([lambda: _make(env_id) for _ in range(n)], autoreset_mode=AutoresetMode.SAME_STEP)

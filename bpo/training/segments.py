@@ -55,6 +55,11 @@ def _concat_seeds(trees):
     return trees[0] if len(trees) == 1 else jax.tree.map(lambda *xs: np.concatenate(xs, axis=0), *trees)
 
 
+def _host_carry(carries):
+    """The shards' carries as one host tree over all seeds."""
+    return _concat_seeds([jax.tree.map(np.asarray, c) for c in carries])
+
+
 def _serialised(progress: Callable | None) -> Callable | None:
     """``progress`` called by one thread at a time (the shards report from their own threads)."""
     if progress is None:
@@ -69,14 +74,13 @@ def _serialised(progress: Callable | None) -> Callable | None:
 
 
 def run_iterations(cfg: TrainConfig, hp, keys, progress: Callable | None, seed_chunk: int,
-                   directory: Path | None = None, checkpoint_every: int = 0, hp_per_seed: bool = False,
-                   threads: int | None = None) -> RunOutput:
+                   directory: Path | None = None, checkpoint_every: int = 0, hp_per_seed: bool = False) -> RunOutput:
     """Run every loop iteration of ``cfg`` for all seeds; with ``directory`` and ``checkpoint_every
     = N > 0``, save a checkpoint after every N iterations and at the end, and continue from the
     checkpoint in ``directory`` when there is one. A non-finite loss or parameter stops the run with
     the last good checkpoint kept. With ``hp_per_seed`` every leaf of ``hp`` has the seed axis too
-    (rows of hyperparameters vmapped like seeds, ``bpo.training.rows``). ``threads``: shards run
-    side by side on a CPU (default ``bpo.runtime.cpu_threads()``; results do not depend on it)."""
+    (rows of hyperparameters vmapped like seeds, ``bpo.training.rows``). On a CPU, seed shards run
+    side by side in ``bpo.runtime.cpu_threads()`` threads (module docstring)."""
     start = time.perf_counter()
     saving = directory is not None and checkpoint_every > 0
     if saving and ckpt.exists(directory) and (why := ckpt.mismatch(directory, cfg, seed_chunk)):
@@ -84,7 +88,7 @@ def run_iterations(cfg: TrainConfig, hp, keys, progress: Callable | None, seed_c
     kind = kind_of(cfg)
     chunk = chunk_size(seed_chunk, cfg.seeds)
     on_cpu = jax.default_backend() == "cpu"
-    shards = shard_bounds(cfg.seeds, chunk, (threads or runtime.cpu_threads()) if on_cpu else 1)
+    shards = shard_bounds(cfg.seeds, chunk, runtime.cpu_threads() if on_cpu else 1)
     stages = kind.make_stages(cfg, _serialised(progress) if len(shards) > 1 else progress)
     if hp_per_seed:
         def init_all(keys, hp):
@@ -137,7 +141,7 @@ def run_iterations(cfg: TrainConfig, hp, keys, progress: Callable | None, seed_c
             done += 1
             stop = processes.requested() if done < stages.n_iterations else None
             if saving and (done % checkpoint_every == 0 or done == stages.n_iterations or stop):
-                carry = _concat_seeds([jax.tree.map(np.asarray, c) for c in carries])
+                carry = _host_carry(carries)
                 # Parameters are checked where they are saved: a checkpoint never holds a NaN.
                 ckpt.raise_if_non_finite({}, 0, kind.unit, directory, carry, state_at=kind.first_unit(cfg, done))
                 pieces = [jax.tree.map(lambda *xs: np.concatenate(xs, axis=1), *pieces)]
@@ -148,7 +152,7 @@ def run_iterations(cfg: TrainConfig, hp, keys, progress: Callable | None, seed_c
                 raise processes.Interrupted(stop, f"after loop iteration {done} of {stages.n_iterations}",
                                             directory if saving else None)
     outputs = jax.tree.map(lambda *xs: np.concatenate(xs, axis=1), *pieces)
-    carry = carries[0] if len(carries) == 1 else _concat_seeds([jax.tree.map(np.asarray, c) for c in carries])
+    carry = carries[0] if len(carries) == 1 else _host_carry(carries)
     metrics = jax.block_until_ready(finish_all(carry, outputs))
     end = time.perf_counter()
     return RunOutput(config=cfg, metrics=jax.tree.map(np.asarray, metrics), compile_time_s=compile_time,

@@ -40,8 +40,8 @@ USAGE = """usage: bpo {{train,sweep,plot,table,reproduce,verify-variance}} ...
       Presets: {}. `bpo train PRESET --help` lists every field.
   bpo sweep SWEEP [--backend local|slurm] [--workers N] [--seeds N] [--out DIR] [--dry-run] [--set KEY=VALUE ...]
   bpo sweep --preset P [--envs ...] [--variants ...] [--grid KEY=V1,V2 ...] [--seeds N] [--name NAME]
-      A grid of runs (sweep files: experiments/sweeps/{{fig2,classic,mujoco_small,table1_small,table1,
-      ablations}}.py, or a path), locally or as a Slurm job array; re-running resumes it.
+      A grid of runs (sweep files: experiments/sweeps/{{fig2,classic,mujoco_small,table1_small,headline,
+      table1,ablations}}.py, or a path), locally or as a Slurm job array; re-running resumes it.
       Results: OUT/RUN-ID/ + index.json; default OUT: runs/NAME (git-ignored).
   bpo plot RESULTS_DIR [--out DIR]
       Learning curves (mean ± SE over seeds), one panel per environment and preset: PNG and PDF.
@@ -54,8 +54,9 @@ USAGE = """usage: bpo {{train,sweep,plot,table,reproduce,verify-variance}} ...
       results; default OUT: runs/NAME. fig2: Figure 2 (100 runs each of REINFORCE and BPO-REINFORCE on
       ShortCorridor); classic: PPO vs BPO-PPO on cartpole_ppo and pendulum_ppo (10 seeds);
       mujoco_small: PPO vs BPO (c_bar 1.0, rho_bar 1.5), mujoco_default, HalfCheetah-v5 and Hopper-v5,
-      3 seeds x 300k steps; table1_small, table1, ablations. The committed results are regenerated
-      with an explicit --out results/NAME.
+      3 seeds x 300k steps; table1_small; headline: PPO vs BPO (1.0, 1.5) on HalfCheetah-v5 at 1.5M
+      steps, mujoco_default (5 seeds) and mujoco_default_authors (3 seeds); table1, ablations. The
+      committed results are regenerated with an explicit --out results/NAME.
   bpo verify-variance [--out DIR] [--n-random 20] [--episodes N] [--seed S] [--checkpoints ...] [--no-train]
       Theorem 2 by exact DP and Monte Carlo on ShortCorridor and random MDPs; variance under
       BPO-REINFORCE's learned mu at training checkpoints. Default out: runs/variance.

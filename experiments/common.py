@@ -13,7 +13,7 @@ from pathlib import Path
 from matplotlib.figure import Figure
 from scipy import stats
 
-from bpo.presets import ABLATIONS, PAPER_TABLE1, TABLE1_ROWS
+from bpo.presets import ABLATIONS, PAPER_TABLE1, TABLE1_ROWS, paper_setting
 from envs.short_corridor import expected_return, optimal_right_probability
 
 ROW_LABELS = {
@@ -28,7 +28,8 @@ ROW_LABELS = {
     "bpo_no_symlog": ("BPO without symlog", "BPO without symlog"),
     "bpo_no_symlog_target": ("BPO without symlog (target networks)", "BPO without symlog (target networks)"),
 }
-SETTING_NAMES = {"mujoco_gsde": "gSDE", "mujoco_default": "default"}
+SETTING_NAMES = {"mujoco_gsde": "gSDE", "mujoco_default": "default",
+                 "mujoco_default_authors": "default, authors' config"}
 ROW_ORDER = ("reinforce", "bpo") + TABLE1_ROWS + tuple(ABLATIONS)
 # Known optimal expected returns by environment: a reference line in the plots, a note under the table.
 OPTIMAL_RETURNS = {"ShortCorridor-v0": float(expected_return(optimal_right_probability()))}  # about -11.66
@@ -57,9 +58,15 @@ def sort_rows(rows) -> list[str]:
 
 
 def sort_settings(settings) -> list[tuple[str, str]]:
-    """Distinct (environment, preset) columns in the order of the paper's Table 1, others after."""
+    """Distinct (environment, preset) columns in the order of the paper's Table 1 (a preset that runs
+    a paper column with other settings right after it), others after."""
     paper = list(PAPER_TABLE1)
-    return sorted(set(settings), key=lambda s: (paper.index(s) if s in paper else len(paper), s))
+
+    def key(s):
+        column = paper_setting(*s)
+        return (paper.index(column) if column in paper else len(paper), column != s, s)
+
+    return sorted(set(settings), key=key)
 
 
 def welch_p(row_values, baseline_values, alternative: str = "greater") -> float:

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from bpo import results
-from bpo.presets import PAPER_TABLE1
+from bpo.presets import PAPER_TABLE1, paper_setting
 from experiments.aggregates import write_aggregates
 from experiments.common import (
     OPTIMAL_RETURNS,
@@ -116,6 +116,13 @@ def compute_table(cells: dict, baseline: str, alpha: float = 0.05, alternative: 
                 cell["mark"] = mark(cell["mean"], float(np.mean(base)), cell["p"], alpha, cell["p_worse"])
             table[(setting, row)] = cell
     return _adjust(table)
+
+
+def paper_columns(settings) -> list[tuple[str, str]]:
+    """The paper's Table 1 columns that ``settings`` are compared with, once each, in their order
+    (a run of ``mujoco_default_authors`` is compared with the paper's ``mujoco_default`` column)."""
+    columns = dict.fromkeys(paper_setting(*s) for s in settings)
+    return [c for c in columns if c in PAPER_TABLE1]
 
 
 def compute_paper_table(settings, baseline: str, alpha: float = 0.05, alternative: str = "greater") -> dict:
@@ -259,7 +266,7 @@ def to_markdown(table: dict, settings, rows, baseline: str, alpha: float, altern
               if env in OPTIMAL_RETURNS]
     if optima:
         lines += ["", f"Optimal expected return: {', '.join(optima)}."]
-    paper = [s for s in settings if s in PAPER_TABLE1]
+    paper = paper_columns(settings)
     if paper:
         paper_table = compute_paper_table(paper, baseline, alpha, alternative)
         paper_rows = [r for r in rows if any((s, r) in paper_table for s in paper)]
@@ -329,7 +336,7 @@ def write_tables(results_dir: Path, out: Path, baseline: str | None = None, alph
     results.atomic_write_text(out / "table1.md", to_markdown(table, settings, rows, baseline, alpha, alternative,
                                                              details, notes) + "\n")
     results.atomic_write_text(out / "table1.tex", to_latex(table, settings, rows, baseline, alpha, alternative) + "\n")
-    paper = [s for s in settings if s in PAPER_TABLE1]
+    paper = paper_columns(settings)
     few = few_seeds_note(c["n"] for c in table.values())
     results.atomic_write_json(out / "table1.json", {
         "baseline": baseline, "alpha": alpha, "alternative": alternative,

@@ -31,7 +31,7 @@ from bpo.tensorboard import TensorBoardLogger
 from bpo.training import progress_totals, run_validated, write
 from bpo.validation import validate
 
-USAGE = """usage: bpo {{train,sweep,plot,table,reproduce,verify-variance}} ...
+USAGE = """usage: bpo {{train,sweep,plot,table,reproduce,verify-variance,report}} ...
 
   bpo train PRESET [--env ENV] [--variant NAME] [--algo ppo|bpo|reinforce] [--seeds N]
                    [--total-timesteps N | --episodes N] [--out DIR] [--tensorboard] [overrides]
@@ -60,6 +60,9 @@ USAGE = """usage: bpo {{train,sweep,plot,table,reproduce,verify-variance}} ...
   bpo verify-variance [--out DIR] [--n-random 20] [--episodes N] [--seed S] [--checkpoints ...] [--no-train]
       Theorem 2 by exact DP and Monte Carlo on ShortCorridor and random MDPs; variance under
       BPO-REINFORCE's learned mu at training checkpoints. Default out: runs/variance.
+  bpo report [--results results] [--check]
+      Rewrite the results blocks of README.md, docs/results.md and docs/reproduction.md from the
+      committed results (--check: only fail when one differs).
 """.format(", ".join(VARIANTS), ", ".join(sorted(PRESETS)))
 
 
@@ -261,8 +264,12 @@ def main(argv: list[str] | None = None) -> int:
         from experiments.verify_variance import verify_variance_main
 
         return verify_variance_main(rest)
-    return _fail(f"command: unknown {command!r}; allowed: ['plot', 'reproduce', 'sweep', 'table', 'train', "
-                 "'verify-variance']")
+    if command == "report":
+        from experiments.report import report_main
+
+        return report_main(rest)
+    return _fail(f"command: unknown {command!r}; allowed: ['plot', 'report', 'reproduce', 'sweep', 'table', "
+                 "'train', 'verify-variance']")
 
 
 if __name__ == "__main__":

@@ -145,7 +145,7 @@ def compute_paper_table(settings, baseline: str, alpha: float = 0.05, alternativ
     return _adjust(table)
 
 
-def _number(x: float, like: float | None = None) -> str:
+def format_number(x: float, like: float | None = None) -> str:
     """0 decimals for returns in the hundreds and more (the paper's style), 2 below; an SE or SD
     takes the precision of its mean."""
     return f"{x:.0f}" if abs(x if like is None else like) >= 100 else f"{x:.2f}"
@@ -158,11 +158,11 @@ def _cell_text(cell: dict | None, latex: bool, paper: bool = False) -> str:
         return "–" if not latex else "--"
     mean, se, sd = cell["mean"], cell["se"], cell["sd"]
     if math.isnan(sd):
-        text, extra = _number(mean), ""
+        text, extra = format_number(mean), ""
     elif paper:
-        text, extra = _number(mean), f" (SD {_number(sd, like=mean)})"
+        text, extra = format_number(mean), f" (SD {format_number(sd, like=mean)})"
     else:
-        text, extra = f"{_number(mean)} ± {_number(se, like=mean)}", f" (SD {_number(sd, like=mean)})"
+        text, extra = f"{format_number(mean)} ± {format_number(se, like=mean)}", f" (SD {format_number(sd, like=mean)})"
     if latex:
         text = text.replace("±", r"\pm")
         text = {"bold": rf"$\bm{{{text}}}$", "italic": rf"$\mathit{{{text}}}$"}.get(cell["mark"], f"${text}$")
@@ -171,7 +171,7 @@ def _cell_text(cell: dict | None, latex: bool, paper: bool = False) -> str:
     return text + extra + (f" {WORSE}" if cell["mark"] == "worse" else "")
 
 
-def _p(p: float | None) -> str:
+def format_p(p: float | None) -> str:
     return "–" if p is None else "nan" if math.isnan(p) else "< 0.001" if p < 0.0005 else f"{p:.3f}"
 
 
@@ -224,7 +224,8 @@ def _multiple_comparison_lines(table: dict, settings, rows, baseline: str, alpha
                  "positive at α" if m > 1 else "with a single test Holm's correction changes nothing").format(m=m)
     lines = ["", f"Multiple comparisons: {_count(m, 'test')} at α = {alpha}, so {chance}. Holm-adjusted p-values "
              f"({holm_text}):", ""]
-    lines += _grid(table, settings, [r for r in rows if r != baseline], lambda c: "–" if c is None else _p(c["p_holm"]))
+    lines += _grid(table, settings, [r for r in rows if r != baseline],
+                   lambda c: "–" if c is None else format_p(c["p_holm"]))
     after = []
     if mc["bold"]:
         after.append(f"bold cells {mc['bold_after_holm']} of {mc['bold']}")
@@ -256,7 +257,8 @@ def to_markdown(table: dict, settings, rows, baseline: str, alpha: float, altern
     lines += ["", legend(baseline, alpha, alternative), "",
               f"p-values ({side} {row_label(baseline)}; two-sided p in parentheses):", ""]
     lines += _grid(table, settings, [r for r in rows if r != baseline],
-                   lambda c: "–" if c is None or c["p"] is None else f"{_p(c['p'])} ({_p(c['p_two_sided'])})")
+                   lambda c: "–" if c is None or c["p"] is None else
+                   f"{format_p(c['p'])} ({format_p(c['p_two_sided'])})")
     lines += _multiple_comparison_lines(table, settings, rows, baseline, alpha, alternative)
     ns = sorted({c["n"] for c in table.values()})
     lines += ["", f"Seeds per cell: {', '.join(map(str, ns))}."]

@@ -7,7 +7,7 @@ reported (see bpo.variance): baseline b = 0 (PDIS, eq. 1: what Lemma 4 describes
 BPO-REINFORCE uses) and b = v_pi (eq. 6 as printed). Optionally trains BPO-REINFORCE
 (``short_corridor`` preset) and computes, at evaluation checkpoints, the exact variance under
 the learned mu against pi and mu-hat of the same pi. Writes summary.json, table.json, table.md
-and variance.png/pdf to ``--out``.
+and variance.png/pdf to ``--out``; both JSON files carry the provenance.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from matplotlib.figure import Figure
 from bpo import variance as V
 from bpo.config import ConfigError, replace
 from bpo.presets import get_preset
+from bpo.provenance import provenance
 from bpo.results import atomic_write_json, atomic_write_text, ensure_writable_dir, rescue_dir
 from bpo.training import run
 from experiments.common import save_figure
@@ -274,14 +275,17 @@ def verify_variance_main(argv: list[str]) -> int:
 
 
 def write_outputs(args: VerifyVarianceArgs, out: Path, summary: dict, learned: list) -> None:
-    """table.json, table.md, the plot, and summary.json last (it marks the results complete)."""
+    """table.json, table.md, the plot, and summary.json last (it marks the results complete). Both
+    JSON files record the provenance (code and package versions, device) under ``provenance``."""
     table = format_table(summary, learned)
     arguments = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
-    atomic_write_json(out / "table.json", {"args": arguments, "mdps": summary, "learned_checkpoints": learned})
+    made_by = provenance("cpu")
+    atomic_write_json(out / "table.json", {"args": arguments, "mdps": summary, "learned_checkpoints": learned,
+                                           "provenance": made_by})
     atomic_write_text(out / "table.md", table)
     if learned:
         plot(out, summary["ShortCorridor"], learned)
     else:  # a plot left by an earlier run would not match this summary
         for ext in ("png", "pdf"):
             (out / f"variance.{ext}").unlink(missing_ok=True)
-    atomic_write_json(out / "summary.json", summary)
+    atomic_write_json(out / "summary.json", {**summary, "provenance": made_by})

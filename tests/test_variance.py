@@ -223,7 +223,9 @@ def test_cli_writes_summary_table_and_plot(tmp_path, capsys):
     assert main(["verify-variance", "--out", str(out), "--n-random", "2", "--episodes", "2000", "--seeds", "2",
                  "--train-episodes", "20", "--checkpoints", "0", "10", "20"]) == 0
     summary = json.loads((out / "summary.json").read_text())
-    assert set(summary) == {"ShortCorridor", "random-0", "random-1"}
+    assert set(summary) == {"ShortCorridor", "random-0", "random-1", "provenance"}
+    assert summary["provenance"]["code_version"] and summary["provenance"]["packages"]["jax"]
+    assert json.loads((out / "table.json").read_text())["provenance"] == summary["provenance"]
     sc = summary["ShortCorridor"]
     assert sc["var_mu_hat"] < sc["var_pi"] and sc["theorem2_holds"]
     rows = sc["learned_checkpoints"]

@@ -1,0 +1,250 @@
+"""``bpo report``: the numbers on the results pages, made from the committed results.
+
+Every block of a page between ``<!-- results:NAME -->`` and ``<!-- /results -->`` is written from
+the files under ``results/``: the table ``bpo table`` wrote for a sweep's folder, the table
+``bpo verify-variance`` wrote, the headline cell beside the paper's numbers, and the one-line
+summaries of the README. ``bpo report --check`` changes nothing and fails when a block differs from
+what the results give (the test suite runs it), so a page cannot drift from its results.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import tyro
+
+from bpo.presets import PAPER_TABLE1, paper_setting
+from bpo.results import atomic_write_text, read_summary
+from experiments.common import row_label, setting_label, sort_rows, sort_settings, welch_p_from_stats
+from experiments.store import build_index
+from experiments.table import PAPER_RUNS, format_number, format_p
+
+PAGES = ("README.md", "docs/results.md", "docs/reproduction.md")
+BLOCK = re.compile(r"(<!-- results:(?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /results -->)", re.S)
+# Sweep folders under results/, each made by ``bpo reproduce NAME --out results/NAME``; titles for the README.
+SWEEPS = {"fig2": "Figure 2", "classic": "Classic control", "table1_small": "Table 1 at 100k steps",
+          "mujoco_small": "HalfCheetah and Hopper at 300k steps", "headline": "The headline cell at 1.5M steps"}
+
+
+@dataclass(frozen=True)
+class ReportArgs:
+    """Rewrite the results blocks of README.md, docs/results.md and docs/reproduction.md from
+    results/ (or, with --check, only say which differ)."""
+
+    results: Path = Path("results")
+    """The committed results folder."""
+    root: Path = Path(".")
+    """The repository root: the pages are read and written relative to it."""
+    check: bool = False
+    """Write nothing; exit 1 when a page's block differs from what the results give."""
+
+
+def _runs(folder: Path) -> list[dict]:
+    """The finished runs of a results folder, each with its summary.json (read only: nothing is written)."""
+    return [{**r, "summary": read_summary(folder / r["run_id"])}
+            for r in build_index(folder)["runs"] if r["status"] == "finished"]
+
+
+def _mean_se(cell: dict) -> str:
+    return f"{format_number(cell['mean'])} ± {format_number(cell['se'], like=cell['mean'])}"
+
+
+def _cells(folder: Path) -> tuple[dict, dict]:
+    """table1.json's cells keyed by ((env, preset), row), and the file's header fields."""
+    data = json.loads((folder / "table1.json").read_text())
+    return {((c["env"], c["preset"]), c["row"]): c for c in data["cells"]}, data
+
+
+def provenance_line(records: list[dict]) -> str:
+    """Where a folder's results came from: the code version, device and the packages that decide
+    the numbers, from the ``provenance`` of each record (a run's summary, or verify-variance's
+    table.json); a folder whose records differ says MIXED."""
+    prov = [r.get("provenance") or {} for r in records]
+    versions = sorted({p.get("code_version", "unknown") for p in prov})
+    devices = sorted({p.get("device", "unknown") for p in prov})
+    packages = sorted({", ".join(f"{k} {v}" for k, v in p.get("packages", {}).items() if v is not None)
+                       for p in prov})
+    code = versions[0] if len(versions) == 1 else f"MIXED {versions}"
+    used = packages[0] if len(packages) == 1 else f"MIXED {packages}"
+    return f"Provenance: code {code}; {', '.join(devices)}; {used}."
+
+
+def _wall_line(summaries: list[dict]) -> str:
+    wall = sum(s.get("wall_time_s", 0.0) for s in summaries)
+    return f"{len(summaries)} run{'s' if len(summaries) != 1 else ''}, {wall / 60:.1f} min of wall time in all."
+
+
+def sweep_block(results: Path, name: str) -> str:
+    """A sweep folder's ``table1.md`` (``bpo table``) under its provenance line."""
+    folder = results / name
+    if not (folder / "table1.md").is_file():
+        return f"*Not made yet: `bpo reproduce {name} --out results/{name}`.*\n"
+    summaries = [r["summary"] for r in _runs(folder)]
+    return (f"Made by `bpo reproduce {name} --out results/{name}`. {provenance_line(summaries)} "
+            f"{_wall_line(summaries)}\n\n"
+            + (folder / "table1.md").read_text())
+
+
+def variance_block(results: Path) -> str:
+    folder = results / "variance"
+    if not (folder / "table.md").is_file():
+        return "*Not made yet: `bpo verify-variance --out results/variance`.*\n"
+    data = json.loads((folder / "table.json").read_text())
+    return (f"Made by `bpo verify-variance --out results/variance`. {provenance_line([data])}\n\n"
+            + (folder / "table.md").read_text())
+
+
+def headline_block(results: Path) -> str:
+    """Our headline cells beside the paper's Table 1 cell for the same column: means with SDs on
+    both sides (the paper's ± is an SD over 10 runs), and Welch's two-sided test of ours against
+    the paper's from those summary statistics."""
+    folder = results / "headline"
+    if not (folder / "table1.json").is_file():
+        return "*Not made yet: `bpo reproduce headline --out results/headline`.*\n"
+    cells, data = _cells(folder)
+    settings, rows = sort_settings({s for s, _ in cells}), sort_rows({r for _, r in cells})
+    lines = ["| setting | row | ours: mean ± SE (SD), n | ours: one-sided p vs PPO | the paper: mean (SD), n = 10 "
+             "| ours − paper | Welch p, ours vs the paper (two-sided) |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for setting in settings:
+        paper = PAPER_TABLE1.get(paper_setting(*setting), {})
+        for row in rows:
+            c = cells.get((setting, row))
+            if c is None:
+                continue
+            ours = f"{_mean_se(c)} (SD {format_number(c['sd'], like=c['mean'])}), {c['n']}"
+            if row in paper:
+                mean, sd = paper[row]
+                theirs, diff = f"{mean} (SD {sd})", f"{c['mean'] - mean:+.0f}"
+                p = format_p(welch_p_from_stats(c["mean"], c["sd"], c["n"], mean, sd, PAPER_RUNS, "two-sided"))
+            else:
+                theirs, diff, p = "–", "–", "–"
+            lines.append(f"| {setting_label(setting)} | {row_label(row)} | {ours} | {format_p(c.get('p'))} | {theirs} "
+                         f"| {diff} | {p} |")
+    summaries = [r["summary"] for r in _runs(folder)]
+    return "\n".join(lines) + f"\n\n{provenance_line(summaries)} {_wall_line(summaries)}\n"
+
+
+def _glance_sweep(results: Path, name: str, link: bool = True) -> str | None:
+    """One line for a sweep folder: budget, seeds and every cell's mean ± SE with its p; ``link``
+    appends a link to the folder relative to the repository root (the README's)."""
+    folder = results / name
+    if not (folder / "table1.json").is_file():
+        return None
+    cells, data = _cells(folder)
+    runs = _runs(folder)
+    budgets = sorted({f"{r['summary']['total_timesteps'] / 1000:.0f}k steps" if "total_timesteps" in r["summary"]
+                      else f"{r['summary'].get('episodes')} episodes" for r in runs})
+    seeds = sorted({c["n"] for c in cells.values()})
+    parts = []
+    for setting in sort_settings({s for s, _ in cells}):
+        rows = [r for r in sort_rows({r for _, r in cells}) if (setting, r) in cells]
+        texts = []
+        for row in rows:
+            c = cells[(setting, row)]
+            p = "" if c.get("p") is None or math.isnan(c["p"]) else f" (p = {format_p(c['p'])})"
+            worse = " †" if c.get("mark") == "worse" else ""
+            texts.append(f"{row_label(row)} {_mean_se(c)}{p}{worse}")
+        parts.append(f"{setting_label(setting)}: " + ", ".join(texts))
+    return (f"* **{SWEEPS[name]}** ({', '.join(budgets)}; {'/'.join(map(str, seeds))} seeds per cell; mean ± SE; "
+            f"p: one-sided Welch test against {row_label(data['baseline'])}, † = significantly worse): "
+            + "; ".join(parts) + "." + (f" [`results/{name}`](results/{name})" if link else ""))
+
+
+def _glance_variance(results: Path, link: bool = True) -> str | None:
+    path = results / "variance" / "table.json"
+    if not path.is_file():
+        return None
+    mdps = json.loads(path.read_text())["mdps"]
+    n = len(mdps)
+    pdis = sum(m["theorem2_holds"] for m in mdps.values())
+    eq6 = sum(m["theorem2_holds_eq6_vpi"] for m in mdps.values())
+    mc = sum(m["mc_agrees"] for m in mdps.values())
+    sc = mdps["ShortCorridor"]
+    return (f"* **Theorem 2** (exact dynamic programming on ShortCorridor and {n - 1} random MDPs): holds for the "
+            f"per-decision IS return on {pdis} of {n}, for eq. (6) with its value term on {eq6} of {n}; Monte Carlo "
+            f"agrees on {mc} of {n}. ShortCorridor: Var under π {sc['var_pi']:.1f}, under μ̂ {sc['var_mu_hat']:.2f} "
+            f"(per-decision IS) and {sc['var_mu_hat_eq6_vpi']:.1f} (with the value term)."
+            + (" [`results/variance`](results/variance)" if link else ""))
+
+
+def glance_block(results: Path) -> str:
+    """The README's one line per result."""
+    lines = [line for line in [*(_glance_sweep(results, name) for name in SWEEPS), _glance_variance(results)]
+             if line is not None]
+    return "\n".join(lines) + "\n"
+
+
+def _line(line: str | None, made_by: str) -> str:
+    return (line if line is not None else f"* *Not made yet: `{made_by}`.*") + "\n"
+
+
+def blocks(results: Path) -> dict[str, Callable[[], str]]:
+    """Block name -> its text: ``glance`` (every result's line), ``NAME`` (a sweep folder's table),
+    ``line-NAME`` (its line alone), ``headline-vs-paper``, ``variance`` and ``line-variance``."""
+    return {
+        "glance": lambda: glance_block(results),
+        **{name: (lambda n=name: sweep_block(results, n)) for name in SWEEPS},
+        **{f"line-{name}": (lambda n=name: _line(_glance_sweep(results, n, link=False),
+                                                 f"bpo reproduce {n} --out results/{n}")) for name in SWEEPS},
+        "headline-vs-paper": lambda: headline_block(results),
+        "variance": lambda: variance_block(results),
+        "line-variance": lambda: _line(_glance_variance(results, link=False),
+                                       "bpo verify-variance --out results/variance"),
+    }
+
+
+def render(text: str, results: Path) -> str:
+    """``text`` with every results block rewritten; an unknown block name is an error."""
+    makers = blocks(results)
+    cache: dict[str, str] = {}
+
+    def replace(m: re.Match) -> str:
+        name = m["name"]
+        if name not in makers:
+            raise ValueError(f"unknown results block {name!r}; allowed: {sorted(makers)}")
+        if name not in cache:
+            cache[name] = makers[name]()
+        return m.group(1) + cache[name] + m.group(4)
+
+    return BLOCK.sub(replace, text)
+
+
+def report(results: Path, root: Path, check: bool) -> list[Path]:
+    """The pages whose blocks differ from the results: rewritten, or with ``check`` only listed."""
+    differing = []
+    for page in PAGES:
+        path = root / page
+        if not path.is_file():
+            continue
+        text = path.read_text()
+        new = render(text, results)
+        if new != text:
+            differing.append(path)
+            if not check:
+                atomic_write_text(path, new)
+    return differing
+
+
+def report_main(argv: list[str]) -> int:
+    args = tyro.cli(ReportArgs, args=argv, prog="bpo report")
+    if not args.results.is_dir():
+        print(f"error: results: {str(args.results)!r} is not a folder", file=sys.stderr)
+        return 2
+    try:
+        differing = report(args.results, args.root, args.check)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if args.check:
+        for path in differing:
+            print(f"bpo report --check: {path} differs from {args.results}; run `bpo report`", file=sys.stderr)
+        return 1 if differing else 0
+    print("rewrote " + (", ".join(map(str, differing)) or "nothing (every block already matches)"))
+    return 0

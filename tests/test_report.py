@@ -1,0 +1,127 @@
+"""``bpo report``: the results pages' blocks are made from the results (checked against numbers
+computed here by hand from the synthetic runs), ``--check`` catches a page that drifted, and the
+committed pages match the committed results. Also the ``mujoco_default_authors`` preset and its
+place beside the paper's default column."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+
+import pytest
+from scipy import stats
+
+from bpo.cli import main
+from bpo.presets import PAPER_TABLE1, best_bpo_row, get_preset, paper_setting
+from experiments.common import sort_settings
+from experiments.report import PAGES, render, report
+from experiments.sweep import expand, load_sweep
+
+from synthetic_results import exact_sample, provenance_record, synthetic_results
+
+ROOT = Path(__file__).resolve().parent.parent
+HC, HCA = ("HalfCheetah-v5", "mujoco_default"), ("HalfCheetah-v5", "mujoco_default_authors")
+
+
+def _flat(obj, prefix=""):
+    out = {}
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        if dataclasses.is_dataclass(value):
+            out.update(_flat(value, f"{prefix}{f.name}."))
+        else:
+            out[f"{prefix}{f.name}"] = value
+    return out
+
+
+def test_authors_preset_is_table_4_with_the_two_settings_of_the_authors_code():
+    table4, authors = _flat(get_preset("mujoco_default")), _flat(get_preset("mujoco_default_authors"))
+    differ = {k: (table4[k], authors[k]) for k in table4 if table4[k] != authors[k]}
+    assert differ == {"preset": ("mujoco_default", "mujoco_default_authors"),
+                      "ppo.normalize_observations": (True, False), "ppo.log_std_init": (-1.0, 0.0)}
+    # Compared with (and its ablations based on) the paper's default column.
+    assert paper_setting(*HCA) == HC and paper_setting(*HC) == HC
+    assert best_bpo_row(*HCA) == best_bpo_row(*HC) == "bpo_c1.0_rho1.5"
+    assert sort_settings([HCA, ("Hopper-v5", "mujoco_default"), HC]) == [HC, HCA, ("Hopper-v5", "mujoco_default")]
+
+
+def test_headline_sweep_is_the_papers_cell_in_both_settings():
+    specs = expand(load_sweep("headline"))
+    cells = {(s.preset, s.variant): s.config() for s in specs}
+    assert set(cells) == {(p, v) for p in ("mujoco_default", "mujoco_default_authors")
+                          for v in ("ppo", "bpo_c1.0_rho1.5")}
+    for (preset, _), cfg in cells.items():
+        assert (cfg.env, cfg.total_timesteps, cfg.seeds) == ("HalfCheetah-v5", 1_500_000,
+                                                             5 if preset == "mujoco_default" else 3)
+    bpo = cells[("mujoco_default", "bpo_c1.0_rho1.5")]
+    assert (bpo.algo, bpo.bpo.c_bar, bpo.bpo.rho_bar) == ("bpo", 1.0, 1.5)
+
+
+FINALS = {HC: {"ppo": exact_sample(3000, 600, 5, 1), "bpo_c1.0_rho1.5": exact_sample(4000, 400, 5, 2)},
+          HCA: {"ppo": exact_sample(800, 100, 3, 3), "bpo_c1.0_rho1.5": exact_sample(1100, 60, 3, 4)}}
+
+
+@pytest.fixture
+def headline_results(tmp_path):
+    results = tmp_path / "results"
+    prov = {(*s, v): provenance_record("feedc0de") for s, rows in FINALS.items() for v in rows}
+    synthetic_results(results / "headline", FINALS, prov)
+    assert main(["table", str(results / "headline"), "--bootstrap-reps", "200"]) == 0
+    return results
+
+
+def _row(text: str, setting: str, row: str) -> list[str]:
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if cells[:2] == [setting, row]:
+            return cells
+    raise AssertionError(f"no line for {setting} / {row}")
+
+
+def test_headline_block_puts_ours_beside_the_papers_cell(headline_results):
+    page = "intro\n<!-- results:headline-vs-paper -->\nold text\n<!-- /results -->\nafter\n"
+    text = render(page, headline_results)
+    assert text.startswith("intro\n<!-- results:headline-vs-paper -->\n")
+    assert text.endswith("<!-- /results -->\nafter\n")
+    assert "old text" not in text and "code feedc0de" in text
+    paper_ppo, paper_bpo = PAPER_TABLE1[HC]["ppo"], PAPER_TABLE1[HC]["bpo_c1.0_rho1.5"]
+    for setting, label in ((HC, "HalfCheetah-v5 (default)"), (HCA, "HalfCheetah-v5 (default, authors' config)")):
+        for row, name, paper in (("ppo", "PPO", paper_ppo), ("bpo_c1.0_rho1.5", "BPO (c̄, ρ̄ = 1.0, 1.5)", paper_bpo)):
+            values = FINALS[setting][row]
+            n, mean, sd = len(values), values.mean(), values.std(ddof=1)
+            cells = _row(text, label, name)
+            assert cells[2] == f"{mean:.0f} ± {sd / math.sqrt(n):.0f} (SD {sd:.0f}), {n}"
+            # The paper's column is its default one for both settings, its ± an SD over 10 runs.
+            assert cells[4] == f"{paper[0]} (SD {paper[1]})" and cells[5] == f"{mean - paper[0]:+.0f}"
+            p = stats.ttest_ind_from_stats(mean, sd, n, paper[0], paper[1], 10, equal_var=False).pvalue
+            assert cells[6] == ("< 0.001" if p < 0.0005 else f"{p:.3f}")
+        ppo, bpo = FINALS[setting]["ppo"], FINALS[setting]["bpo_c1.0_rho1.5"]
+        p_bpo = stats.ttest_ind(bpo, ppo, equal_var=False, alternative="greater").pvalue
+        assert _row(text, label, "BPO (c̄, ρ̄ = 1.0, 1.5)")[3] == f"{p_bpo:.3f}"
+        assert _row(text, label, "PPO")[3] == "–"
+
+
+def test_report_rewrites_drifted_blocks_and_check_fails_until_then(headline_results, tmp_path, capsys):
+    root = tmp_path / "repo"
+    (root / "docs").mkdir(parents=True)
+    page = root / "docs" / "reproduction.md"
+    page.write_text("# R\n<!-- results:headline -->\nstale\n<!-- /results -->\n"
+                    "<!-- results:fig2 -->\n<!-- /results -->\n")
+    args = ["report", "--results", str(headline_results), "--root", str(root)]
+    assert main([*args, "--check"]) == 1
+    assert "docs/reproduction.md differs" in capsys.readouterr().err
+    assert "stale" in page.read_text()  # --check writes nothing
+    assert main(args) == 0
+    text = page.read_text()
+    assert "Made by `bpo reproduce headline --out results/headline`" in text and "| PPO |" in text
+    assert "*Not made yet: `bpo reproduce fig2 --out results/fig2`.*" in text  # no such folder
+    assert main([*args, "--check"]) == 0
+    page.write_text(text + "<!-- results:nope -->\n<!-- /results -->\n")
+    assert main(args) == 2 and "unknown results block 'nope'" in capsys.readouterr().err
+
+
+def test_committed_pages_match_the_committed_results():
+    """The README and docs blocks were written by `bpo report` from results/ as committed."""
+    assert any(BLOCK in (ROOT / p).read_text() for p in PAGES for BLOCK in ("<!-- results:",))
+    assert report(ROOT / "results", ROOT, check=True) == []

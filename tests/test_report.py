@@ -6,6 +6,7 @@ place beside the paper's default column."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from pathlib import Path
 
@@ -14,8 +15,10 @@ from scipy import stats
 
 from bpo.cli import main
 from bpo.presets import PAPER_TABLE1, best_bpo_row, get_preset, paper_setting
-from experiments.common import sort_settings
+from bpo.results import read_summary
+from experiments.common import provenance_notes, sort_settings
 from experiments.report import PAGES, render, report
+from experiments.store import build_index
 from experiments.sweep import expand, load_sweep
 
 from synthetic_results import exact_sample, provenance_record, synthetic_results
@@ -125,3 +128,26 @@ def test_committed_pages_match_the_committed_results():
     """The README and docs blocks were written by `bpo report` from results/ as committed."""
     assert any(BLOCK in (ROOT / p).read_text() for p in PAGES for BLOCK in ("<!-- results:",))
     assert report(ROOT / "results", ROOT, check=True) == []
+
+
+SUMMARY_FIELDS = {"preset", "algo", "env", "seeds", "step_unit", "final_eval_returns", "final_mean", "final_sd",
+                  "final_se", "env_steps", "wall_time_s", "compile_time_s", "train_steps_per_s", "eval_time_s",
+                  "seed_chunk", "threads", "configs_in_program", "backend", "provenance"}
+
+
+def test_every_committed_run_has_the_current_summary_and_one_code_version_per_folder():
+    folders = sorted(p.parent for p in (ROOT / "results").glob("*/sweep.json"))
+    assert {f.name for f in folders} >= {"fig2", "classic", "table1_small", "mujoco_small"}
+    for folder in folders:
+        runs = [r for r in build_index(folder)["runs"] if r["status"] == "finished"]
+        assert runs, folder
+        summaries = [read_summary(folder / r["run_id"]) for r in runs]
+        for run, summary in zip(runs, summaries, strict=True):
+            assert SUMMARY_FIELDS <= set(summary), (run["run_id"], SUMMARY_FIELDS - set(summary))
+            if summary["algo"] == "bpo":
+                assert summary["diagnostics"], run["run_id"]
+        assert provenance_notes(summaries) == [], folder  # what bpo table and bpo plot would warn about
+    variance = json.loads((ROOT / "results" / "variance" / "summary.json").read_text())
+    assert variance["provenance"]["code_version"]
+    # Nothing under results/ that no command makes: sweep folders and the variance folder only.
+    assert {p.name for p in (ROOT / "results").iterdir()} == {f.name for f in folders} | {"variance"}

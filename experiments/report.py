@@ -131,6 +131,13 @@ def headline_block(results: Path) -> str:
     return "\n".join(lines) + f"\n\n{provenance_line(summaries)} {_wall_line(summaries)}\n"
 
 
+def _budget(steps: float) -> str:
+    """A run's environment steps to two significant figures (runs end on whole rollouts, so a
+    100k-step budget runs 100,096 or 102,400 steps): '100k steps', '1.5M steps'."""
+    rounded = float(f"{steps:.2g}")
+    return f"{rounded / 1e6:g}M steps" if rounded >= 1e6 else f"{rounded / 1e3:g}k steps"
+
+
 def _glance_sweep(results: Path, name: str, link: bool = True) -> str | None:
     """One line for a sweep folder: budget, seeds and every cell's mean ± SE with its p; ``link``
     appends a link to the folder relative to the repository root (the README's)."""
@@ -139,7 +146,7 @@ def _glance_sweep(results: Path, name: str, link: bool = True) -> str | None:
         return None
     cells, data = _cells(folder)
     runs = _runs(folder)
-    budgets = sorted({f"{r['summary']['total_timesteps'] / 1000:.0f}k steps" if "total_timesteps" in r["summary"]
+    budgets = sorted({_budget(r["summary"]["total_timesteps"]) if "total_timesteps" in r["summary"]
                       else f"{r['summary'].get('episodes')} episodes" for r in runs})
     seeds = sorted({c["n"] for c in cells.values()})
     parts = []

@@ -81,14 +81,16 @@ def _wall_line(summaries: list[dict]) -> str:
 
 
 def sweep_block(results: Path, name: str) -> str:
-    """A sweep folder's ``table1.md`` (``bpo table``) under its provenance line."""
+    """A sweep folder's ``table1.md`` (``bpo table``) under its provenance line, and its learning
+    curves (``bpo plot``), linked from a page in ``docs/``."""
     folder = results / name
     if not (folder / "table1.md").is_file():
         return f"*Not made yet: `bpo reproduce {name} --out results/{name}`.*\n"
     summaries = [r["summary"] for r in _runs(folder)]
+    curves = f"\n![{SWEEPS[name]}](../results/{name}/curves.png)\n" if (folder / "curves.png").is_file() else ""
     return (f"Made by `bpo reproduce {name} --out results/{name}`. {provenance_line(summaries)} "
             f"{_wall_line(summaries)}\n\n"
-            + (folder / "table1.md").read_text())
+            + (folder / "table1.md").read_text() + curves)
 
 
 def variance_block(results: Path) -> str:

@@ -7,6 +7,7 @@ axes at small n; provenance warnings when a folder mixes code or MuJoCo versions
 
 import json
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -76,6 +77,10 @@ def test_welch_p_matches_the_written_out_test():
             # From summary statistics (a table's mean ± SD): the same test.
             assert welch_p_from_stats(m1, s1, n1, m2, s2, n2, alternative) == pytest.approx(got, rel=1e-9)
     assert math.isnan(welch_p([1.0], [1.0, 2.0])) and math.isnan(welch_p_from_stats(1.0, 1.0, 1, 1.0, 1.0, 5))
+    # Every seed at the same return in both rows (CartPole's cap): undefined, and no warning printed.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert math.isnan(welch_p([500.0] * 10, [500.0] * 10))
 
 
 def test_marks_follow_mean_and_p():

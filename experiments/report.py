@@ -77,7 +77,8 @@ def provenance_line(records: list[dict]) -> str:
 
 def _wall_line(summaries: list[dict]) -> str:
     wall = sum(s.get("wall_time_s", 0.0) for s in summaries)
-    return f"{len(summaries)} run{'s' if len(summaries) != 1 else ''}, {wall / 60:.1f} min of wall time in all."
+    return (f"{len(summaries)} run{'s' if len(summaries) != 1 else ''}, {wall / 60:.1f} min of wall time in all "
+            "(a resumed run counts from its last start).")
 
 
 def sweep_block(results: Path, name: str) -> str:

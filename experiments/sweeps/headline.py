@@ -2,8 +2,9 @@
 1.5M steps, in two settings: ``mujoco_default`` as Table 4 states (5 seeds) and
 ``mujoco_default_authors``, the authors' public configuration (no observation normalisation,
 initial log std 0.0; 3 seeds). Each run vmaps its seeds in one process and checkpoints ten times, so
-running the sweep again continues it. About 3.5 h of one core for the four runs on
-the 2-core development machine (docs/reproduction.md)."""
+running the sweep again continues it. About 2.5 h of one core for the four runs on the
+2-core development machine with the other core busy (BPO 5 seeds 80 min, BPO 3 seeds 46 min, PPO
+15 and 6 min; docs/reproduction.md)."""
 
 from experiments.sweep import Grid, SlurmResources, Sweep
 

@@ -112,7 +112,8 @@ def headline_block(results: Path) -> str:
         return "*Not made yet: `bpo reproduce headline --out results/headline`.*\n"
     cells, data = _cells(folder)
     settings, rows = sort_settings({s for s, _ in cells}), sort_rows({r for _, r in cells})
-    lines = ["| setting | row | ours: mean ± SE (SD), n | ours: one-sided p vs PPO | the paper: mean (SD), n = 10 "
+    lines = [f"| setting | row | ours: mean ± SE (SD), n | ours: one-sided p vs {row_label(data['baseline'])} "
+             "| the paper: mean (SD), n = 10 "
              "| ours − paper | Welch p, ours vs the paper (two-sided) |",
              "| --- | --- | --- | --- | --- | --- | --- |"]
     for setting in settings:

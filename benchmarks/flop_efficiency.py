@@ -20,14 +20,25 @@ Workloads, each timed as the median of several calls after a warm-up, on one cor
 
     python benchmarks/flop_efficiency.py [--core 0] [--repeats 5] [--matmul 512 1024] [--fig2-chunk 10]
     python benchmarks/flop_efficiency.py --only "Figure 2" --fig2-chunk 1 2 4 10 20 50 100   # seeds per chunk
+    python benchmarks/flop_efficiency.py --only "BPO (1.0" --kernels   # + the kernels XLA runs per call
+
+``--kernels`` profiles one more call of each workload with XLA's profiler and counts the kernels it
+ran (thunks: fusions, matrix products, copies, sorts; not the loops that contain them) and the
+profiled time in matrix products and in everything else: where a small network's update spends the
+time that is not arithmetic.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
+import glob
+import gzip
+import json
 import os
 import statistics
 import sys
+import tempfile
 import time
 
 # One core, before JAX or anything else starts a thread: threads inherit the affinity they are born with.
@@ -157,6 +168,29 @@ def timed(call, repeats: int) -> float:
     return statistics.median(times)
 
 
+CONTAINERS = ("while", "PjitFunction", "ThunkExecutor", "CommonPjRt", "end:", "$")
+MATRIX_KERNELS = ("dot", "ynn_fusion")  # XLA's Eigen dots and its YNNPACK matrix-product fusions
+
+
+def kernel_counts(call) -> dict:
+    """One profiled call: kernels run and profiled milliseconds, for matrix products and for the rest."""
+    counts, ms = collections.Counter(), collections.Counter()
+    with tempfile.TemporaryDirectory() as trace_dir:
+        with jax.profiler.trace(trace_dir, create_perfetto_trace=True):
+            jax.block_until_ready(call())
+        (path,) = glob.glob(f"{trace_dir}/**/*.trace.json.gz", recursive=True)
+        trace = json.load(gzip.open(path))
+    for event in trace["traceEvents"] if isinstance(trace, dict) else trace:
+        name = event.get("name", "")
+        if event.get("ph") != "X" or name.startswith(CONTAINERS):
+            continue
+        kind = "matrix" if name.startswith(MATRIX_KERNELS) else "other"
+        counts[kind] += 1
+        ms[kind] += event.get("dur", 0) / 1e3
+    return {"kernels": counts["matrix"] + counts["other"], "matrix": counts["matrix"], "matrix_ms": ms["matrix"],
+            "other": counts["other"], "other_ms": ms["other"]}
+
+
 def main() -> None:
     global FIG2_SEEDS
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -166,6 +200,8 @@ def main() -> None:
     parser.add_argument("--fig2-chunk", nargs="+", type=int, default=[FIG2_SEEDS],
                         help="seeds vmapped together in the Figure 2 workload (one row per value)")
     parser.add_argument("--only", default="", help="run only the workloads whose name contains this text")
+    parser.add_argument("--kernels", action="store_true",
+                        help="also count the kernels XLA runs in one profiled call of each workload")
     args = parser.parse_args()
     print(f"jax {jax.__version__}, {jax.devices()[0].device_kind}, core {CORE} only "
           f"(affinity {sorted(os.sched_getaffinity(0))})")
@@ -193,6 +229,10 @@ def main() -> None:
         rate = flops / seconds
         print(f"| {name} | {flops / 1e9:.2f} | {seconds * 1e3:.1f} | {rate / 1e9:.1f} | {rate / peak:.2f} |",
               flush=True)
+        if args.kernels:
+            k = kernel_counts(lambda compiled=compiled, call_args=call_args: compiled(*call_args))
+            print(f"  kernels per call: {k['kernels']:,} ({k['matrix']:,} matrix products, {k['matrix_ms']:.0f} ms "
+                  f"profiled; {k['other']:,} others, {k['other_ms']:.0f} ms profiled)", flush=True)
 
 
 if __name__ == "__main__":

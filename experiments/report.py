@@ -153,9 +153,9 @@ def _glance_sweep(results: Path, name: str, link: bool = True) -> str | None:
     budgets = sorted({_budget(r["summary"]["total_timesteps"]) if "total_timesteps" in r["summary"]
                       else f"{r['summary'].get('episodes')} episodes" for r in runs})
     seeds = sorted({c["n"] for c in cells.values()})
-    parts = []
+    parts, all_rows = [], sort_rows({r for _, r in cells})
     for setting in sort_settings({s for s, _ in cells}):
-        rows = [r for r in sort_rows({r for _, r in cells}) if (setting, r) in cells]
+        rows = [r for r in all_rows if (setting, r) in cells]
         texts = []
         for row in rows:
             c = cells[(setting, row)]

@@ -55,7 +55,7 @@ from bpo.distributions import logits_dist  # noqa: E402
 from bpo.learner import keyed_update, make_learner  # noqa: E402
 from bpo.presets import apply_variant, get_preset  # noqa: E402
 from bpo.replay import add, init_replay  # noqa: E402
-from bpo.runners.episodic import make_parts  # noqa: E402
+from bpo.runners.episodic import make_program  # noqa: E402
 from envs.gymnasium_envs import gym_spec  # noqa: E402
 
 FIG2_SEEDS = 10  # seeds per vmapped chunk, as Figure 2 runs on a CPU (the default CPU seed chunk)
@@ -120,7 +120,7 @@ def host_update(preset: str, env_id: str, variant: str):
 def figure2_behaviour_step():
     """One behaviour step of BPO-REINFORCE on a full replay, for a chunk of seeds vmapped."""
     cfg = get_preset("short_corridor")
-    parts, hp = make_parts(cfg), traced_hyperparams(cfg)
+    parts, hp = make_program(cfg), traced_hyperparams(cfg)
     _, obs0 = parts.env.reset(jax.random.PRNGKey(0))
     n = cfg.bpo.replay_size
     rng = np.random.default_rng(0)

@@ -58,12 +58,13 @@ def ours(env_id: str, variant: str, steps: int, seeds: int) -> dict:
     from bpo.config import replace, traced_hyperparams
     from bpo.presets import apply_variant, get_preset
     from bpo.runners.host import HostRunner
+    from bpo.training.driver import drive
 
     cfg = replace(apply_variant(get_preset("mujoco_default", env_id), variant), seeds=seeds, total_timesteps=steps,
                   eval_every=10 * steps, eval_episodes=1, eval_in_background=False)
     runner = HostRunner(cfg, traced_hyperparams(cfg))
     start = time.perf_counter()
-    out = runner.run()
+    out = drive(runner, cfg).metrics
     wall = time.perf_counter() - start
     env_steps = float(out["eval"]["eval_step"][0, -1]) * seeds
     train_time = wall - runner.compile_time_s - runner.eval_time_s

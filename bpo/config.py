@@ -1,4 +1,4 @@
-"""Typed, frozen configuration of the algorithms and runs, with validation.
+"""Typed, frozen configuration of the algorithms and runs (checked by ``bpo.validation``).
 
 Fields are split the rejax way: *static* fields fix shapes and loop lengths and are baked into
 the compiled program; *traced* fields (learning rates, gamma, lambda, rho_bar, c_bar, tau, ...)
@@ -11,9 +11,10 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Literal, NamedTuple
+from typing import ClassVar, Literal, NamedTuple
 
 import jax.numpy as jnp
+import numpy as np
 
 
 class ConfigError(ValueError):
@@ -42,20 +43,52 @@ class ReinforceConfig:
 
 
 @dataclass(frozen=True)
-class BehaviourConfig:
-    """BPO behaviour step (Algorithm 1 lines 9-16, Appendix C.2, Table 2): FQE of Q and Q-hat,
-    then the behaviour policy mu. Used only when ``algo = bpo``."""
+class ReturnConfig:
+    """The off-policy return estimator of BPO (eq. (6), Remark 1): truncated importance-sampled
+    TD(lambda) returns of the data mu collected. Used only when ``algo = bpo``."""
 
     rho_bar: float = 1.5
     """'TD error' truncation rho_bar of eq. (6); inf disables it. Traced."""
     c_bar: float = 1.0
     """'Trace cutting' truncation c_bar of eq. (6); inf disables it. Traced."""
-    lam: float = 1.0
-    """lambda of eq. (6) for BPO-REINFORCE. Listing 3 uses 1 with no value function (the PDIS-style
-    return); below 1 it shortens the effective horizon. Traced. BPO-PPO uses ppo.gae_lambda."""
     traj: Literal["per_decision", "traj", "traj_shifted"] = "per_decision"
     """Truncation mode: per-decision (eq. 6), trajectory-level 'traj' (min(c_bar, prod of
     ratios)), or the authors' shifted trajectory variant 'traj_shifted'."""
+
+
+@dataclass(frozen=True)
+class EpisodicReturnConfig(ReturnConfig):
+    """BPO-REINFORCE's returns (Listing 3, line 7): eq. (6) with no value function."""
+
+    lam: float = 1.0
+    """lambda of eq. (6) for BPO-REINFORCE. Listing 3 uses 1 with no value function (the PDIS-style
+    return); below 1 it shortens the effective horizon. Traced. BPO-PPO uses ppo.gae_lambda."""
+
+
+@dataclass(frozen=True)
+class OnPolicyReturnConfig(ReturnConfig):
+    """BPO-PPO's returns and advantages (eqs. (6), (10), (11)), and what masks them."""
+
+    advantage: Literal["authors", "eq11"] = "authors"
+    """BPO-PPO advantage: 'authors' is r_t + gamma((1-lam)V(s') + lam G_{t+1}) - V(s_t), without
+    rho_t because the ratio pi_theta/mu corrects the current action; 'eq11' is G_t - V(s_t)."""
+    weight_on_advantage: bool = False
+    """Decoupled-PPO form: the clipped ratio is pi_theta/pi_old and the advantage is multiplied
+    by rho_t = min(rho_bar, pi_old/mu). Off: the ratio is pi_theta/mu (paper Section 5.1)."""
+    trust_region_delta: float = math.inf
+    """BPO-PPO Trust Region Masking (Li et al., "Trust Region Masking for Long-Horizon LLM
+    Reinforcement Learning"): a trajectory segment of the rollout (one environment's steps up to an
+    episode end) is left out of the policy loss when its score exceeds
+    delta; the loss still averages over all steps. inf turns it off."""
+    trust_region_criterion: Literal["max_abs_log_ratio", "mean_k3"] = "max_abs_log_ratio"
+    """Segment score: the largest per-step |log pi/mu|, or the mean k3 = rho - 1 - log rho."""
+
+
+@dataclass(frozen=True)
+class BehaviourConfig:
+    """BPO behaviour step (Algorithm 1 lines 9-16, Appendix C.2, Table 2): FQE of Q and Q-hat,
+    then the behaviour policy mu. Used only when ``algo = bpo``."""
+
     replay_size: int = 1024
     """|D|: FIFO replay of the most recent transitions collected by mu."""
     q_batch_size: int = 256
@@ -79,9 +112,6 @@ class BehaviourConfig:
     """Global gradient-norm clip of mu."""
     q_hidden: tuple[int, ...] = (64, 64)
     """Hidden widths of the Q and Q-hat MLPs (ReLU)."""
-    mu_hidden: tuple[int, ...] = (64, 64)
-    """Hidden widths of the mu MLP (ReLU). Its head starts at zero weights with the target
-    policy's initial logits as bias, so mu starts identical to pi."""
     layer_norm: bool = True
     """Layer norm in the Q and Q-hat MLPs (Appendix C.2)."""
     zero_init_head: bool = True
@@ -122,34 +152,36 @@ class BehaviourConfig:
     'reverse_kl' is KL(mu || q). Both are minimised at mu = q, q ∝ pi sqrt(Q-hat)."""
     use_q_hat: bool = True
     """False is the 'no Q-hat' ablation (Figure 4): mu's target drops the Q-hat term and tracks pi."""
+    mu_ent_coef: float = 0.0
+    """Weight of an entropy bonus in mu's loss (eqs. 15, 16 have none; the authors' code adds PPO's
+    entropy coefficient there). Static."""
+
+
+@dataclass(frozen=True)
+class EpisodicBehaviourConfig(BehaviourConfig):
+    """The behaviour step of BPO-REINFORCE: mu has a network of its own."""
+
+    mu_hidden: tuple[int, ...] = (64, 64)
+    """Hidden widths of the mu MLP (ReLU). Its head starts at zero weights with the target
+    policy's initial logits as bias, so mu starts identical to pi."""
+
+
+@dataclass(frozen=True)
+class OnPolicyBehaviourConfig(BehaviourConfig):
+    """The behaviour step of BPO-PPO: mu has pi's architecture (Section 5.3)."""
+
     clip_actions: bool = True
     """Continuous actions: Q and Q-hat see actions clipped to the action bounds (what the
     environment executes), for the stored actions, the sampled a' ~ pi and mu's samples in eq. (16).
     Log-probabilities always use the unclipped sample."""
-    advantage: Literal["authors", "eq11"] = "authors"
-    """BPO-PPO advantage: 'authors' is r_t + gamma((1-lam)V(s') + lam G_{t+1}) - V(s_t), without
-    rho_t because the ratio pi_theta/mu corrects the current action; 'eq11' is G_t - V(s_t)."""
-    weight_on_advantage: bool = False
-    """Decoupled-PPO form: the clipped ratio is pi_theta/pi_old and the advantage is multiplied
-    by rho_t = min(rho_bar, pi_old/mu). Off: the ratio is pi_theta/mu (paper Section 5.1)."""
     lr_schedule: Literal["constant", "linear"] = "constant"
     """BPO-PPO: 'linear' decays the Q, Q-hat and mu learning rates to 0 over the run, with the
     same remaining-progress factor as the PPO learning rate. (The authors' code gives every
     network the PPO optimiser, whose schedule counts each network's own steps, so mu's rate
     reaches 0 after about a quarter of a CartPole run; here the decay follows the run's progress.)"""
-    mu_ent_coef: float = 0.0
-    """Weight of an entropy bonus in mu's loss (eqs. 15, 16 have none; the authors' code adds PPO's
-    entropy coefficient there). Static."""
     ppo_ent_coef: float = 0.0
     """Entropy coefficient of the PPO update inside BPO-PPO (0 in the authors' code); plain PPO
     uses ppo.ent_coef."""
-    trust_region_delta: float = math.inf
-    """BPO-PPO Trust Region Masking (Li et al., "Trust Region Masking for Long-Horizon LLM
-    Reinforcement Learning"): a trajectory segment of the rollout (one environment's steps up to an
-    episode end) is left out of the policy loss when its score exceeds
-    delta; the loss still averages over all steps. inf turns it off."""
-    trust_region_criterion: Literal["max_abs_log_ratio", "mean_k3"] = "max_abs_log_ratio"
-    """Segment score: the largest per-step |log pi/mu|, or the mean k3 = rho - 1 - log rho."""
 
 
 @dataclass(frozen=True)
@@ -179,8 +211,40 @@ class EpisodicTrainConfig:
     """Step limit after which an episode is truncated."""
     reinforce: ReinforceConfig = field(default_factory=ReinforceConfig)
     """Target-policy update."""
-    bpo: BehaviourConfig = field(default_factory=BehaviourConfig)
+    returns: EpisodicReturnConfig = field(default_factory=EpisodicReturnConfig)
+    """Off-policy return estimator (algo = bpo only)."""
+    bpo: EpisodicBehaviourConfig = field(default_factory=EpisodicBehaviourConfig)
     """Behaviour step (algo = bpo only)."""
+
+    unit: ClassVar[str] = "episode"
+    """What a row of the training metrics is, and what ``--checkpoint-every N`` counts blocks of."""
+    step_unit: ClassVar[str] = "episode"
+    """What a learning curve's ``step`` counts."""
+
+    @property
+    def n_blocks(self) -> int:
+        """Blocks of ``eval_every`` training episodes, each followed by an evaluation."""
+        return self.episodes // self.eval_every
+
+    @property
+    def n_evaluations(self) -> int:
+        """Evaluations of one seed, the one before training included."""
+        return self.n_blocks + 1
+
+    @property
+    def env_steps_total(self) -> None:
+        """Environment steps of one seed: not known ahead (episode lengths vary)."""
+        return None
+
+    @property
+    def checkpoint_units(self) -> int:
+        """What ``--checkpoint-every N`` counts N of in a whole run: the loop's iterations
+        (the evaluation before training, then one per block)."""
+        return self.n_blocks + 1
+
+    def units_at_evaluations(self, evals: dict) -> np.ndarray:
+        """Training episodes done at each evaluation, from a run's evaluation outputs."""
+        return np.asarray(evals["eval_episode"][0]).astype(int)
 
 
 @dataclass(frozen=True)
@@ -289,8 +353,57 @@ class OnPolicyTrainConfig:
     """Episodes per evaluation with the deterministic policy (argmax / Gaussian mean)."""
     ppo: PPOConfig = field(default_factory=PPOConfig)
     """Target-policy update."""
-    bpo: BehaviourConfig = field(default_factory=BehaviourConfig)
+    returns: OnPolicyReturnConfig = field(default_factory=OnPolicyReturnConfig)
+    """Off-policy return estimator (algo = bpo only)."""
+    bpo: OnPolicyBehaviourConfig = field(default_factory=OnPolicyBehaviourConfig)
     """Behaviour step (algo = bpo only)."""
+
+    unit: ClassVar[str] = "update"
+    """What a row of the training metrics is, and what ``--checkpoint-every N`` counts."""
+    step_unit: ClassVar[str] = "env_step"
+    """What a learning curve's ``step`` counts."""
+
+    @property
+    def rollout_size(self) -> int:
+        """Transitions per rollout (and per update): ``n_steps x n_envs``."""
+        return self.ppo.n_steps * self.ppo.n_envs
+
+    @property
+    def n_updates(self) -> int:
+        """The budget in whole rollouts, rounded up as SB3 does."""
+        return -(-self.total_timesteps // self.rollout_size)
+
+    @property
+    def eval_schedule(self) -> np.ndarray:
+        """Boolean per update: evaluate after it. Every ``eval_every`` steps (rounded down to whole
+        rollouts, at least one) and after the last update; one more evaluation precedes training."""
+        per_eval = max(1, self.eval_every // self.rollout_size)
+        after = (np.arange(self.n_updates) + 1) % per_eval == 0
+        after[-1] = True
+        return after
+
+    @property
+    def n_evaluations(self) -> int:
+        """Evaluations of one seed, the one before training included."""
+        return int(self.eval_schedule.sum()) + 1
+
+    @property
+    def env_steps_total(self) -> int:
+        """Environment steps of one seed."""
+        return self.n_updates * self.rollout_size
+
+    @property
+    def checkpoint_units(self) -> int:
+        """What ``--checkpoint-every N`` counts N of in a whole run: updates."""
+        return self.n_updates
+
+    def units_at_evaluations(self, evals: dict) -> np.ndarray:
+        """Updates done at each evaluation, from a run's evaluation outputs."""
+        return (np.asarray(evals["eval_step"][0]) // self.rollout_size).astype(int)
+
+
+TrainConfig = EpisodicTrainConfig | OnPolicyTrainConfig
+"""Either kind of run."""
 
 
 class PPOHyperparams(NamedTuple):
@@ -328,34 +441,49 @@ class Hyperparams(NamedTuple):
 def traced_hyperparams(cfg):
     """The traced fields of ``cfg`` as float32 arrays: Hyperparams or PPOHyperparams."""
     if isinstance(cfg, OnPolicyTrainConfig):
-        p, b = cfg.ppo, cfg.bpo
+        p, b, g = cfg.ppo, cfg.bpo, cfg.returns
         ent_coef = b.ppo_ent_coef if cfg.algo == "bpo" else p.ent_coef
         values = dict(
             learning_rate=p.learning_rate, clip_range=p.clip_range, ent_coef=ent_coef, vf_coef=p.vf_coef,
-            gamma=p.gamma, gae_lambda=p.gae_lambda, rho_bar=b.rho_bar, c_bar=b.c_bar, q_lr=b.q_lr, mu_lr=b.mu_lr,
+            gamma=p.gamma, gae_lambda=p.gae_lambda, rho_bar=g.rho_bar, c_bar=g.c_bar, q_lr=b.q_lr, mu_lr=b.mu_lr,
             polyak_tau=b.polyak_tau, symlog_reg_coef=b.symlog_reg_coef,
         )
         return PPOHyperparams(**{k: jnp.asarray(v, dtype=jnp.float32) for k, v in values.items()})
-    r, b = cfg.reinforce, cfg.bpo
+    r, b, g = cfg.reinforce, cfg.bpo, cfg.returns
     values = dict(
-        lr_start=r.lr_start, lr_end=r.lr_end, gamma=r.gamma, rho_bar=b.rho_bar, c_bar=b.c_bar, lam=b.lam,
+        lr_start=r.lr_start, lr_end=r.lr_end, gamma=r.gamma, rho_bar=g.rho_bar, c_bar=g.c_bar, lam=g.lam,
         q_lr=b.q_lr, mu_lr=b.mu_lr, polyak_tau=b.polyak_tau, symlog_reg_coef=b.symlog_reg_coef,
     )
     return Hyperparams(**{k: jnp.asarray(v, dtype=jnp.float32) for k, v in values.items()})
 
 
-def replace(cfg, **changes):
-    """dataclasses.replace that also accepts dotted names for nested fields, e.g. 'bpo.c_bar'."""
+def field_names(cfg, prefix: str = "") -> list[str]:
+    """Every settable field of ``cfg``, nested ones dotted (``returns.c_bar``)."""
+    names = []
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        names += field_names(value, f"{prefix}{f.name}.") if dataclasses.is_dataclass(value) else [prefix + f.name]
+    return names
+
+
+def replace(cfg, _prefix: str = "", **changes):
+    """dataclasses.replace that also accepts dotted names for nested fields, e.g. 'returns.c_bar'.
+    A field that this kind of config does not have (``bpo.mu_hidden`` of an on-policy run, whose mu
+    has pi's architecture) is a ``ConfigError`` naming it, never silently ignored."""
     nested: dict[str, dict] = {}
     flat = {}
     for name, value in changes.items():
         head, _, rest = name.partition(".")
+        if not any(f.name == head for f in dataclasses.fields(cfg)) or (
+                bool(rest) != dataclasses.is_dataclass(getattr(cfg, head))):
+            raise ConfigError(_prefix + name, f"does not apply to {type(cfg).__name__}; its fields: "
+                              f"{field_names(cfg, _prefix)}")
         if rest:
             nested.setdefault(head, {})[rest] = value
         else:
             flat[name] = value
     for head, sub in nested.items():
-        flat[head] = replace(getattr(cfg, head), **sub)
+        flat[head] = replace(getattr(cfg, head), f"{_prefix}{head}.", **sub)
     return dataclasses.replace(cfg, **flat)
 
 
@@ -376,8 +504,14 @@ def to_dict(cfg) -> dict:
 
 def from_dict(data: dict):
     """The config ``to_dict`` wrote (a run's config.json or a checkpoint): episodic or on-policy,
-    decided by its fields; lists become tuples and 'inf' strings floats again."""
+    decided by its fields; lists become tuples and 'inf' strings floats again. Files written
+    before the return estimator had a section of its own (``returns``) are read with its fields
+    taken from ``bpo``."""
     cls = OnPolicyTrainConfig if "ppo" in data else EpisodicTrainConfig
+    if "returns" not in data and isinstance(data.get("bpo"), dict):
+        names = {f.name for f in dataclasses.fields(cls().returns)}
+        data = {**data, "returns": {k: v for k, v in data["bpo"].items() if k in names},
+                "bpo": {k: v for k, v in data["bpo"].items() if k not in names}}
     return _build(cls, data)
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from bpo import distributions as D
+from bpo.distributions import Dist
 
 MISMATCH_WARNING = 0.01  # the mismatch metrics' usual thresholds: below 0.01 expected, above 0.1 critical
 # Per-update diagnostics, and how updates are pooled (for curves and summaries): min, max or mean.
@@ -78,7 +78,7 @@ def sample_kls(log_ratio, valid=None) -> dict:
     }
 
 
-def exact_kl(p: D.Dist, q: D.Dist, discrete: bool):
+def exact_kl(p: Dist, q: Dist, discrete: bool):
     """KL(p || q) per state: categorical sum, or the diagonal-Gaussian closed form."""
     if discrete:
         log_p, log_q = jax.nn.log_softmax(p.loc, axis=-1), jax.nn.log_softmax(q.loc, axis=-1)
@@ -88,7 +88,7 @@ def exact_kl(p: D.Dist, q: D.Dist, discrete: bool):
     return 0.5 * jnp.sum(var_ratio + mean_term - 1.0 - jnp.log(var_ratio), axis=-1)
 
 
-def exact_kls(pi: D.Dist, mu: D.Dist, discrete: bool, valid=None) -> dict:
+def exact_kls(pi: Dist, mu: Dist, discrete: bool, valid=None) -> dict:
     """KL(pi || mu) and KL(mu || pi) at the visited states, averaged."""
     return {"kl_pi_mu_exact": _mean(exact_kl(pi, mu, discrete), valid),
             "kl_mu_pi_exact": _mean(exact_kl(mu, pi, discrete), valid)}
@@ -101,7 +101,7 @@ def logprob_mismatch(stored_log_prob, recomputed_log_prob, valid=None) -> dict:
     return {"logprob_mismatch": _mean(d, valid), "logprob_mismatch_sq": 0.5 * _mean(d**2, valid)}
 
 
-def off_policy_diagnostics(log_pi, log_mu_stored, log_mu_recomputed, pi: D.Dist, mu: D.Dist, discrete: bool,
+def off_policy_diagnostics(log_pi, log_mu_stored, log_mu_recomputed, pi: Dist, mu: Dist, discrete: bool,
                            rho_bar, c_bar, valid=None) -> dict:
     """Every diagnostic of one BPO update, on the rollout's samples. ``log_mu_stored``: what the
     rollout recorded; ``mu`` and ``log_mu_recomputed``: the behaviour policy as the learner computes

@@ -50,6 +50,15 @@ def sample(key, dist: Dist, discrete: bool):
     return dist.loc + dist.scale * jax.random.normal(key, dist.loc.shape)
 
 
+def clip_action(action, low, high):
+    """The action the environment executes: ``action`` clipped to ``[low, high]`` per dimension;
+    ``action`` itself when ``low`` is None (discrete actions, or clipping turned off). The
+    policies' Gaussians are unbounded, so a sample can leave the bounds."""
+    if low is None:
+        return action
+    return jnp.clip(action, jnp.asarray(low), jnp.asarray(high))
+
+
 def mode(dist: Dist, discrete: bool):
     """The deterministic action used in evaluation: argmax or the Gaussian mean."""
     return jnp.argmax(dist.loc, axis=-1) if discrete else dist.loc

@@ -1,6 +1,7 @@
-"""Fitted Q-evaluation of q_pi (eq. 13) and q-hat_pi (eq. 14), r-hat (eq. 7), and the
-stabilisers of Appendix C.2 (symlog targets, Polyak target network with symlog regulariser,
-weighted TD, clipped targets). Discrete actions: the next-state expectation over pi is exact.
+"""Fitted Q-evaluation of q_pi (eq. 13) and q-hat_pi (eq. 14), the second-moment problem of
+eqs. (7)/(8), and the stabilisers of Appendix C.2 (symlog targets, Polyak target network with
+symlog regulariser, weighted TD, clipped targets). Discrete actions: the next-state expectation
+over pi is exact.
 
 With symlog targets the regression fits mean(symlog(y)) rather than symlog(mean(y)); the two
 agree when transitions are deterministic and differ by Jensen's gap otherwise (tests/test_fqe.py).
@@ -31,17 +32,27 @@ class FQESettings(NamedTuple):
     loss_form: str = "paper"  # "paper" or "authors" (fqe_loss)
 
 
-def r_hat(rewards, q_sa):
-    """Eq. (7): r-hat(s, a) = 2 r(s, a) q_pi(s, a) - r(s, a)^2, with q_pi in real scale."""
-    return 2.0 * rewards * q_sa - rewards**2
+def second_moment_problem(rewards, q_sa, gamma):
+    """The reward and discount that turn FQE of q_pi (eq. 13) into FQE of q-hat_pi (eq. 14).
+
+    Eq. (7): r-hat(s, a) = 2 r(s, a) q_pi(s, a) - r(s, a)^2. Eq. (8) (Theorem 3): the second
+    moment of the return, q-hat_pi(s, a) = E[G^2 | s, a], is the action value of r-hat under pi
+    with discount gamma^2; eq. (14) is therefore eq. (13) with r-hat for r and gamma^2 for gamma.
+
+    Args:
+        rewards: r(s, a) of the transitions.
+        q_sa: q_pi(s, a) of the same transitions, in real scale (the Q trained by eq. 13).
+        gamma: the return's discount.
+    Returns:
+        ``(r_hat, gamma**2)``."""
+    return 2.0 * rewards * q_sa - rewards**2, gamma**2
 
 
 def bellman_targets(rewards, terminated, next_values, gamma):
     """One-step targets of eqs. (13)/(14): r + gamma (1 - terminated) E_{a'~pi} Q(s', a').
 
     Truncated transitions are not terminated, so they bootstrap from the real final observation.
-    For Q-hat pass r-hat as ``rewards`` and gamma^2 as ``gamma``.
-    """
+    For Q-hat, ``rewards`` and ``gamma`` are r-hat and gamma^2 (``second_moment_problem``)."""
     return rewards + gamma * (1.0 - terminated) * next_values
 
 
@@ -66,21 +77,51 @@ def q_hat_bounds(r_hat_max, gamma):
     return jnp.zeros_like(r_hat_max), r_hat_max / (1.0 - gamma**2)
 
 
+def clip_targets(targets, bounds, clip: bool):
+    """Appendix C.2's clipped targets: ``targets`` clipped to ``bounds`` when ``clip``.
+
+    Returns:
+        The targets and the fraction of them the clip changed (0 without clipping)."""
+    if not clip:
+        return targets, jnp.zeros(())
+    clipped = jnp.clip(targets, bounds[0], bounds[1])
+    return clipped, jnp.mean(clipped != targets)
+
+
 def to_real(outputs, symlog_targets: bool):
     """Network outputs in real scale (symexp when the network predicts symlog values)."""
     return symexp(outputs) if symlog_targets else outputs
 
 
-def fqe_loss(pred, targets, weights, reg_target_pred, reg_coef, form: str = "paper"):
-    """Eqs. (13)/(14) in network-output space, with the symlog regulariser towards the Polyak target
-    network's output. ``form = 'paper'``: 0.5 mean(w (pred - y)^2) + reg_coef mean((pred - pred_target)^2);
-    ``'authors'`` (their public code): mean(w (pred - y)^2) + reg_coef mean(w (pred - pred_target)^2).
-    Returns (loss, TD term)."""
-    if form == "authors":
-        td = jnp.mean(weights * (pred - targets) ** 2)
-        return td + reg_coef * jnp.mean(weights * (pred - reg_target_pred) ** 2), td
-    td = 0.5 * jnp.mean(weights * (pred - targets) ** 2)
-    return td + reg_coef * jnp.mean((pred - reg_target_pred) ** 2), td
+def fqe_loss(pred, targets, weights, reg_target_pred, reg_coef, *, symlog_targets: bool, form: str = "paper"):
+    """The regression of eqs. (13)/(14) with Appendix C.2's symlog regulariser.
+
+    The network output p at (s, a) regresses onto the Bellman targets y: onto symlog(y) with
+    symlog targets (Section 5.2; p is then symlog Q), and Appendix C.2 adds a pull of p towards
+    the Polyak target network's output p_target, in the same symlog space. Without symlog targets
+    there is no regulariser. Targets and p_target are constants of the gradient. With
+    c = ``reg_coef`` and w = ``weights`` (``BehaviourConfig.fqe_loss``):
+
+        'paper':    0.5 mean(w (p - y)^2) + c mean((p - p_target)^2)
+        'authors':  mean(w (p - y)^2) + c mean(w (p - p_target)^2)   (their public code)
+
+    Args:
+        pred: p, the network output at (s, a).
+        targets: y in real scale, already clipped (``bellman_targets``, ``clip_targets``).
+        weights: the TD weights (``td_weights``, or ones).
+        reg_target_pred: p_target; not read without symlog targets (None is fine there).
+        reg_coef: c (``symlog_reg_coef``).
+        symlog_targets: whether the network predicts symlog values.
+        form: 'paper' or 'authors'.
+    Returns:
+        ``(loss, TD term)``."""
+    y = jax.lax.stop_gradient(symlog(targets) if symlog_targets else targets)
+    authors = form == "authors"
+    td = jnp.mean(weights * (pred - y) ** 2) if authors else 0.5 * jnp.mean(weights * (pred - y) ** 2)
+    if not symlog_targets:
+        return td, td
+    pull = (pred - jax.lax.stop_gradient(reg_target_pred)) ** 2
+    return td + reg_coef * jnp.mean(weights * pull if authors else pull), td
 
 
 def value_params(state: QState, net: str) -> dict:
@@ -89,6 +130,7 @@ def value_params(state: QState, net: str) -> dict:
 
 
 def polyak_update(target_params, params, tau):
+    """Appendix C.2's Polyak target network: target <- (1 - tau) target + tau params."""
     return jax.tree.map(lambda t, p: (1.0 - tau) * t + tau * p, target_params, params)
 
 
@@ -97,39 +139,31 @@ def take_action(values, actions):
 
 
 def fqe_step(state: QState, batch, log_pi, *, predict, next_values, tx, gamma, bounds, tau, reg_coef,
-             settings: FQESettings, target_pass=None):
+             settings: FQESettings):
     """One gradient step of FQE on a minibatch (one element of an FQE epoch, Algorithm 1 l.11/14).
 
-    ``batch`` holds at least reward, terminated and log_mu. ``predict(params, batch)`` is the
-    network output at (s, a) (symlog scale with symlog targets); ``next_values(params, batch)`` is
-    E_{a'~pi} Q(s', a') in real scale (exact for discrete actions, one sample for continuous ones).
-    ``log_pi`` is log pi(a|s) for the weighted-TD weights. ``target_pass(params, batch)``, if given,
-    returns ``(next_values, predict)`` of the same parameters from one pass of the network over both
-    inputs; it is used when the bootstrap and the symlog regulariser both read the target network
-    (the same numbers, half the calls of small matrix products).
-    """
-    both_from_target = target_pass is not None and settings.bootstrap_from_target and settings.symlog_targets
-    if both_from_target:
-        next_v, reg_target = target_pass(state.target_params, batch)
-    else:
-        next_v = next_values(state.target_params if settings.bootstrap_from_target else state.params, batch)
-    targets = bellman_targets(batch["reward"], batch["terminated"], next_v, gamma)
-    if settings.clip_targets:
-        clipped = jnp.clip(targets, bounds[0], bounds[1])
-        clip_frac = jnp.mean(clipped != targets)
-        targets = clipped
-    else:
-        clip_frac = jnp.zeros(())
-    targets = jax.lax.stop_gradient(symlog(targets) if settings.symlog_targets else targets)
+    Args:
+        state: the online and Polyak target parameters and the optimiser state.
+        batch: at least reward, terminated and log_mu (and what ``predict``/``next_values`` read).
+        log_pi: log pi(a|s) of the batch, for the weighted-TD weights.
+        predict: ``(params, batch) ->`` the network output at (s, a) (symlog scale with symlog
+            targets).
+        next_values: ``(params, batch) ->`` E_{a'~pi} Q(s', a') in real scale (exact for discrete
+            actions, one sample for continuous ones).
+        tx: the optimiser; gamma, bounds: the discount and the target clip range; tau: the Polyak
+            rate; reg_coef: the symlog regulariser's weight; settings: the static switches.
+    Returns:
+        The new state and the step's metrics (loss, TD term, fraction of targets clipped, mean
+        real-scale target)."""
+    boot = state.target_params if settings.bootstrap_from_target else state.params
+    targets = bellman_targets(batch["reward"], batch["terminated"], next_values(boot, batch), gamma)
+    targets, clip_frac = clip_targets(targets, bounds, settings.clip_targets)
     weights = td_weights(log_pi, batch["log_mu"]) if settings.weight_td else jnp.ones_like(targets)
-    if settings.symlog_targets:
-        reg_target, coef = (reg_target if both_from_target else predict(state.target_params, batch)), reg_coef
-    else:
-        reg_target, coef = jnp.zeros_like(targets), 0.0
+    reg_target = predict(state.target_params, batch) if settings.symlog_targets else None
 
     def loss_fn(params):
-        return fqe_loss(predict(params, batch), targets, weights, jax.lax.stop_gradient(reg_target), coef,
-                        settings.loss_form)
+        return fqe_loss(predict(params, batch), targets, weights, reg_target, reg_coef,
+                        symlog_targets=settings.symlog_targets, form=settings.loss_form)
 
     (loss, td), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
     updates, opt_state = tx.update(grads, state.opt_state, state.params)

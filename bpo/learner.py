@@ -26,14 +26,15 @@ import jax.numpy as jnp
 import optax
 
 from bpo import diagnostics as dg
-from bpo import distributions as D
+from bpo import distributions
 from bpo import replay as rb
 from bpo.agents.bpo import Behaviour, BehaviourState, DistFn, make_behaviour
-from bpo.agents.ppo import PPOState, linear_schedule, make_optimizer, ppo_update
-from bpo.config import BehaviourConfig, OnPolicyTrainConfig, PPOHyperparams
+from bpo.agents.ppo import PPOState, linear_schedule, ppo_update
+from bpo.config import OnPolicyReturnConfig, OnPolicyTrainConfig, PPOHyperparams
 from bpo.networks import Actor, Critic
 from bpo.normalization import RunningStats, init_stats, update_stats
 from bpo.normalization import normalize as normalize_obs
+from bpo.optim import clipped_adam
 from bpo.returns import gae_returns, tis_advantages
 from envs.functional import EnvSpec
 
@@ -68,7 +69,7 @@ def ppo_batch(rows: Rows, values, next_values, hp: PPOHyperparams) -> Batch:
 
 
 def bpo_ppo_batch(rows: Rows, values, next_values, pi_old: DistFn, mu: DistFn, hp: PPOHyperparams,
-                  cfg: BehaviourConfig, discrete: bool) -> tuple[Batch, dict]:
+                  cfg: OnPolicyReturnConfig, discrete: bool) -> tuple[Batch, dict]:
     """Listing 4's data, on a rollout collected by mu (``rows['log_prob']`` = log mu(a|s)).
 
     ``pi_old``: the target policy before this update; ``mu``: the behaviour policy with the
@@ -83,7 +84,7 @@ def bpo_ppo_batch(rows: Rows, values, next_values, pi_old: DistFn, mu: DistFn, h
     adv_weight = jnp.ones_like(rows["reward"])
     old_log_prob = rows["log_prob"]
     pi_dist = pi_old(rows["obs"])
-    log_pi = D.log_prob(pi_dist, rows["action"], discrete)
+    log_pi = distributions.log_prob(pi_dist, rows["action"], discrete)
     log_ratio = log_pi - rows["log_prob"]
     advantages, returns = tis_advantages(
         rows["reward"], values, next_values, rows["terminated"], done, log_ratio, gamma=hp.gamma, lam=hp.gae_lambda,
@@ -93,10 +94,9 @@ def bpo_ppo_batch(rows: Rows, values, next_values, pi_old: DistFn, mu: DistFn, h
         old_log_prob = log_pi
         adv_weight = jnp.minimum(hp.rho_bar, jnp.exp(log_ratio))
     mu_dist = mu(rows["obs"])
-    # pi_old is evaluated again rather than reusing pi_dist: with the second evaluation XLA compiles
-    # the update as it always has, and gSDE runs keep their results to the last bit.
-    diagnostics = dg.off_policy_diagnostics(log_pi, rows["log_prob"], D.log_prob(mu_dist, rows["action"], discrete),
-                                            pi_old(rows["obs"]), mu_dist, discrete, hp.rho_bar, hp.c_bar)
+    log_mu_now = distributions.log_prob(mu_dist, rows["action"], discrete)
+    diagnostics = dg.off_policy_diagnostics(log_pi, rows["log_prob"], log_mu_now, pi_dist, mu_dist, discrete,
+                                            hp.rho_bar, hp.c_bar)
     if math.isfinite(cfg.trust_region_delta):
         mask = dg.trust_region_mask(log_ratio, done, cfg.trust_region_delta, cfg.trust_region_criterion)
         adv_weight = adv_weight * mask  # masked steps add 0; the loss still divides by every step
@@ -117,14 +117,18 @@ class Learner:
     spec: EnvSpec
     actor: Actor
     critic: Critic
-    tx: optax.GradientTransformation
     behaviour: Behaviour | None
     action_low: jax.Array | None  # continuous actions: the bounds the environment accepts
     action_high: jax.Array | None
 
+    def tx(self, lr) -> optax.GradientTransformation:
+        """The actor's and the critic's optimiser (each keeps its own state) at learning rate ``lr``;
+        Adam's state does not depend on the rate, so ``init`` may build it with any."""
+        return clipped_adam(lr, self.cfg.ppo.adam_eps, self.cfg.ppo.max_grad_norm)
+
     @property
     def rollout_size(self) -> int:
-        return self.cfg.ppo.n_steps * self.cfg.ppo.n_envs
+        return self.cfg.rollout_size
 
     def init(self, keys: tuple[jax.Array, jax.Array, jax.Array], hp: PPOHyperparams, obs0) -> LearnerState:
         """State from keys (actor, critic, behaviour) and the first observations [n_envs, obs]."""
@@ -133,7 +137,8 @@ class Learner:
         stats = update_stats(init_stats(spec.obs_dim), obs0)
         actor_params = self.actor.init(k_actor, obs0)
         critic_params = self.critic.init(k_critic, obs0)
-        ppo_state = PPOState(actor_params, critic_params, self.tx.init(actor_params), self.tx.init(critic_params))
+        tx = self.tx(hp.learning_rate)
+        ppo_state = PPOState(actor_params, critic_params, tx.init(actor_params), tx.init(critic_params))
         bstate, replay = (), ()
         if self.behaviour is not None:
             action0 = jnp.int32(0) if discrete else jnp.zeros(spec.n_actions, jnp.float32)
@@ -165,11 +170,6 @@ class Learner:
     def observe(self, stats: RunningStats, obs) -> RunningStats:
         return update_stats(stats, obs) if self.cfg.ppo.normalize_observations else stats
 
-    def env_action(self, action) -> jax.Array:
-        if self.spec.discrete:
-            return action
-        return jnp.clip(action, self.action_low, self.action_high)
-
     def dist_fn(self, params) -> DistFn:
         return lambda obs: self.actor.apply(params, obs)[0]
 
@@ -187,18 +187,20 @@ class Learner:
         obs_n = self.normalize(stats, obs)
         dist, latent = self.actor.apply(params, obs_n)
         if self.use_sde:
-            action, sde = D.gsde_action(k_sde, dist, latent, sde, params["params"]["log_std"], step_index,
-                                        self.cfg.ppo.sde_sample_freq)
+            action, sde = distributions.gsde_action(k_sde, dist, latent, sde, params["params"]["log_std"],
+                                                    step_index, self.cfg.ppo.sde_sample_freq)
         else:
-            action = D.sample(k_act, dist, discrete)
-        return action, self.env_action(action), D.log_prob(dist, action, discrete), obs_n, sde
+            action = distributions.sample(k_act, dist, discrete)
+        env_action = distributions.clip_action(action, self.action_low, self.action_high)
+        return action, env_action, distributions.log_prob(dist, action, discrete), obs_n, sde
 
     def greedy_action(self, state: LearnerState, obs) -> jax.Array:
         """Deterministic environment action of pi (argmax or the Gaussian mean)."""
         return self.greedy_with(state.ppo.actor_params, state.stats, obs)
 
     def greedy_with(self, actor_params, stats: RunningStats, obs) -> jax.Array:
-        return self.env_action(D.mode(self.dist_fn(actor_params)(self.normalize(stats, obs)), self.spec.discrete))
+        action = distributions.mode(self.dist_fn(actor_params)(self.normalize(stats, obs)), self.spec.discrete)
+        return distributions.clip_action(action, self.action_low, self.action_high)
 
     def flatten(self, x):
         return x.reshape((self.rollout_size,) + x.shape[2:])
@@ -217,15 +219,16 @@ class Learner:
         if beh is not None:
             # mu's parameters are still those that collected the rollout: the behaviour step comes later.
             batch, diagnostics = bpo_ppo_batch(rows, values, next_values, self.dist_fn(state.ppo.actor_params),
-                                               self.dist_fn(state.behaviour.mu_params), hp, b, discrete)
+                                               self.dist_fn(state.behaviour.mu_params), hp, self.cfg.returns, discrete)
         else:
             batch, diagnostics = ppo_batch(rows, values, next_values, hp), {}
         batch = jax.tree.map(self.flatten, batch)
         progress_remaining = jnp.maximum(1.0 - (state.update + 1) * self.rollout_size / self.cfg.total_timesteps, 0.0)
         ppo_state, ppo_metrics = ppo_update(
             k_ppo, state.ppo, batch, actor_apply=self.actor.apply,
-            critic_apply=self.critic_apply, tx=self.tx, n_epochs=p.n_epochs, batch_size=p.batch_size,
-            lr=linear_schedule(hp.learning_rate, progress_remaining, p.lr_schedule),
+            critic_apply=self.critic_apply, tx=self.tx(linear_schedule(hp.learning_rate, progress_remaining,
+                                                                       p.lr_schedule)),
+            n_epochs=p.n_epochs, batch_size=p.batch_size,
             clip_range=linear_schedule(hp.clip_range, progress_remaining, p.clip_range_schedule),
             ent_coef=hp.ent_coef, vf_coef=hp.vf_coef, discrete=discrete, normalize_advantage=p.normalize_advantage,
             kl_coef=p.kl_coef, kl_estimator=p.kl_estimator,
@@ -253,7 +256,7 @@ def make_learner(cfg: OnPolicyTrainConfig, spec: EnvSpec) -> Learner:
                                    spec.action_low, spec.action_high, cfg.bpo.clip_actions)
     low = None if discrete else jnp.asarray(spec.action_low)
     high = None if discrete else jnp.asarray(spec.action_high)
-    return Learner(cfg, spec, actor, critic, make_optimizer(p.max_grad_norm, p.adam_eps), behaviour, low, high)
+    return Learner(cfg, spec, actor, critic, behaviour, low, high)
 
 
 def keyed_update(learner: Learner, state: LearnerState, key, rows: Rows, hp: PPOHyperparams):

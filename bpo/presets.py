@@ -18,9 +18,12 @@ of a preset with ``apply_variant`` (``bpo train PRESET --variant NAME``).
 from dataclasses import replace
 
 from bpo.config import (
-    BehaviourConfig,
     ConfigError,
+    EpisodicBehaviourConfig,
+    EpisodicReturnConfig,
     EpisodicTrainConfig,
+    OnPolicyBehaviourConfig,
+    OnPolicyReturnConfig,
     OnPolicyTrainConfig,
     PPOConfig,
     ReinforceConfig,
@@ -35,10 +38,11 @@ _CARTPOLE_PPO = PPOConfig(
     normalize_advantage=True, normalize_observations=False, pi_hidden=(64, 64), vf_hidden=(64, 64),
     activation="tanh", ortho_init=False,
 )
-_CARTPOLE_BPO = BehaviourConfig(
-    rho_bar=1.5, c_bar=1.5, traj="per_decision", replay_size=1024, q_batch_size=256, mu_batch_size=128,
+_CARTPOLE_RETURNS = OnPolicyReturnConfig(rho_bar=1.5, c_bar=1.5, traj="per_decision")
+_CARTPOLE_BPO = OnPolicyBehaviourConfig(
+    replay_size=1024, q_batch_size=256, mu_batch_size=128,
     n_qvf_epochs=10, n_mu_epochs=10, q_lr=1e-3, mu_lr=1e-3, q_max_grad_norm=0.5, mu_max_grad_norm=0.5,
-    q_hidden=(64, 64), mu_hidden=(64, 64), layer_norm=True, zero_init_head=True, symlog_targets=True,
+    q_hidden=(64, 64), layer_norm=True, zero_init_head=True, symlog_targets=True,
     symlog_reg_coef=1.0, polyak_tau=0.02, weight_td=True, clip_targets=True, clip_actions=True, lr_schedule="linear",
 )
 
@@ -50,10 +54,11 @@ _MUJOCO_DEFAULT_PPO = PPOConfig(
     normalize_advantage=True, normalize_observations=True, use_sde=False, log_std_init=-1.0, pi_hidden=(64, 64),
     vf_hidden=(64, 64), activation="relu", ortho_init=True,
 )
-_MUJOCO_DEFAULT_BPO = BehaviourConfig(
-    rho_bar=1.5, c_bar=1.0, traj="per_decision", replay_size=8192, q_batch_size=256, mu_batch_size=128,
+_MUJOCO_RETURNS = OnPolicyReturnConfig(rho_bar=1.5, c_bar=1.0, traj="per_decision")
+_MUJOCO_DEFAULT_BPO = OnPolicyBehaviourConfig(
+    replay_size=8192, q_batch_size=256, mu_batch_size=128,
     n_qvf_epochs=20, n_mu_epochs=20, q_lr=3e-4, mu_lr=3e-4, q_max_grad_norm=0.5, mu_max_grad_norm=0.5,
-    q_hidden=(64, 64), mu_hidden=(64, 64), symlog_targets=True, symlog_reg_coef=1.0, polyak_tau=0.02,
+    q_hidden=(64, 64), symlog_targets=True, symlog_reg_coef=1.0, polyak_tau=0.02,
     weight_td=True, clip_targets=True, clip_actions=True, zero_init_head=True, layer_norm=True,
 )
 # Table 3 (MuJoCo, gSDE): rl-zoo's gSDE settings, 16 envs x 512 steps, 256-unit networks, lr 3e-5.
@@ -65,7 +70,7 @@ _MUJOCO_GSDE_PPO = PPOConfig(
 )
 _MUJOCO_GSDE_BPO = replace(
     _MUJOCO_DEFAULT_BPO, q_batch_size=128, mu_batch_size=128, n_qvf_epochs=40, n_mu_epochs=40, q_lr=3e-5,
-    mu_lr=3e-5, q_hidden=(256, 256), mu_hidden=(256, 256), weight_td=False, clip_targets=False,
+    mu_lr=3e-5, q_hidden=(256, 256), weight_td=False, clip_targets=False,
 )
 
 PRESETS = {
@@ -76,8 +81,9 @@ PRESETS = {
         eval_every=10,
         eval_episodes=10,
         reinforce=ReinforceConfig(lr_start=0.1, lr_end=0.01, gamma=0.99),
-        bpo=BehaviourConfig(
-            rho_bar=1.5, c_bar=1.0, lam=1.0, traj="per_decision", replay_size=1024, q_batch_size=256,
+        returns=EpisodicReturnConfig(rho_bar=1.5, c_bar=1.0, lam=1.0, traj="per_decision"),
+        bpo=EpisodicBehaviourConfig(
+            replay_size=1024, q_batch_size=256,
             mu_batch_size=256, n_qvf_epochs=1, n_mu_epochs=1, q_lr=1e-3, mu_lr=1e-3, q_hidden=(64, 64),
             mu_hidden=(64, 64), symlog_targets=True, symlog_reg_coef=1.0, polyak_tau=0.02, weight_td=True,
             clip_targets=True, layer_norm=True, zero_init_head=True, mu_loss="cross_entropy",
@@ -85,16 +91,17 @@ PRESETS = {
     ),
     "cartpole_ppo": OnPolicyTrainConfig(
         preset="cartpole_ppo", env="CartPole-v1", total_timesteps=100_000, eval_every=8_192, eval_episodes=10,
-        ppo=_CARTPOLE_PPO, bpo=_CARTPOLE_BPO,
+        ppo=_CARTPOLE_PPO, returns=_CARTPOLE_RETURNS, bpo=_CARTPOLE_BPO,
     ),
     "cartpole_continuous_ppo": OnPolicyTrainConfig(
         preset="cartpole_continuous_ppo", env="ContinuousCartPole-v0", total_timesteps=100_000, eval_every=8_192,
-        ppo=replace(_CARTPOLE_PPO, log_std_init=0.0), bpo=_CARTPOLE_BPO,
+        ppo=replace(_CARTPOLE_PPO, log_std_init=0.0), returns=_CARTPOLE_RETURNS, bpo=_CARTPOLE_BPO,
     ),
     "acrobot_ppo": OnPolicyTrainConfig(
         preset="acrobot_ppo", env="Acrobot-v1", total_timesteps=200_000, eval_every=10_240,
         ppo=PPOConfig(learning_rate=1e-3, lr_schedule="linear", n_steps=128, n_envs=8, batch_size=256, n_epochs=10,
                       gamma=0.99, gae_lambda=0.94, clip_range=0.2, ent_coef=0.0),
+        returns=_CARTPOLE_RETURNS,
         bpo=replace(_CARTPOLE_BPO, replay_size=2048, n_qvf_epochs=5, n_mu_epochs=5),
     ),
     "pendulum_ppo": OnPolicyTrainConfig(
@@ -102,6 +109,7 @@ PRESETS = {
         ppo=PPOConfig(learning_rate=1e-3, n_steps=1024, n_envs=4, batch_size=64, n_epochs=10, gamma=0.9,
                       gae_lambda=0.95, clip_range=0.2, ent_coef=0.0, use_sde=True, sde_sample_freq=4,
                       log_std_init=0.0, activation="tanh"),
+        returns=_CARTPOLE_RETURNS,
         bpo=replace(_CARTPOLE_BPO, replay_size=4096, n_qvf_epochs=5, n_mu_epochs=5, lr_schedule="constant"),
     ),
     "mountaincar_continuous_ppo": OnPolicyTrainConfig(
@@ -110,29 +118,32 @@ PRESETS = {
         ppo=PPOConfig(learning_rate=7.77e-5, n_steps=64, n_envs=8, batch_size=256, n_epochs=10, gamma=0.9999,
                       gae_lambda=0.9, clip_range=0.1, ent_coef=0.00429, vf_coef=0.19, max_grad_norm=5.0,
                       use_sde=True, sde_sample_freq=-1, log_std_init=-3.29, ortho_init=False, activation="tanh"),
+        returns=_CARTPOLE_RETURNS,
         bpo=replace(_CARTPOLE_BPO, replay_size=2048, n_qvf_epochs=5, n_mu_epochs=5, lr_schedule="constant"),
     ),
     "short_corridor_ppo": OnPolicyTrainConfig(
         preset="short_corridor_ppo", env="ShortCorridor-v0", total_timesteps=20_480, eval_every=2_048,
         ppo=PPOConfig(learning_rate=1e-3, n_steps=64, n_envs=8, batch_size=256, n_epochs=10, gamma=0.99,
                       gae_lambda=0.95, ent_coef=0.01, normalize_observations=False),
-        bpo=replace(_CARTPOLE_BPO, c_bar=1.0, lr_schedule="constant"),
+        returns=replace(_CARTPOLE_RETURNS, c_bar=1.0), bpo=replace(_CARTPOLE_BPO, lr_schedule="constant"),
     ),
     "mujoco_default": OnPolicyTrainConfig(
         preset="mujoco_default", env="HalfCheetah-v5", backend="gymnasium", variant="bpo_c1.0_rho1.5",
         total_timesteps=1_500_000, eval_every=8_192, eval_episodes=10, ppo=_MUJOCO_DEFAULT_PPO,
-        bpo=_MUJOCO_DEFAULT_BPO,
+        returns=_MUJOCO_RETURNS, bpo=_MUJOCO_DEFAULT_BPO,
     ),
     # The authors' public configs.yaml for the same runs: observations not normalised and initial
     # log std 0.0 (docs/authors_code.md rows 5-6); everything else as Table 4.
     "mujoco_default_authors": OnPolicyTrainConfig(
         preset="mujoco_default_authors", env="HalfCheetah-v5", backend="gymnasium", variant="bpo_c1.0_rho1.5",
         total_timesteps=1_500_000, eval_every=8_192, eval_episodes=10,
-        ppo=replace(_MUJOCO_DEFAULT_PPO, normalize_observations=False, log_std_init=0.0), bpo=_MUJOCO_DEFAULT_BPO,
+        ppo=replace(_MUJOCO_DEFAULT_PPO, normalize_observations=False, log_std_init=0.0), returns=_MUJOCO_RETURNS,
+        bpo=_MUJOCO_DEFAULT_BPO,
     ),
     "mujoco_gsde": OnPolicyTrainConfig(
         preset="mujoco_gsde", env="HalfCheetah-v5", backend="gymnasium", variant="bpo_c1.0_rho1.5",
-        total_timesteps=2_000_000, eval_every=8_192, eval_episodes=10, ppo=_MUJOCO_GSDE_PPO, bpo=_MUJOCO_GSDE_BPO,
+        total_timesteps=2_000_000, eval_every=8_192, eval_episodes=10, ppo=_MUJOCO_GSDE_PPO, returns=_MUJOCO_RETURNS,
+        bpo=_MUJOCO_GSDE_BPO,
     ),
 }
 
@@ -147,11 +158,11 @@ ENV_OVERRIDES = {
 # Table 1's rows: (c_bar, rho_bar) per decision, and trajectory-level truncation with c_bar = 1.
 _ROWS = {
     "ppo": {"algo": "ppo"},
-    "bpo_c1.5_rho1.5": {"algo": "bpo", "bpo.c_bar": 1.5, "bpo.rho_bar": 1.5, "bpo.traj": "per_decision"},
-    "bpo_c1.0_rho1.0": {"algo": "bpo", "bpo.c_bar": 1.0, "bpo.rho_bar": 1.0, "bpo.traj": "per_decision"},
-    "bpo_c1.0_rho1.5": {"algo": "bpo", "bpo.c_bar": 1.0, "bpo.rho_bar": 1.5, "bpo.traj": "per_decision"},
+    "bpo_c1.5_rho1.5": {"algo": "bpo", "returns.c_bar": 1.5, "returns.rho_bar": 1.5, "returns.traj": "per_decision"},
+    "bpo_c1.0_rho1.0": {"algo": "bpo", "returns.c_bar": 1.0, "returns.rho_bar": 1.0, "returns.traj": "per_decision"},
+    "bpo_c1.0_rho1.5": {"algo": "bpo", "returns.c_bar": 1.0, "returns.rho_bar": 1.5, "returns.traj": "per_decision"},
     # rho_bar does not enter 'traj' returns; it stays 1.5 for the diagnostics that report it.
-    "bpo_traj_c1.0": {"algo": "bpo", "bpo.c_bar": 1.0, "bpo.rho_bar": 1.5, "bpo.traj": "traj"},
+    "bpo_traj_c1.0": {"algo": "bpo", "returns.c_bar": 1.0, "returns.rho_bar": 1.5, "returns.traj": "traj"},
 }
 TABLE1_ROWS = tuple(_ROWS)
 ABLATIONS = {

@@ -13,7 +13,7 @@ the client starts at the first JAX computation:
     128-256): splitting one of them over Eigen's thread pool costs more than it saves, and a
     weight-gradient product x^T dy ran 4x slower inside the BPO update than alone. Off, the
     HalfCheetah BPO update takes about 15 % less time (``benchmarks/flop_efficiency.py``). Runs use
-    the cores by running seeds side by side instead (``bpo.training.segments``).
+    the cores by running seeds side by side instead (``bpo.runners.jax_runner``).
   - ``--xla_cpu_experimental_ynn_fusion_type=individual_dot``. By default XLA hands whole fusions
     of matrix products, elementwise work and reductions to YNNPACK; on our vmapped seed chunks its
     reductions (layer norm, the FQE losses) ran at a fraction of XLA's own speed. Matrix products
@@ -69,7 +69,7 @@ def enable_compile_cache() -> str | None:
 
 def cpu_threads() -> int:
     """Threads a CPU run may use to train its seeds side by side: ``BPO_THREADS`` if set, else the
-    cores this process may run on. Results do not depend on it (``bpo.training.segments``)."""
+    cores this process may run on. Results do not depend on it (``bpo.runners.jax_runner``)."""
     value = os.environ.get("BPO_THREADS", "")
     if value:
         if not value.isdigit() or int(value) < 1:

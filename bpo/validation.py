@@ -18,7 +18,7 @@ import sys
 import typing
 from typing import Literal
 
-from bpo.config import BehaviourConfig, ConfigError, OnPolicyTrainConfig
+from bpo.config import BehaviourConfig, ConfigError, OnPolicyTrainConfig, ReturnConfig
 from bpo.presets import VARIANTS
 from envs import FUNCTIONAL_ENVS, JAX_ENVS, make_env
 from envs.gymnasium_envs import GYMNASIUM_ENVS, MUJOCO_ENVS, gym_spec
@@ -126,21 +126,24 @@ def validate(cfg):
     _in_unit_interval("reinforce.gamma", r.gamma)
     _in_unit_interval("reinforce.init_right_prob", r.init_right_prob, open_left=True, open_right=True)
 
+    _validate_returns(cfg.returns)
+    _in_unit_interval("returns.lam", cfg.returns.lam)
     _validate_behaviour(cfg.bpo)
+    _widths("bpo.mu_hidden", cfg.bpo.mu_hidden)
     b = cfg.bpo
-    if math.isfinite(b.trust_region_delta):
-        raise ConfigError("bpo.trust_region_delta", "Trust Region Masking is a BPO-PPO option; BPO-REINFORCE "
-                          "learns from whole episodes: leave it inf")
     if cfg.algo == "bpo" and b.clip_targets and r.gamma >= 1.0:
         raise ConfigError("reinforce.gamma", "must be < 1 when bpo.clip_targets bounds targets by r/(1-gamma)")
     return cfg
 
 
+def _validate_returns(g: ReturnConfig) -> None:
+    _declared_choices("returns.", g)  # traj, advantage, ... and the switches
+    _positive("returns.rho_bar", g.rho_bar, allow_inf=True)
+    _positive("returns.c_bar", g.c_bar, allow_inf=True)
+
+
 def _validate_behaviour(b: BehaviourConfig) -> None:
-    _declared_choices("bpo.", b)  # traj, mu_loss, advantage, ... and the switches
-    _positive("bpo.rho_bar", b.rho_bar, allow_inf=True)
-    _positive("bpo.c_bar", b.c_bar, allow_inf=True)
-    _in_unit_interval("bpo.lam", b.lam)  # used by BPO-REINFORCE only, checked for every config alike
+    _declared_choices("bpo.", b)  # mu_loss, q_hat_head, ... and the switches
     for name in ("replay_size", "q_batch_size", "mu_batch_size", "n_qvf_epochs", "n_mu_epochs"):
         _int_at_least(f"bpo.{name}", getattr(b, name), 1)
     for name in ("q_batch_size", "mu_batch_size"):
@@ -154,20 +157,15 @@ def _validate_behaviour(b: BehaviourConfig) -> None:
     _positive("bpo.adam_eps", b.adam_eps)
     _positive("bpo.q_max_grad_norm", b.q_max_grad_norm, allow_inf=True)
     _positive("bpo.mu_max_grad_norm", b.mu_max_grad_norm, allow_inf=True)
-    for name in ("q_hidden", "mu_hidden"):
-        _widths(f"bpo.{name}", getattr(b, name))
+    _widths("bpo.q_hidden", b.q_hidden)
     _non_negative("bpo.symlog_reg_coef", b.symlog_reg_coef)
     _in_unit_interval("bpo.polyak_tau", b.polyak_tau)
     _positive("bpo.q_hat_floor", b.q_hat_floor)
-    _positive("bpo.trust_region_delta", b.trust_region_delta, allow_inf=True)
-    _non_negative("bpo.ppo_ent_coef", b.ppo_ent_coef)
     _non_negative("bpo.mu_ent_coef", b.mu_ent_coef)
 
 
-def _validate_onpolicy(cfg: OnPolicyTrainConfig) -> OnPolicyTrainConfig:
-    _string("preset", cfg.preset)
-    _declared_choices("", cfg)  # backend, vector_mode, algo, eval_in_background
-    _choice("variant", cfg.variant, ("", *VARIANTS))  # "": no variant applied
+def _validate_env_backend(cfg: OnPolicyTrainConfig) -> None:
+    """The environment exists for the backend, with a hint where it exists for another one."""
     if cfg.backend == "jax" and cfg.env not in FUNCTIONAL_ENVS:
         hint = " (a Gymnasium environment: add --backend gymnasium)" if cfg.env in GYMNASIUM_ENVS else ""
         if cfg.env in MUJOCO_ENVS:
@@ -177,24 +175,22 @@ def _validate_onpolicy(cfg: OnPolicyTrainConfig) -> OnPolicyTrainConfig:
         _choice("env", cfg.env, sorted(GYMNASIUM_ENVS))
     if cfg.backend == "mjx" and cfg.env not in MUJOCO_ENVS:
         raise ConfigError("env", f"must be one of {sorted(MUJOCO_ENVS)} with backend mjx, got {cfg.env!r}")
-    for name in ("seeds", "total_timesteps", "eval_every", "eval_episodes"):
-        _int_at_least(name, getattr(cfg, name), 1)
-    _int_at_least("seed", cfg.seed, 0)
-    p = cfg.ppo
+
+
+def _validate_ppo(p) -> None:
     _declared_choices("ppo.", p)  # lr_schedule, activation, kl_estimator, ... and the switches
     for name in ("n_steps", "n_envs", "batch_size", "n_epochs"):
         _int_at_least(f"ppo.{name}", getattr(p, name), 1)
     rollout = p.n_steps * p.n_envs
     if rollout % p.batch_size:
         raise ConfigError("ppo.batch_size", f"must divide n_steps * n_envs = {rollout}, got {p.batch_size}")
-    _positive("ppo.learning_rate", p.learning_rate)
+    for name in ("learning_rate", "clip_range", "adam_eps"):
+        _positive(f"ppo.{name}", getattr(p, name))
+    for name in ("ent_coef", "vf_coef"):
+        _non_negative(f"ppo.{name}", getattr(p, name))
     _in_unit_interval("ppo.gamma", p.gamma, open_right=True)
     _in_unit_interval("ppo.gae_lambda", p.gae_lambda)
-    _positive("ppo.clip_range", p.clip_range)
-    _non_negative("ppo.ent_coef", p.ent_coef)
-    _non_negative("ppo.vf_coef", p.vf_coef)
     _positive("ppo.max_grad_norm", p.max_grad_norm, allow_inf=True)
-    _positive("ppo.adam_eps", p.adam_eps)
     if not (_integer(p.sde_sample_freq) and (p.sde_sample_freq == -1 or p.sde_sample_freq >= 1)):
         raise ConfigError("ppo.sde_sample_freq",
                           f"must be -1 (once per rollout) or an integer >= 1, got {p.sde_sample_freq!r}")
@@ -202,15 +198,34 @@ def _validate_onpolicy(cfg: OnPolicyTrainConfig) -> OnPolicyTrainConfig:
     _non_negative("ppo.kl_coef", p.kl_coef, note=" (0: no KL penalty)")
     for name in ("pi_hidden", "vf_hidden"):
         _widths(f"ppo.{name}", getattr(p, name))
+
+
+def _validate_action_space(cfg: OnPolicyTrainConfig) -> None:
+    """Options that need a kind of action space."""
     # An MJX port has its Gymnasium original's spec (tested), which is cheaper to build.
     spec = make_env(cfg.env).spec if cfg.backend == "jax" else gym_spec(cfg.env)
-    if p.use_sde and spec.discrete:
+    if cfg.ppo.use_sde and spec.discrete:
         raise ConfigError("ppo.use_sde", f"needs continuous actions; {cfg.env} has discrete actions")
     if not spec.discrete and cfg.bpo.mu_loss != "cross_entropy":
         raise ConfigError("bpo.mu_loss", f"chooses between the discrete losses of eq. (15); {cfg.env} has continuous "
                           "actions, whose mu loss is eq. (16): leave it 'cross_entropy'")
+
+
+def _validate_onpolicy(cfg: OnPolicyTrainConfig) -> OnPolicyTrainConfig:
+    _string("preset", cfg.preset)
+    _declared_choices("", cfg)  # backend, vector_mode, algo, eval_in_background
+    _choice("variant", cfg.variant, ("", *VARIANTS))  # "": no variant applied
+    _validate_env_backend(cfg)
+    for name in ("seeds", "total_timesteps", "eval_every", "eval_episodes"):
+        _int_at_least(name, getattr(cfg, name), 1)
+    _int_at_least("seed", cfg.seed, 0)
+    _validate_ppo(cfg.ppo)
+    _validate_action_space(cfg)
+    _validate_returns(cfg.returns)
+    _positive("returns.trust_region_delta", cfg.returns.trust_region_delta, allow_inf=True)
     _validate_behaviour(cfg.bpo)
-    if cfg.algo == "ppo" and math.isfinite(cfg.bpo.trust_region_delta):
-        raise ConfigError("bpo.trust_region_delta", "masks segments by pi/mu, which is 1 in plain PPO; use algo bpo "
-                          "or leave it inf")
+    _non_negative("bpo.ppo_ent_coef", cfg.bpo.ppo_ent_coef)
+    if cfg.algo == "ppo" and math.isfinite(cfg.returns.trust_region_delta):
+        raise ConfigError("returns.trust_region_delta", "masks segments by pi/mu, which is 1 in plain PPO; use algo "
+                          "bpo or leave it inf")
     return cfg

@@ -23,7 +23,7 @@ from bpo.config import ConfigError
 from bpo.results import ensure_writable_dir
 from experiments import launch, store
 from experiments.plotting import plot_results
-from experiments.sweep import Grid, Sweep, expand, load_sweep, parse_assignment
+from experiments.sweep import Grid, RunSpec, Sweep, expand, load_sweep, parse_assignment
 from experiments.table import write_tables
 
 RUNS_DIR = Path("runs")
@@ -67,7 +67,7 @@ class SweepArgs:
     """Without a sweep file: Table 1 rows or ablations, or bpo (the preset's own BPO settings) for PPO
     presets; reinforce/bpo for episodic presets."""
     grid: tuple[str, ...] = ()
-    """Without a sweep file: swept fields, KEY=V1,V2 (or KEY=[V1, V2]), e.g. bpo.c_bar=1.0,1.5."""
+    """Without a sweep file: swept fields, KEY=V1,V2 (or KEY=[V1, V2]), e.g. returns.c_bar=1.0,1.5."""
     set: tuple[str, ...] = ()
     """Fields fixed for every run, KEY=VALUE, e.g. total_timesteps=100000 or backend=mjx; also on top of
     a sweep file."""
@@ -109,59 +109,97 @@ def sweep_main(argv: list[str]) -> int:
 def run_sweep(args: SweepArgs) -> tuple[int, Path | None]:
     """``bpo sweep`` with parsed arguments: (exit code, the sweep's results folder or None when it
     stopped at a bad argument)."""
-    created: list[Path] = []
-    try:
-        if args.workers is not None and args.workers < 1:
-            raise ConfigError("workers", f"must be an integer >= 1, got {args.workers}")
-        if args.seeds is not None and args.seeds < 1:
-            raise ConfigError("seeds", f"must be an integer >= 1, got {args.seeds}")
-        if args.group_rows and args.backend != "local":
-            raise ConfigError("group_rows", "runs a sweep's programs in this process; allowed with --backend local")
-        sweep = build_sweep(args)
-        sweep_dir = args.out or RUNS_DIR / sweep.name
-        if not args.dry_run:  # a dry run writes nothing
-            created = [p for p in (sweep_dir, *sweep_dir.parents) if not p.exists()]
-            ensure_writable_dir(sweep_dir, "--out")
-        specs = expand(sweep)
-    except ConfigError as e:
-        for folder in created:  # made just now for the check: leave no empty folder behind
-            with contextlib.suppress(OSError):
-                folder.rmdir()
-        print(f"error: {e}", file=sys.stderr)
+    planned = _plan_sweep(args)
+    if planned is None:
         return 2, None
-    states = {s.run_id: ("finished" if store.is_finished(sweep_dir, s) else
-                         "redo" if (sweep_dir / s.run_id).exists() else "new") for s in specs}
+    sweep, sweep_dir, specs = planned
+    states = _run_states(sweep_dir, specs)
     if args.dry_run:
-        for s in specs:
-            cfg = s.config()
-            budget = f"{cfg.total_timesteps} steps" if hasattr(cfg, "total_timesteps") else f"{cfg.episodes} episodes"
-            overrides = " ".join(f"{k}={v}" for k, v in s.overrides)
-            print(f"{states[s.run_id]:>8}  {s.run_id}  [{cfg.algo}, {cfg.seeds} seeds, {budget}] {overrides}".rstrip())
-        print(f"{len(specs)} runs, {sum(v == 'finished' for v in states.values())} finished -> {sweep_dir}")
+        _print_dry_run(specs, states, sweep_dir)
         return 0, sweep_dir
     # Staging leftovers of runs no process holds the lock of; Slurm jobs still queued may not have
     # taken theirs yet (and some cluster file systems keep locks per node), so not while they are.
     if not launch.slurm_in_flight(sweep_dir):
         store.clear_staging(sweep_dir)
     store.write_sweep_file(sweep_dir, sweep.name, specs)
+    outcome = _launch(args, sweep, sweep_dir, specs, states)
+    store.refresh_index(sweep_dir, outcome.failed)
+    store.remove_empty_staging(sweep_dir)
+    return _report_outcome(outcome, sweep_dir), sweep_dir
+
+
+def _check_sweep_flags(args: SweepArgs) -> None:
+    """The flags no sweep file can make valid, checked before the sweep file is even read."""
+    if args.workers is not None and args.workers < 1:
+        raise ConfigError("workers", f"must be an integer >= 1, got {args.workers}")
+    if args.seeds is not None and args.seeds < 1:
+        raise ConfigError("seeds", f"must be an integer >= 1, got {args.seeds}")
+    if args.group_rows and args.backend != "local":
+        raise ConfigError("group_rows", "runs a sweep's programs in this process; allowed with --backend local")
+
+
+def _plan_sweep(args: SweepArgs) -> tuple[Sweep, Path, list[RunSpec]] | None:
+    """Check the arguments, prove the results folder writable and expand the sweep into its runs:
+    (sweep, results folder, runs), or None after printing the error of a bad argument. Nothing is
+    started or compiled here, so a bad argument costs nothing but the message."""
+    created: list[Path] = []
+    try:
+        _check_sweep_flags(args)
+        sweep = build_sweep(args)
+        sweep_dir = args.out or RUNS_DIR / sweep.name
+        if not args.dry_run:  # a dry run writes nothing
+            created = [p for p in (sweep_dir, *sweep_dir.parents) if not p.exists()]
+            ensure_writable_dir(sweep_dir, "--out")
+        return sweep, sweep_dir, expand(sweep)
+    except ConfigError as e:
+        for folder in created:  # made just now for the check: leave no empty folder behind
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        print(f"error: {e}", file=sys.stderr)
+        return None
+
+
+def _run_states(sweep_dir: Path, specs: list[RunSpec]) -> dict[str, str]:
+    """run id -> finished (kept), redo (its directory is there but holds no finished run of this
+    config: run again) or new."""
+    return {s.run_id: ("finished" if store.is_finished(sweep_dir, s) else
+                       "redo" if (sweep_dir / s.run_id).exists() else "new") for s in specs}
+
+
+def _print_dry_run(specs: list[RunSpec], states: dict[str, str], sweep_dir: Path) -> None:
+    """``--dry-run``: one line per run (state, id, algorithm, seeds, budget, overrides) and a total."""
+    for s in specs:
+        cfg = s.config()
+        budget = f"{cfg.total_timesteps} steps" if hasattr(cfg, "total_timesteps") else f"{cfg.episodes} episodes"
+        overrides = " ".join(f"{k}={v}" for k, v in s.overrides)
+        print(f"{states[s.run_id]:>8}  {s.run_id}  [{cfg.algo}, {cfg.seeds} seeds, {budget}] {overrides}".rstrip())
+    print(f"{len(specs)} runs, {sum(v == 'finished' for v in states.values())} finished -> {sweep_dir}")
+
+
+def _launch(args: SweepArgs, sweep: Sweep, sweep_dir: Path, specs: list[RunSpec],
+            states: dict[str, str]) -> launch.Outcome:
+    """Run the sweep's unfinished runs on the chosen backend; what became of them."""
     todo = [s for s in specs if states[s.run_id] != "finished"]
-    if args.backend == "slurm":
+    if args.backend == "slurm":  # a job of an earlier submission still queued or running will do its run
         in_flight = launch.slurm_in_flight(sweep_dir)
         todo = [s for s in todo if s.run_id not in in_flight]
         if in_flight:
             print(f"{len(in_flight)} runs still queued or running from an earlier submission: not resubmitted")
     print(f"sweep {sweep.name}: {len(specs)} runs, {len(specs) - len(todo)} finished or in flight, "
           f"{len(todo)} to run -> {sweep_dir}")
-    outcome = launch.Outcome()
-    if todo and args.group_rows:
-        outcome = launch.run_groups(sweep_dir, todo, args.progress)
-    elif todo and args.backend == "local":
-        outcome = launch.run_local(sweep_dir, todo, min(args.workers or launch.default_workers(), len(todo)),
-                                   args.progress)
-    elif todo:
-        outcome = launch.run_slurm(sweep_dir, todo, sweep.slurm, args.wait, args.progress)
-    store.refresh_index(sweep_dir, outcome.failed)
-    store.remove_empty_staging(sweep_dir)
+    if not todo:
+        return launch.Outcome()
+    if args.group_rows:
+        return launch.run_groups(sweep_dir, todo, args.progress)
+    if args.backend == "local":
+        return launch.run_local(sweep_dir, todo, min(args.workers or launch.default_workers(), len(todo)),
+                                args.progress)
+    return launch.run_slurm(sweep_dir, todo, sweep.slurm, args.wait, args.progress)
+
+
+def _report_outcome(outcome: launch.Outcome, sweep_dir: Path) -> int:
+    """Tell what did not finish and how to continue; the exit code: 128 + the signal that stopped the
+    sweep, 1 when a run failed, else 0."""
     if outcome.elsewhere:
         print(f"{len(outcome.elsewhere)} runs left to another process that is running them: "
               f"{sorted(outcome.elsewhere)}; it adds them to {sweep_dir} (and to its index.json) as they finish")
@@ -170,12 +208,12 @@ def run_sweep(args: SweepArgs) -> tuple[int, Path | None]:
         stopped = f" ({len(outcome.interrupted)} interrupted: {sorted(outcome.interrupted)})" if outcome.interrupted \
             else ""
         print(f"stopped by {name}{stopped}; {HOW_TO_CONTINUE}", file=sys.stderr)
-        return 128 + outcome.signal, sweep_dir
+        return 128 + outcome.signal
     if outcome.failed:
         print(f"{len(outcome.failed)} runs failed: {sorted(outcome.failed)}; their logs are in {sweep_dir / 'logs'} "
               "(run the command again to retry them)", file=sys.stderr)
-        return 1, sweep_dir
-    return 0, sweep_dir
+        return 1
+    return 0
 
 
 @dataclass(frozen=True)

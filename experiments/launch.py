@@ -29,8 +29,10 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
@@ -287,86 +289,127 @@ def run_local(sweep_dir: Path, specs: list[RunSpec], workers: int, show_progress
     their loop iteration with a checkpoint; after ``STOP_GRACE_S`` (or a second signal) the ones
     still running are killed."""
     sweep_dir = Path(sweep_dir)
-    logs = sweep_dir / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
-    queue, running, out = list(specs), {}, Outcome()
+    (sweep_dir / "logs").mkdir(parents=True, exist_ok=True)
+    queue = list(specs)
+    with _caught_signals() as signals, _progress(show_progress) as bar:
+        pool = _LocalWorkers(sweep_dir, bar, bar.add_task(f"sweep {sweep_dir.name}", total=len(specs)))
+        try:
+            while queue or pool.running:
+                if signals:
+                    pool.stop(signals, queue)
+                while queue and len(pool.running) < workers:
+                    pool.start(queue.pop(0))
+                bar.update(pool.task, description=f"sweep {sweep_dir.name}: running " +
+                           ", ".join(s.run_id for s, _, _ in pool.running.values()))
+                time.sleep(0.2)
+                pool.reap()
+        finally:
+            pool.kill_all()  # an error here: stop the workers, nothing of theirs is published
+    return pool.out
+
+
+@contextlib.contextmanager
+def _caught_signals() -> Iterator[list[int]]:
+    """In the block, SIGINT and SIGTERM neither raise KeyboardInterrupt nor end the sweep: they append
+    their number to the list yielded, which the sweep loop reads to forward the signal to its workers
+    (so they checkpoint before stopping) and to kill them on a second Ctrl-C. Handlers can only be
+    set in the main thread; elsewhere the list stays empty."""
     signals: list[int] = []
     previous = {}
     if threading.current_thread() is threading.main_thread():
         previous = {s: signal.signal(s, lambda signum, frame: signals.append(signum))
                     for s in (signal.SIGINT, signal.SIGTERM)}
-    stopping_since = None
-    with _progress(show_progress) as bar:
-        task = bar.add_task(f"sweep {sweep_dir.name}", total=len(specs))
-        try:
-            while queue or running:
-                if signals and stopping_since is None:
-                    out.signal, stopping_since = signals[0], time.monotonic()
-                    queue.clear()
-                    bar.console.print(f"[yellow]{signal.Signals(out.signal).name}[/]: stopping "
-                                      f"{len(running)} running runs (each checkpoints at the end of its current "
-                                      "iteration)")
-                    for proc in running:
-                        proc.send_signal(out.signal)
-                # A second Ctrl-C, or the grace time, kills the workers; a repeated SIGTERM (schedulers
-                # send several) does not.
-                if stopping_since is not None and (signals[1:].count(signal.SIGINT) > 0
-                                                   or time.monotonic() - stopping_since > STOP_GRACE_S):
-                    for proc in running:
-                        proc.kill()
-                while queue and len(running) < workers:
-                    spec = queue.pop(0)
-                    lock = store.try_lock_run(sweep_dir, spec.run_id)
-                    if lock is None:
-                        out.elsewhere.append(spec.run_id)
-                        _report_elsewhere(bar.console, spec.run_id)
-                        bar.advance(task)
-                        continue
-                    if store.is_finished(sweep_dir, spec):  # by another process since this sweep was planned
-                        lock.release()
-                        bar.console.print(f"[green]done[/] {spec.run_id}: finished by another process")
-                        bar.advance(task)
-                        continue
-                    log = open(logs / f"{spec.run_id}.log", "a")
-                    try:
-                        running[_start_worker(sweep_dir, spec, lock, log)] = (spec, log, lock)
-                    except BaseException:
-                        log.close()
-                        lock.release()
-                        raise
-                bar.update(task, description=f"sweep {sweep_dir.name}: running " +
-                           ", ".join(s.run_id for s, _, _ in running.values()))
-                time.sleep(0.2)
-                for proc in [p for p in running if p.poll() is not None]:
-                    spec, log, lock = running.pop(proc)
-                    log.close()
-                    lock.release()
-                    log_path = logs / f"{spec.run_id}.log"
-                    if proc.returncode == 0 and store.is_finished(sweep_dir, spec):
-                        _report(bar.console, spec, results.read_summary(sweep_dir / spec.run_id), None)
-                    elif proc.returncode == LOCKED_ELSEWHERE:
-                        out.elsewhere.append(spec.run_id)
-                        _report_elsewhere(bar.console, spec.run_id)
-                    elif out.signal is not None:
-                        out.interrupted.append(spec.run_id)
-                        bar.console.print(f"[yellow]stopped[/] {spec.run_id} (exit code {proc.returncode}); "
-                                          f"log {log_path}")
-                    else:
-                        out.failed[spec.run_id] = (f"exit code {proc.returncode}; log {log_path}:\n"
-                                                   + _log_tail(log_path))
-                        _report(bar.console, spec, None, out.failed[spec.run_id])
-                    store.refresh_index(sweep_dir, out.failed)
-                    bar.advance(task)
-        finally:
-            for proc in running:  # an error here: stop the workers, nothing of theirs is published
+    try:
+        yield signals
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+class _LocalWorkers:
+    """``run_local``'s worker processes (each with its run's spec, log file and lock) and what became
+    of their runs so far."""
+
+    def __init__(self, sweep_dir: Path, bar: Progress, task: int) -> None:
+        self.sweep_dir, self.logs, self.bar, self.task = sweep_dir, sweep_dir / "logs", bar, task
+        self.running: dict[subprocess.Popen, tuple[RunSpec, IO[str], store.Lock]] = {}
+        self.out = Outcome()
+        self.stopping_since: float | None = None
+
+    def stop(self, signals: list[int], queue: list[RunSpec]) -> None:
+        """The first signal: start no more runs and forward it to the workers, which checkpoint and stop.
+        A second Ctrl-C, or the grace time, kills them; a repeated SIGTERM (schedulers send several)
+        does not."""
+        if self.stopping_since is None:
+            self.out.signal, self.stopping_since = signals[0], time.monotonic()
+            queue.clear()
+            self.bar.console.print(f"[yellow]{signal.Signals(self.out.signal).name}[/]: stopping "
+                                   f"{len(self.running)} running runs (each checkpoints at the end of its current "
+                                   "iteration)")
+            for proc in self.running:
+                proc.send_signal(self.out.signal)
+        if signal.SIGINT in signals[1:] or time.monotonic() - self.stopping_since > STOP_GRACE_S:
+            for proc in self.running:
                 proc.kill()
-            for proc, (_, log, lock) in running.items():
-                proc.wait()
-                log.close()
-                lock.release()
-            for s, handler in previous.items():
-                signal.signal(s, handler)
-    return out
+
+    def start(self, spec: RunSpec) -> None:
+        """Lock the run and start its worker, which inherits the lock; a run locked by another process,
+        or finished by one since the sweep was planned, is counted as done here without a worker."""
+        lock = store.try_lock_run(self.sweep_dir, spec.run_id)
+        if lock is None:
+            self.out.elsewhere.append(spec.run_id)
+            _report_elsewhere(self.bar.console, spec.run_id)
+            self.bar.advance(self.task)
+            return
+        if store.is_finished(self.sweep_dir, spec):
+            lock.release()
+            self.bar.console.print(f"[green]done[/] {spec.run_id}: finished by another process")
+            self.bar.advance(self.task)
+            return
+        log = open(self.logs / f"{spec.run_id}.log", "a")
+        try:
+            self.running[_start_worker(self.sweep_dir, spec, lock, log)] = (spec, log, lock)
+        except BaseException:  # no worker holds them: close and release them here
+            log.close()
+            lock.release()
+            raise
+
+    def reap(self) -> None:
+        """Collect the workers that exited: release their locks, record their runs, update the index
+        (so it is current whenever the sweep is stopped)."""
+        for proc in [p for p in self.running if p.poll() is not None]:
+            spec, log, lock = self.running.pop(proc)
+            log.close()
+            lock.release()
+            self._record_exit(spec, proc.returncode)
+            store.refresh_index(self.sweep_dir, self.out.failed)
+            self.bar.advance(self.task)
+
+    def _record_exit(self, spec: RunSpec, returncode: int) -> None:
+        """Finished, left to another process (it took the lock first), stopped by the sweep's signal,
+        or failed (with its log's tail)."""
+        log_path = self.logs / f"{spec.run_id}.log"
+        console = self.bar.console
+        if returncode == 0 and store.is_finished(self.sweep_dir, spec):
+            _report(console, spec, results.read_summary(self.sweep_dir / spec.run_id), None)
+        elif returncode == LOCKED_ELSEWHERE:
+            self.out.elsewhere.append(spec.run_id)
+            _report_elsewhere(console, spec.run_id)
+        elif self.out.signal is not None:
+            self.out.interrupted.append(spec.run_id)
+            console.print(f"[yellow]stopped[/] {spec.run_id} (exit code {returncode}); log {log_path}")
+        else:
+            self.out.failed[spec.run_id] = f"exit code {returncode}; log {log_path}:\n" + _log_tail(log_path)
+            _report(console, spec, None, self.out.failed[spec.run_id])
+
+    def kill_all(self) -> None:
+        """Kill the workers still running and wait for them, then close their logs and release their locks."""
+        for proc in self.running:
+            proc.kill()
+        for proc, (_, log, lock) in self.running.items():
+            proc.wait()
+            log.close()
+            lock.release()
 
 
 def _jobs_file(sweep_dir: Path) -> Path:

@@ -35,7 +35,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from bpo import results
-from bpo.config import to_dict
+from bpo.config import from_dict, to_dict
 from experiments.sweep import RunSpec
 
 STAGING = ".staging"
@@ -190,10 +190,12 @@ def is_finished(sweep_dir: Path, spec: RunSpec) -> bool:
     """A complete run directory (summary.json exists) holding the same configuration."""
     run_dir = Path(sweep_dir) / spec.run_id
     try:
-        stored = json.loads((run_dir / "config.json").read_text())
+        # Read through the config classes: a run written before a field moved section is compared
+        # in today's layout (bpo.config.from_dict).
+        stored = json.loads(json.dumps(to_dict(from_dict(json.loads((run_dir / "config.json").read_text())))))
         expected = json.loads(json.dumps(to_dict(spec.config())))
         return (run_dir / "summary.json").exists() and same_result_config(stored, expected)
-    except (OSError, ValueError):
+    except (OSError, ValueError, TypeError):
         return False
 
 

@@ -60,6 +60,13 @@ class VerifyVarianceArgs:
 
 def validate_args(a: VerifyVarianceArgs, eval_every: int) -> None:
     """Raise ConfigError naming the first invalid argument and what is allowed."""
+    _validate_checks(a)
+    if a.train:  # the training arguments matter only when there is training
+        _validate_training(a, eval_every)
+
+
+def _validate_checks(a: VerifyVarianceArgs) -> None:
+    """The arguments of the exact and Monte Carlo checks, which always run."""
     if not 1 <= a.n_random <= 10_000:
         raise ConfigError("n_random", f"must be an integer in [1, 10000], got {a.n_random}")
     if not 100 <= a.episodes <= 10_000_000:
@@ -68,8 +75,11 @@ def validate_args(a: VerifyVarianceArgs, eval_every: int) -> None:
         raise ConfigError("seed", f"must be an integer >= 0, got {a.seed}")
     if a.max_steps < 10:
         raise ConfigError("max_steps", f"must be an integer >= 10, got {a.max_steps}")
-    if not a.train:
-        return
+
+
+def _validate_training(a: VerifyVarianceArgs, eval_every: int) -> None:
+    """The arguments of the BPO-REINFORCE training runs: the learned mu is only recorded at
+    evaluations, so every checkpoint must be one of them."""
     if a.seeds < 2:
         raise ConfigError("seeds", f"must be an integer >= 2 (for a standard error), got {a.seeds}")
     if a.train_episodes < eval_every or a.train_episodes % eval_every:

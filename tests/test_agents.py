@@ -1,5 +1,6 @@
 """REINFORCE update (Listing 2) against the closed-form linear-softmax gradient, the learning-rate
-schedule, the FIFO replay buffer against a Python deque, and epoch sampling."""
+schedule, the FIFO replay buffer against a Python deque, epoch sampling, and the minibatch-epoch
+loop shared by PPO, FQE and mu."""
 
 import collections
 
@@ -11,6 +12,7 @@ import pytest
 
 from bpo import replay as rb
 from bpo.agents.reinforce import exponential_schedule, reinforce_loss, reinforce_update
+from bpo.minibatch import minibatch_epochs, permuted_minibatches
 from bpo.networks import SHORT_CORRIDOR_FEATURES, LinearSoftmax, two_action_logits
 
 
@@ -80,3 +82,53 @@ def test_epoch_indices_cover_filled_slots():
     partial = rb.add(rb.init_replay({"x": 0.0}, 16), {"x": jnp.arange(16.0)}, jnp.arange(16) < 5)
     idx = np.asarray(rb.epoch_indices(jax.random.PRNGKey(1), partial, 4))
     assert set(idx.ravel().tolist()) == set(range(5))  # only filled slots, each used
+
+
+def test_permuted_minibatches_visit_every_row_once_per_epoch():
+    idx = np.asarray(permuted_minibatches(jax.random.PRNGKey(0), 16, 4))
+    assert idx.shape == (4, 4) and sorted(idx.ravel().tolist()) == list(range(16))
+    assert idx.ravel().tolist() != list(range(16))  # permuted, not in order
+    idx = np.asarray(permuted_minibatches(jax.random.PRNGKey(1), 18, 4))  # 4 whole minibatches, 2 rows sit out
+    assert idx.shape == (4, 4) and len(set(idx.ravel().tolist())) == 16 and idx.max() < 18
+    # A single minibatch is every row in order, the remainder included.
+    np.testing.assert_array_equal(permuted_minibatches(jax.random.PRNGKey(2), 6, 4), [list(range(6))])
+
+
+def record_steps(n_rows, n_steps):
+    """A minibatch step that counts each row's visits and records every step's indices and key."""
+    def step(carry, idx, key):
+        counts, i, seen_idx, seen_keys = carry
+        carry = (counts.at[idx].add(1), i + 1, seen_idx.at[i].set(idx), seen_keys.at[i].set(key))
+        return carry, {"step": i.astype(jnp.float32)}
+
+    keys = jnp.zeros((n_steps,) + jax.random.PRNGKey(0).shape, jax.random.PRNGKey(0).dtype)
+    return step, (jnp.zeros(n_rows, jnp.int32), jnp.int32(0), jnp.zeros((n_steps, 4), jnp.int32), keys)
+
+
+def test_minibatch_epochs_ppo_style_visits_each_row_once_per_epoch():
+    """3 epochs of 16 rows in minibatches of 4: 12 steps, every row once per epoch; the epoch
+    key splits into (index key, sample key), the steps' keys come from the sample key; the
+    metrics come back averaged over the 12 steps."""
+    key, n_epochs = jax.random.PRNGKey(7), 3
+    step, carry = record_steps(16, 12)
+    (counts, n_steps, seen_idx, seen_keys), metrics = jax.jit(lambda c: minibatch_epochs(
+        key, c, step, n_epochs=n_epochs, indices=lambda k: permuted_minibatches(k, 16, 4)))(carry)
+    assert int(n_steps) == 12
+    np.testing.assert_array_equal(counts, 3)
+    assert float(metrics["step"]) == pytest.approx(np.mean(np.arange(12)))
+    for e, k in enumerate(jax.random.split(key, n_epochs)):
+        k_idx, k_samples = jax.random.split(k)
+        np.testing.assert_array_equal(seen_idx[4 * e: 4 * e + 4], permuted_minibatches(k_idx, 16, 4))
+        np.testing.assert_array_equal(seen_keys[4 * e: 4 * e + 4], jax.random.split(k_samples, 4))
+        assert sorted(np.asarray(seen_idx[4 * e: 4 * e + 4]).ravel().tolist()) == list(range(16))
+    assert len({tuple(np.asarray(k).tolist()) for k in seen_keys}) == 12
+
+
+def test_minibatch_epochs_over_a_filling_replay_use_only_its_filled_rows():
+    """FQE and mu: capacity 16 // 4 = 4 minibatches per epoch, drawn from the 5 filled rows only."""
+    replay = rb.add(rb.init_replay({"x": 0.0}, 16), {"x": jnp.arange(16.0)}, jnp.arange(16) < 5)
+    step, carry = record_steps(16, 8)
+    (counts, n_steps, _, _), _ = minibatch_epochs(jax.random.PRNGKey(3), carry, step, n_epochs=2,
+                                                  indices=lambda k: rb.epoch_indices(k, replay, 4))
+    assert int(n_steps) == 8 and int(counts.sum()) == 32
+    assert np.all(np.asarray(counts)[:5] >= 6) and np.all(np.asarray(counts)[5:] == 0)

@@ -1,5 +1,5 @@
 """Bad input of every kind is rejected by the real entry points before anything is compiled or
-written: ``bpo.cli.main`` returns 2 with one ``error: FIELD: ...`` line naming the field (or
+written: ``experiments.cli.main`` returns 2 with one ``error: FIELD: ...`` line naming the field (or
 argument) and what is allowed; ``bpo.validation.validate`` raises ``ConfigError`` with that field.
 """
 
@@ -13,10 +13,10 @@ import bpo.runners.host  # noqa: F401 - modules that build constant arrays when 
 import bpo.runners.onpolicy  # noqa: F401
 import envs  # noqa: F401
 import experiments.commands  # noqa: F401
-from bpo.cli import main
 from bpo.config import ConfigError, replace
 from bpo.presets import get_preset
 from bpo.validation import validate
+from experiments.cli import main
 
 # Validating a config builds its environment once to read its spec; gymnax turns a few constants
 # into arrays then (tiny jits, cached per process). Done here, so a compile seen below is the run's.
@@ -36,13 +36,13 @@ CLI_BAD_INPUTS = [
     (["train", "cartpole_ppo", "--ppo.use-sde"], "ppo.use_sde", "needs continuous actions; CartPole-v1 has"),
     (["train", "cartpole_ppo", "--total-timesteps", "0"], "total_timesteps", "must be an integer >= 1, got 0"),
     (["train", "cartpole_ppo", "--bpo.replay-size", "64"], "bpo.replay_size", "must hold at least one batch"),
-    (["train", "cartpole_ppo", "--bpo.c-bar", "0"], "bpo.c_bar", "must be a number > 0 (inf allowed), got 0.0"),
-    (["train", "cartpole_ppo", "--bpo.rho-bar", "-1"], "bpo.rho_bar", "must be a number > 0 (inf allowed), got -1.0"),
-    (["train", "cartpole_ppo", "--bpo.lam", "1.5"], "bpo.lam", "must be in [0, 1], got 1.5"),  # unused by BPO-PPO
+    (["train", "cartpole_ppo", "--returns.c-bar", "0"], "returns.c_bar", "must be a number > 0 (inf allowed), got 0.0"),
+    (["train", "cartpole_ppo", "--returns.rho-bar", "-1"], "returns.rho_bar",
+     "must be a number > 0 (inf allowed), got -1.0"),
     (["train", "cartpole_ppo", "--ppo.ent-coef", "inf"], "ppo.ent_coef", "must be a finite number >= 0, got inf"),
     (["train", "pendulum_ppo", "--ppo.log-std-init", "nan"], "ppo.log_std_init", "must be a finite number, got nan"),
     (["train", "pendulum_ppo", "--bpo.mu-loss", "reverse_kl"], "bpo.mu_loss", "chooses between the discrete losses"),
-    (["train", "cartpole_ppo", "--algo", "ppo", "--bpo.trust-region-delta", "0.1"], "bpo.trust_region_delta",
+    (["train", "cartpole_ppo", "--algo", "ppo", "--returns.trust-region-delta", "0.1"], "returns.trust_region_delta",
      "masks segments by pi/mu"),
     (["train", "cartpole_ppo", "--seeds", "0"], "seeds", "must be an integer >= 1, got 0"),
     (["train", "cartpole_ppo", "--env", "Hopper-v5"], "env",
@@ -58,18 +58,18 @@ CLI_BAD_INPUTS = [
     (["train", "short_corridor", "--reinforce.lr-start", "-0.1"], "reinforce.lr_start", "must be a finite number > 0"),
     (["train", "short_corridor", "--reinforce.gamma", "1.2"], "reinforce.gamma", "must be in [0, 1], got 1.2"),
     (["train", "short_corridor", "--bpo.q-lr", "0"], "bpo.q_lr", "must be a finite number > 0, got 0.0"),
-    (["train", "short_corridor", "--bpo.lam", "1.5"], "bpo.lam", "must be in [0, 1], got 1.5"),
-    (["train", "short_corridor", "--bpo.lam", "-0.1"], "bpo.lam", "must be in [0, 1], got -0.1"),
-    (["train", "short_corridor", "--bpo.rho-bar", "0"], "bpo.rho_bar", "must be a number > 0 (inf allowed), got 0.0"),
-    (["train", "short_corridor", "--bpo.c-bar", "-1"], "bpo.c_bar", "must be a number > 0 (inf allowed), got -1.0"),
+    (["train", "short_corridor", "--returns.lam", "1.5"], "returns.lam", "must be in [0, 1], got 1.5"),
+    (["train", "short_corridor", "--returns.lam", "-0.1"], "returns.lam", "must be in [0, 1], got -0.1"),
+    (["train", "short_corridor", "--returns.rho-bar", "0"], "returns.rho_bar",
+     "must be a number > 0 (inf allowed), got 0.0"),
+    (["train", "short_corridor", "--returns.c-bar", "-1"], "returns.c_bar",
+     "must be a number > 0 (inf allowed), got -1.0"),
     (["train", "short_corridor", "--bpo.replay-size", "128"], "bpo.replay_size", "must hold at least one batch"),
     (["train", "short_corridor", "--seeds", "0"], "seeds", "must be an integer >= 1, got 0"),
     (["train", "short_corridor", "--env", "CartPole-v9"], "env", "ShortCorridor-v0"),
     (["train", "short_corridor", "--eval-every", "7"], "eval_every", "must divide episodes"),
     (["train", "short_corridor", "--total-timesteps", "1000"], "total_timesteps",
      "preset 'short_corridor' is episodic; set --episodes instead"),
-    (["train", "short_corridor", "--bpo.trust-region-delta", "0.1"], "bpo.trust_region_delta",
-     "Trust Region Masking is a BPO-PPO option"),
     # The other commands.
     (["sweep", "--preset", "cartpole_ppo", "--grid", "bpo.cbar=1,2"], "bpo.cbar", "no such field in bpo; allowed: ["),
     (["sweep", "--preset", "cartpole_ppo", "--set", "total_timesteps=many"], "total_timesteps",
@@ -105,7 +105,8 @@ VALIDATE_BAD_INPUTS = [
     (EPISODIC, {"reinforce.optimizer": "rmsprop"}, "reinforce.optimizer", "must be one of ['adam', 'sgd']"),
     (EPISODIC, {"reinforce.init_right_prob": 1.0}, "reinforce.init_right_prob", "must be in (0, 1), got 1.0"),
     (EPISODIC, {"reinforce.gamma": 1.0}, "reinforce.gamma", "must be < 1 when bpo.clip_targets"),
-    (EPISODIC, {"bpo.traj": "trajectory"}, "bpo.traj", "must be one of ['per_decision', 'traj', 'traj_shifted']"),
+    (EPISODIC, {"returns.traj": "trajectory"}, "returns.traj",
+     "must be one of ['per_decision', 'traj', 'traj_shifted']"),
     (EPISODIC, {"bpo.q_batch_size": 0}, "bpo.q_batch_size", "must be an integer >= 1, got 0"),
     (EPISODIC, {"bpo.n_mu_epochs": 0}, "bpo.n_mu_epochs", "must be an integer >= 1, got 0"),
     (EPISODIC, {"bpo.mu_lr": math.inf}, "bpo.mu_lr", "must be a finite number > 0, got inf"),
@@ -135,10 +136,11 @@ VALIDATE_BAD_INPUTS = [
     (ON_POLICY, {"ppo.adam_eps": math.nan}, "ppo.adam_eps", "must be a finite number > 0, got nan"),
     (ON_POLICY, {"ppo.activation": "gelu"}, "ppo.activation", "must be one of ['relu', 'tanh'], got 'gelu'"),
     (ON_POLICY, {"ppo.pi_hidden": ()}, "ppo.pi_hidden", "must be a non-empty tuple of positive integers, got ()"),
-    (ON_POLICY, {"bpo.advantage": "gae"}, "bpo.advantage", "must be one of ['authors', 'eq11'], got 'gae'"),
+    (ON_POLICY, {"returns.advantage": "gae"}, "returns.advantage", "must be one of ['authors', 'eq11'], got 'gae'"),
     (ON_POLICY, {"bpo.lr_schedule": "cosine"}, "bpo.lr_schedule", "must be one of ['constant', 'linear']"),
-    (ON_POLICY, {"bpo.trust_region_delta": 0.0}, "bpo.trust_region_delta", "must be a number > 0 (inf allowed)"),
-    (ON_POLICY, {"bpo.trust_region_criterion": "max_k3"}, "bpo.trust_region_criterion",
+    (ON_POLICY, {"returns.trust_region_delta": 0.0}, "returns.trust_region_delta",
+     "must be a number > 0 (inf allowed)"),
+    (ON_POLICY, {"returns.trust_region_criterion": "max_k3"}, "returns.trust_region_criterion",
      "must be one of ['max_abs_log_ratio', 'mean_k3']"),
     (ON_POLICY, {"bpo.ppo_ent_coef": -1.0}, "bpo.ppo_ent_coef", "must be a finite number >= 0, got -1.0"),
     # Values of the wrong type, which the command line cannot express (its parser types them).
@@ -150,8 +152,25 @@ VALIDATE_BAD_INPUTS = [
     (EPISODIC, {"bpo.q_lr": HUGE}, "bpo.q_lr", "must be a finite number > 0, got 1000"),
     (ON_POLICY, {"ppo.kl_coef": HUGE}, "ppo.kl_coef", "must be a finite number >= 0 (0: no KL penalty), got 1000"),
     (ON_POLICY, {"ppo.vf_hidden": 64}, "ppo.vf_hidden", "must be a non-empty tuple of positive integers, got 64"),
-    (ON_POLICY, {"bpo.mu_hidden": (True,)}, "bpo.mu_hidden", "tuple of positive integers, got (True,)"),
+    (EPISODIC, {"bpo.mu_hidden": (True,)}, "bpo.mu_hidden", "tuple of positive integers, got (True,)"),
 ]
+
+
+# Fields that do not apply to a kind of run: on-policy mu has pi's architecture and BPO-PPO's lambda
+# is ppo.gae_lambda; REINFORCE has no rollouts to mask. Rejected by name, never silently ignored.
+NOT_APPLICABLE = [
+    (ON_POLICY, "bpo.mu_hidden", (32,)),
+    (ON_POLICY, "returns.lam", 0.5),
+    (EPISODIC, "returns.trust_region_delta", 1.0),
+    (EPISODIC, "bpo.clip_actions", False),
+]
+
+
+@pytest.mark.parametrize("preset,field,value", NOT_APPLICABLE, ids=[f"{p}:{f}" for p, f, _ in NOT_APPLICABLE])
+def test_a_field_that_does_not_apply_is_rejected_by_name(preset, field, value):
+    with pytest.raises(ConfigError) as err:
+        replace(get_preset(preset), **{field: value})
+    assert err.value.field_name == field and "does not apply" in str(err.value)
 
 
 @pytest.mark.parametrize("argv,field,text", CLI_BAD_INPUTS, ids=[" ".join(a[:3]) for a, _, _ in CLI_BAD_INPUTS])
@@ -184,6 +203,8 @@ def test_validate_names_the_field(preset, changes, field, text, caplog):
 @pytest.mark.parametrize("argv,allowed", [
     (["train", "short_corridor", "--algo", "ppo_typo"], "reinforce"),
     (["train", "cartpole_ppo", "--ppo.n-steps", "many"], "int"),
+    (["train", "cartpole_ppo", "--returns.lam", "0.5"], "Unrecognized options: --returns.lam"),
+    (["train", "short_corridor", "--returns.trust-region-delta", "0.1"], "Unrecognized options: --returns.trust"),
     (["reproduce", "fig2", "--backend", "pbs"], "slurm"),
 ])
 def test_bad_choice_or_type_is_rejected_by_the_parser(argv, allowed, capsys, tmp_path, monkeypatch):

@@ -6,11 +6,10 @@ import numpy as np
 import optax
 import pytest
 
-from bpo.agents.bpo import adam, make_behaviour, mu_loss
+from bpo.agents.bpo import make_behaviour, mu_loss
 from bpo.behaviour import behaviour_target_log_probs, continuous_mu_loss, discrete_mu_loss
 from bpo.config import replace
-from bpo.distributions import Dist, logits_dist
-from bpo.fqe import QState, fqe_step
+from bpo.distributions import logits_dist
 from bpo.presets import get_preset
 
 
@@ -88,34 +87,17 @@ def test_mu_entropy_bonus_subtracts_its_weighted_entropy():
     assert losses[0.01] == pytest.approx(losses[0.0] - 0.01 * entropy, rel=1e-6)
 
 
-@pytest.mark.parametrize("discrete", [True, False])
-def test_one_target_pass_gives_the_two_passes_numbers_bit_for_bit(discrete):
-    """``Behaviour.target_pass`` stacks the (s, a) and (s', a') rows into one network pass: the FQE
-    step with it equals the step with the two separate passes exactly, compiled."""
-    cfg = get_preset("mujoco_default").bpo
-    n_obs, n_act, batch = 5, 2 if discrete else 3, 64
-    beh = make_behaviour(cfg, discrete, n_act, mu_apply=None, action_low=-np.ones(n_act), action_high=np.ones(n_act))
-    rng = np.random.default_rng(0)
-    obs, next_obs = (rng.normal(size=(batch, n_obs)).astype(np.float32) for _ in range(2))
-    action = rng.integers(0, n_act, batch).astype(np.int32) if discrete else rng.normal(size=(batch, n_act))
-    pi_next = (logits_dist(jnp.asarray(rng.normal(size=(batch, n_act)), jnp.float32)) if discrete else
-               Dist(jnp.asarray(rng.normal(size=(batch, n_act)), jnp.float32), jnp.full((batch, n_act), 0.5)))
-    b = {"obs": obs, "next_obs": next_obs, "action": jnp.asarray(action, jnp.int32 if discrete else jnp.float32),
-         "reward": rng.normal(size=batch).astype(np.float32), "terminated": (rng.uniform(size=batch) < 0.1) * 1.0,
-         "log_mu": np.full(batch, -1.0, np.float32), "idx": jnp.arange(batch), "key": jax.random.PRNGKey(3)}
-    ex = obs[0] if discrete else np.concatenate([obs[0], np.zeros(n_act, np.float32)])
-    params = beh.q_net.init(jax.random.PRNGKey(1), ex)
-    target = jax.tree.map(lambda x: x + 0.01 * jnp.sin(jnp.arange(x.size).reshape(x.shape)), params)
-    tx = adam(1e-3, 1e-8, 0.5)
-    state = QState(params, target, tx.init(params))
-
-    def step(state, b, merged):
-        return fqe_step(state, b, jnp.full(batch, -0.9), predict=lambda p, b: beh.q_output(p, b["obs"], b["action"]),
-                        next_values=lambda p, b: beh.next_values(pi_next, p, b), tx=tx, gamma=0.99,
-                        bounds=(-100.0, 100.0), tau=0.02, reg_coef=1.0, settings=beh.fqe_settings(),
-                        target_pass=(lambda p, b: beh.target_pass(pi_next, p, b)) if merged else None)
-
-    two = jax.jit(lambda s, b: step(s, b, False))(state, b)
-    one = jax.jit(lambda s, b: step(s, b, True))(state, b)
-    jax.tree.map(np.testing.assert_array_equal, one, two)
-    assert float(two[1]["loss"]) > 0
+@pytest.mark.parametrize("clip", [True, False])
+def test_continuous_q_reads_the_action_the_environment_executes(clip):
+    """With ``clip_actions`` Q(s, a) sees a clipped to the action bounds, as the environment does
+    (``bpo.distributions.clip_action``); without it, the raw sample."""
+    cfg = replace(get_preset("mujoco_default").bpo, zero_init_head=False)  # a zero head would ignore the input
+    beh = make_behaviour(cfg, False, 2, None, action_low=-np.ones(2), action_high=np.ones(2), clip_actions=clip)
+    obs = jnp.array([[0.3, -0.2], [0.1, 0.4]])
+    params = beh.q_net.init(jax.random.PRNGKey(0), jnp.zeros(4))
+    raw = jnp.array([[2.5, -0.5], [-3.0, 0.2]])
+    inside = jnp.array([[1.0, -0.5], [-1.0, 0.2]])
+    want = beh.q_net.apply(params, jnp.concatenate([obs, inside if clip else raw], axis=-1))[..., 0]
+    np.testing.assert_array_equal(beh.q_output(params, obs, raw), want)
+    unclipped = beh.q_net.apply(params, jnp.concatenate([obs, raw], axis=-1))[..., 0]
+    assert np.allclose(beh.q_output(params, obs, raw), unclipped) != clip

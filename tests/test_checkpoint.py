@@ -26,13 +26,13 @@ CARTPOLE_HOST = ["train", "cartpole_ppo", "--algo", "bpo", "--backend", "gymnasi
 
 
 def bpo(args, **kw):
-    return subprocess.run([sys.executable, "-m", "bpo.cli", *args], capture_output=True, text=True, timeout=600,
+    return subprocess.run([sys.executable, "-m", "experiments.cli", *args], capture_output=True, text=True, timeout=600,
                           **kw)
 
 
 def kill_after_checkpoint(args, out: Path) -> int:
     """Start ``bpo`` and SIGKILL its process group once a checkpoint exists; how far it had got."""
-    proc = subprocess.Popen([sys.executable, "-m", "bpo.cli", *args], start_new_session=True,
+    proc = subprocess.Popen([sys.executable, "-m", "experiments.cli", *args], start_new_session=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     info, deadline = out / "checkpoint" / ckpt.INFO_FILE, time.monotonic() + 300
     while not info.exists():
@@ -81,8 +81,8 @@ def test_sweep_continues_an_interrupted_run_from_its_checkpoint(tmp_path):
     whole, killed = tmp_path / "whole", tmp_path / "killed"
     assert bpo([*sweep, "--out", str(whole)]).returncode == 0
     run_id = "ShortCorridor-v0-short_corridor-bpo"
-    proc = subprocess.Popen([sys.executable, "-m", "bpo.cli", *sweep, "--out", str(killed)], start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen([sys.executable, "-m", "experiments.cli", *sweep, "--out", str(killed)],
+                            start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     info, deadline = killed / ".checkpoints" / run_id / ckpt.INFO_FILE, time.monotonic() + 300
     while not info.exists():
         assert proc.poll() is None and time.monotonic() < deadline

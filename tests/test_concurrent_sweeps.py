@@ -68,7 +68,7 @@ RUN_IDS = [f"ShortCorridor-v0-short_corridor-reinforce-reinforce.lr_start={lr}" 
 @pytest.mark.slow
 def test_two_sweeps_on_one_folder_execute_each_run_once(tmp_path):
     out = tmp_path / "sweep"
-    cmd = [sys.executable, "-m", "bpo.cli", "sweep", "--preset", "short_corridor", "--variants", "reinforce",
+    cmd = [sys.executable, "-m", "experiments.cli", "sweep", "--preset", "short_corridor", "--variants", "reinforce",
            "--grid", "reinforce.lr_start=0.1,0.05,0.02,0.01", "--set", "episodes=40", "eval_every=10",
            "eval_episodes=2", "--seeds", "2", "--workers", "1", "--no-progress", "--out", str(out)]
     env = {**os.environ, "COLUMNS": "250"}  # one line per run in the sweeps' reports

@@ -38,11 +38,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import envs
-from bpo.cli import main
 from bpo.config import ConfigError, EpisodicTrainConfig, OnPolicyTrainConfig, replace
 from bpo.presets import PRESETS, VARIANTS, get_preset
 from bpo.validation import validate
 from envs.gymnasium_envs import GYMNASIUM_ENVS
+from experiments.cli import main
 
 PRESET_NAMES = ("cartpole_ppo", "short_corridor", "mujoco_default")
 ENV_IDS = sorted(set(envs.JAX_ENVS) | set(envs.FUNCTIONAL_ENVS) | set(GYMNASIUM_ENVS))
@@ -79,15 +79,15 @@ CROSS_FIELD = {
     "bpo.mu_batch_size": {"bpo.replay_size"},
     "backend": {"env"},  # the environment must exist on the backend
     "env": {"ppo.use_sde", "bpo.mu_loss"},  # gSDE and the discrete mu losses need a matching action space
-    "algo": {"bpo.trust_region_delta", "reinforce.gamma"},
+    "algo": {"returns.trust_region_delta", "reinforce.gamma"},
     "bpo.clip_targets": {"reinforce.gamma"},  # clipped targets need gamma < 1
 }
 # Messages say what is allowed.
 ALLOWED_WORDS = re.compile(r"\bmust\b|\ballowed\b|\bone of\b|\bleave it\b|\bneeds\b")
 # Float fields for which inf is documented as meaningful ("inf disables it", "inf: none").
 INF_ALLOWED = {
-    "bpo.rho_bar", "bpo.c_bar", "bpo.q_max_grad_norm", "bpo.mu_max_grad_norm", "ppo.max_grad_norm",
-    "bpo.trust_region_delta",
+    "returns.rho_bar", "returns.c_bar", "bpo.q_max_grad_norm", "bpo.mu_max_grad_norm", "ppo.max_grad_norm",
+    "returns.trust_region_delta",
 }
 HUGE = 10**400  # an int beyond float range
 
@@ -250,7 +250,7 @@ def test_validate_several_fields(preset, data):
 
 
 def run_cli(argv):
-    """``bpo.cli.main(argv)`` with its output captured: (exit status, stdout + stderr)."""
+    """``experiments.cli.main(argv)`` with its output captured: (exit status, stdout + stderr)."""
     out = io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
         try:
@@ -282,9 +282,9 @@ def invalid_text(parse, valid):
 # (flag, field, what tyro parses the text as, which parsed values validate accepts)
 CLI_FIELDS = [
     ("--ppo.n-steps", "ppo.n_steps", int, lambda n: n >= 1 and (n * 8) % 256 == 0),  # batch 256 of n_steps x 8 envs
-    ("--bpo.c-bar", "bpo.c_bar", float, lambda x: x > 0),  # inf allowed
+    ("--returns.c-bar", "returns.c_bar", float, lambda x: x > 0),  # inf allowed
     ("--ppo.gamma", "ppo.gamma", float, lambda x: 0 <= x < 1),
-    ("--bpo.traj", "bpo.traj", str, lambda s: s in ("per_decision", "traj", "traj_shifted")),
+    ("--returns.traj", "returns.traj", str, lambda s: s in ("per_decision", "traj", "traj_shifted")),
     ("--seeds", "seeds", int, lambda n: n >= 1),
     ("--ppo.ent-coef", "ppo.ent_coef", float, lambda x: 0 <= x < math.inf),  # a finite number >= 0
     ("--ppo.log-std-init", "ppo.log_std_init", float, math.isfinite),

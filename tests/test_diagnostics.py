@@ -233,7 +233,7 @@ def test_learner_reports_a_misaligned_rollout():
 def test_trust_region_masking_in_the_learner():
     """delta below every segment's score masks the whole rollout: the policy loss is 0 and pi does
     not move; without masking the same update moves pi."""
-    learner, state, rows, hp = _learner_and_rollout(**{"bpo.trust_region_delta": 1e-9})
+    learner, state, rows, hp = _learner_and_rollout(**{"returns.trust_region_delta": 1e-9})
     # pi/mu differ a little, as after a behaviour step.
     rows = {**rows, "log_prob": rows["log_prob"] + 0.01 * jnp.sin(jnp.arange(rows["log_prob"].size)).reshape(
         rows["log_prob"].shape)}

@@ -6,14 +6,13 @@ relative Markdown link points to a file of the repository."""
 from __future__ import annotations
 
 import ast
-import dataclasses
 import importlib
 import re
 from pathlib import Path
 
 import pytest
 
-from bpo.config import BehaviourConfig
+from bpo.config import EpisodicTrainConfig, OnPolicyTrainConfig, field_names
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = sorted((ROOT / "docs").glob("*.md")) + [ROOT / "README.md"]
@@ -22,10 +21,13 @@ TEST_REF = re.compile(r"(tests/test_[a-z0-9_]+\.py)::([A-Za-z0-9_]+)")
 LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
 
 
+CONFIG_FIELDS = set(field_names(EpisodicTrainConfig())) | set(field_names(OnPolicyTrainConfig()))
+
+
 def is_config_field(dotted: str) -> bool:
-    """``bpo.c_bar``: a field of the ``bpo`` section of a run config, as the flag ``--bpo.c-bar``."""
-    section, _, name = dotted.partition(".")
-    return section == "bpo" and name in {f.name for f in dataclasses.fields(BehaviourConfig)}
+    """``bpo.q_lr``, ``returns.c_bar``: a field of a section of a run config, as the flag
+    ``--returns.c-bar`` (the ``bpo`` section shares its name with the package)."""
+    return dotted in CONFIG_FIELDS
 
 
 def resolve(dotted: str) -> bool:

@@ -1,5 +1,6 @@
-"""FQE (eqs. 13, 14) with r-hat (eq. 7) converges to the exact q_pi and q-hat_pi (eq. 8) of a
-tabular MDP, and the Appendix C.2 stabilisers match direct computations."""
+"""FQE (eqs. 13, 14) with r-hat and gamma^2 (eqs. 7, 8) converges to the exact q_pi and q-hat_pi
+of a tabular MDP, and the loss, the second-moment problem and the Appendix C.2 stabilisers match
+hand computations."""
 
 import jax
 import jax.numpy as jnp
@@ -10,13 +11,14 @@ import pytest
 from bpo.fqe import (
     FQESettings,
     QState,
+    clip_targets,
     expected_next_value,
     fqe_loss,
     fqe_step,
     polyak_update,
     q_bounds,
     q_hat_bounds,
-    r_hat,
+    second_moment_problem,
     take_action,
     td_weights,
     to_real,
@@ -101,11 +103,12 @@ def test_fqe_converges_to_exact_q_and_q_hat(symlog, weight_td, clip, bootstrap_t
     q = train_fqe(batch, GAMMA, q_bounds(-3.0, 3.0, GAMMA), settings)
     np.testing.assert_allclose(q, q_true, rtol=2e-3, atol=2e-3)
 
-    # Q-hat: reward r-hat from the trained Q (eq. 7), discount gamma^2 (eq. 14).
-    batch_hat = {**batch, "reward": r_hat(batch["reward"], jnp.asarray(q[s, a]))}
+    # Q-hat: reward r-hat from the trained Q (eq. 7), discount gamma^2 (eqs. 8, 14).
+    r_hat, gamma_hat = second_moment_problem(batch["reward"], jnp.asarray(q[s, a]), GAMMA)
+    batch_hat = {**batch, "reward": r_hat}
     r_hat_true = 2 * REWARD * q_true - REWARD**2
     q_hat_true = exact_q(r_hat_true, GAMMA**2, quarters)
-    q_hat = train_fqe(batch_hat, GAMMA**2, q_hat_bounds(jnp.max(batch_hat["reward"]), GAMMA), settings, steps=6000)
+    q_hat = train_fqe(batch_hat, gamma_hat, q_hat_bounds(jnp.max(r_hat), GAMMA), settings, steps=6000)
     np.testing.assert_allclose(q_hat, q_hat_true, rtol=5e-3, atol=5e-3)
     assert np.all(q_hat_true > 0)
 
@@ -140,13 +143,30 @@ def test_td_weights_match_direct_computation():
     np.testing.assert_allclose(td_weights(log_pi, log_mu), raw / raw.mean(), rtol=1e-6)
 
 
+def test_second_moment_problem_by_hand():
+    """Eq. (7): r-hat = 2 r q - r^2; eqs. (8)/(14): discount gamma^2; also with a traced gamma."""
+    rewards, q = jnp.array([1.0, -2.0, 0.5, 0.0]), jnp.array([3.0, 1.0, -4.0, 7.0])
+    r_hat, gamma_hat = second_moment_problem(rewards, q, 0.9)
+    np.testing.assert_allclose(r_hat, [2 * 3 - 1, 2 * -2 * 1 - 4, 2 * 0.5 * -4 - 0.25, 0.0], rtol=1e-6)
+    assert float(gamma_hat) == pytest.approx(0.81)
+    _, traced = jax.jit(second_moment_problem)(rewards, q, jnp.float32(0.5))
+    assert float(traced) == pytest.approx(0.25)
+
+
 def test_bounds_loss_and_polyak():
     low, high = q_bounds(-1.0, 2.0, 0.99)
     assert (float(low), float(high)) == pytest.approx((-100.0, 200.0))
     low, high = q_hat_bounds(jnp.array(3.0), 0.9)
     assert (float(low), float(high)) == pytest.approx((0.0, 3.0 / 0.19))
-    pred, y, w, tgt = jnp.array([1.0, 2.0]), jnp.array([0.0, 4.0]), jnp.array([0.5, 1.5]), jnp.array([1.5, 1.0])
-    total, td = fqe_loss(pred, y, w, tgt, 0.3)
+    clipped, frac = clip_targets(jnp.array([-5.0, 0.0, 7.0]), (-1.0, 2.0), True)
+    np.testing.assert_array_equal(clipped, [-1.0, 0.0, 2.0])
+    assert float(frac) == pytest.approx(2 / 3)
+    unclipped, frac = clip_targets(jnp.array([-5.0, 0.0, 7.0]), (-1.0, 2.0), False)
+    np.testing.assert_array_equal(unclipped, [-5.0, 0.0, 7.0])
+    assert float(frac) == 0.0
+    # symlog(e^4 - 1) = 4, so the symlog-space residuals are [1, -2].
+    pred, y, w, tgt = jnp.array([1.0, 2.0]), jnp.array([0.0, np.e**4 - 1]), jnp.array([0.5, 1.5]), jnp.array([1.5, 1.0])
+    total, td = fqe_loss(pred, y, w, tgt, 0.3, symlog_targets=True)
     assert float(td) == pytest.approx(0.5 * (0.5 * 1 + 1.5 * 4) / 2)
     assert float(total) == pytest.approx(float(td) + 0.3 * (0.25 + 1.0) / 2)
     new = polyak_update({"w": jnp.array([0.0, 10.0])}, {"w": jnp.array([1.0, 0.0])}, 0.02)
@@ -155,12 +175,46 @@ def test_bounds_loss_and_polyak():
 
 def test_the_authors_fqe_loss_form():
     """Their code: the TD term without the one-half, and the regulariser IS-weighted too."""
-    pred, y, w, tgt = jnp.array([1.0, 2.0]), jnp.array([0.0, 4.0]), jnp.array([0.5, 1.5]), jnp.array([1.5, 1.0])
-    total, td = fqe_loss(pred, y, w, tgt, 0.3, "authors")
+    pred, y, w, tgt = jnp.array([1.0, 2.0]), jnp.array([0.0, np.e**4 - 1]), jnp.array([0.5, 1.5]), jnp.array([1.5, 1.0])
+    total, td = fqe_loss(pred, y, w, tgt, 0.3, symlog_targets=True, form="authors")
     assert float(td) == pytest.approx((0.5 * 1 + 1.5 * 4) / 2)
     assert float(total) == pytest.approx(float(td) + 0.3 * (0.5 * 0.25 + 1.5 * 1.0) / 2)
-    paper, _ = fqe_loss(pred, y, w, tgt, 0.3, "paper")
+    paper, _ = fqe_loss(pred, y, w, tgt, 0.3, symlog_targets=True, form="paper")
     assert float(paper) == pytest.approx(0.5 * (0.5 * 1 + 1.5 * 4) / 2 + 0.3 * (0.25 + 1.0) / 2)
+
+
+# (loss, td, d loss / d pred) by hand for pred = [1, 2], w = [0.5, 1.5], p_target = [1.5, 1], c = 0.3
+# and residuals pred - y = [1, -2] in the network's space: n = 2, so a mean is half a sum.
+FQE_LOSS_BY_HAND = {
+    # 0.5 mean(w r^2) = 0.5 * 6.5 / 2; c mean((p - p_t)^2) = 0.3 * 1.25 / 2
+    ("paper", True): (1.625 + 0.1875, 1.625, [0.5 * 1 / 2 + 2 * 0.3 * -0.5 / 2, 1.5 * -2 / 2 + 2 * 0.3 * 1 / 2]),
+    # mean(w r^2) = 6.5 / 2; c mean(w (p - p_t)^2) = 0.3 * 1.625 / 2
+    ("authors", True): (3.25 + 0.24375, 3.25,
+                        [2 * 0.5 * 1 / 2 + 2 * 0.3 * 0.5 * -0.5 / 2, 2 * 1.5 * -2 / 2 + 2 * 0.3 * 1.5 * 1 / 2]),
+    ("paper", False): (1.625, 1.625, [0.5 * 1 / 2, 1.5 * -2 / 2]),  # no regulariser without symlog
+    ("authors", False): (3.25, 3.25, [2 * 0.5 * 1 / 2, 2 * 1.5 * -2 / 2]),
+}
+
+
+@pytest.mark.parametrize("form,symlog", list(FQE_LOSS_BY_HAND))
+def test_fqe_loss_by_hand_in_both_forms_with_symlog_on_and_off(form, symlog):
+    """Real-scale targets go through symlog only with symlog targets; the regulariser exists only
+    then; neither the targets nor the target network's prediction receive a gradient."""
+    loss_want, td_want, grad_want = FQE_LOSS_BY_HAND[form, symlog]
+    pred, w, p_target = jnp.array([1.0, 2.0]), jnp.array([0.5, 1.5]), jnp.array([1.5, 1.0])
+    y = jnp.array([0.0, np.e**4 - 1]) if symlog else jnp.array([0.0, 4.0])
+
+    def loss(pred, y, p_target):
+        return fqe_loss(pred, y, w, p_target, 0.3, symlog_targets=symlog, form=form)
+
+    (total, td), grads = jax.value_and_grad(loss, argnums=(0, 1, 2), has_aux=True)(pred, y, p_target)
+    assert float(total) == pytest.approx(loss_want, rel=1e-6)
+    assert float(td) == pytest.approx(td_want, rel=1e-6)
+    np.testing.assert_allclose(grads[0], grad_want, rtol=1e-6)
+    np.testing.assert_array_equal(grads[1], 0.0)
+    np.testing.assert_array_equal(grads[2], 0.0)
+    if not symlog:  # the target network's prediction is not read at all
+        assert fqe_loss(pred, y, w, None, 0.3, symlog_targets=False, form=form)[0] == total
 
 
 def _symlog(x):
@@ -171,15 +225,16 @@ def _symexp(x):
     return np.sign(x) * np.expm1(np.abs(x))
 
 
-@pytest.mark.parametrize("symlog,weight_td,clip,bootstrap_target", [
-    (False, False, False, False),  # plain FQE, eq. (13)
-    (True, False, False, False),  # symlog targets + symlog regulariser towards the Polyak net
-    (False, True, False, False),  # weighted TD
-    (False, False, True, False),  # clipped targets
-    (False, False, False, True),  # bootstrap from the Polyak target network
-    (True, True, True, True),  # everything at once
+@pytest.mark.parametrize("symlog,weight_td,clip,bootstrap_target,form", [
+    (False, False, False, False, "paper"),  # plain FQE, eq. (13)
+    (True, False, False, False, "paper"),  # symlog targets + symlog regulariser towards the Polyak net
+    (False, True, False, False, "paper"),  # weighted TD
+    (False, False, True, False, "paper"),  # clipped targets
+    (False, False, False, True, "paper"),  # bootstrap from the Polyak target network
+    (True, True, True, True, "paper"),  # everything at once
+    (True, True, True, True, "authors"),  # everything at once, the authors' loss
 ])
-def test_one_fqe_step_matches_numpy_reference(symlog, weight_td, clip, bootstrap_target):
+def test_one_fqe_step_matches_numpy_reference(symlog, weight_td, clip, bootstrap_target, form):
     """One SGD step of a linear Q(s, .) = s @ W against a NumPy re-derivation of every stabiliser:
     targets (bootstrap net, clip, symlog), weights, the loss, its gradient and the Polyak update."""
     rng = np.random.default_rng(3)
@@ -208,8 +263,12 @@ def test_one_fqe_step_matches_numpy_reference(symlog, weight_td, clip, bootstrap
     pred = (obs @ w_online)[np.arange(n), action]
     reg_target = (obs @ w_target)[np.arange(n), action]
     c = coef if symlog else 0.0
-    loss = 0.5 * np.mean(w * (pred - y) ** 2) + c * np.mean((pred - reg_target) ** 2)
-    dpred = (w * (pred - y) + 2 * c * (pred - reg_target)) / n
+    if form == "authors":
+        loss = np.mean(w * (pred - y) ** 2) + c * np.mean(w * (pred - reg_target) ** 2)
+        dpred = (2 * w * (pred - y) + 2 * c * w * (pred - reg_target)) / n
+    else:
+        loss = 0.5 * np.mean(w * (pred - y) ** 2) + c * np.mean((pred - reg_target) ** 2)
+        dpred = (w * (pred - y) + 2 * c * (pred - reg_target)) / n
     grad = np.zeros_like(w_online)
     for i in range(n):
         grad[:, action[i]] += dpred[i] * obs[i]
@@ -227,7 +286,7 @@ def test_one_fqe_step_matches_numpy_reference(symlog, weight_td, clip, bootstrap
     def next_values(params, b):
         return expected_next_value(to_real(b["next_obs"] @ params["W"], symlog), jnp.asarray(pi_next))
 
-    settings = FQESettings(symlog, weight_td, clip, bootstrap_target)
+    settings = FQESettings(symlog, weight_td, clip, bootstrap_target, form)
     new_state, metrics = fqe_step(state, batch, jnp.asarray(log_pi), predict=predict, next_values=next_values, tx=tx,
                                   gamma=gamma, bounds=bounds, tau=tau, reg_coef=coef, settings=settings)
     assert float(metrics["loss"]) == pytest.approx(loss, rel=1e-5)

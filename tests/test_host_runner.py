@@ -9,14 +9,15 @@ import numpy as np
 import pytest
 from gymnasium.vector import AutoresetMode
 
-from bpo.cli import main
 from bpo.config import ConfigError, OnPolicyTrainConfig, PPOConfig, replace, traced_hyperparams
 from bpo.learner import keyed_update, make_learner
 from bpo.presets import PAPER_TABLE1, apply_variant, best_bpo_row, get_preset
 from bpo.runners.host import HostRunner
 from bpo.training import run
+from bpo.training.driver import drive
 from bpo.validation import validate
 from envs.gymnasium_envs import MUJOCO_ENVS, _make, final_observations, gym_spec, make_vector_env
+from experiments.cli import main
 
 
 def probe_config(algo: str, **changes) -> OnPolicyTrainConfig:
@@ -42,7 +43,8 @@ def test_same_step_auto_reset_returns_the_real_final_observation():
     np.testing.assert_array_equal(final, [[1.0], [1.0]])  # the real last observation B
 
 
-@pytest.mark.parametrize("env_id", ["CartPole-v1", "TruncationProbe-v0", "HalfCheetah-v5"])
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "TruncationProbe-v0",
+                                    pytest.param("HalfCheetah-v5", marks=pytest.mark.mujoco)])
 def test_in_process_vector_env_steps_as_gymnasiums_sync_vector_env(env_id):
     """The runner's vector env against Gymnasium's own (same-step auto-reset) on the same seeds and
     actions: observations, rewards, end flags and real final observations identical, step by step,
@@ -130,7 +132,7 @@ def test_host_update_equals_the_learner_update_on_the_same_batch(algo):
         return out
 
     runner._build = capture_build
-    runner.run()
+    drive(runner, cfg)
     state, key, rows, host_state = captured["state"], captured["key"], captured["rows"], captured["host_state"]
     learner, hp = make_learner(cfg, gym_spec(cfg.env)), traced_hyperparams(cfg)
     update = lambda st, k, r: keyed_update(learner, st, k, r, hp)  # noqa: E731
@@ -139,7 +141,9 @@ def test_host_update_equals_the_learner_update_on_the_same_batch(algo):
     for s in range(cfg.seeds):
         pick = lambda x: x[s]  # noqa: E731
         single = jax.jit(update)(jax.tree.map(pick, state), key[s], {k: jnp.asarray(v[s]) for k, v in rows.items()})[1]
-        jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-8),
+        # atol 1e-7: Adam's step is about lr * sign(g) where a gradient is near zero, so a rounding
+        # difference there moves a parameter by up to ~1e-7 (parameters are ~1e-2).
+        jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7),
                      jax.tree.map(pick, host_state), single)
 
 
@@ -186,15 +190,15 @@ def test_presets_follow_the_paper_tables():
 def test_variants_are_the_rows_of_table_1_and_ablate_the_best_row():
     cfg = get_preset("mujoco_default", "Hopper-v5")
     row = apply_variant(cfg, "bpo_c1.0_rho1.5")
-    assert (row.algo, row.bpo.c_bar, row.bpo.rho_bar, row.bpo.traj) == ("bpo", 1.0, 1.5, "per_decision")
-    assert apply_variant(cfg, "bpo_traj_c1.0").bpo.traj == "traj"
+    assert (row.algo, row.returns.c_bar, row.returns.rho_bar, row.returns.traj) == ("bpo", 1.0, 1.5, "per_decision")
+    assert apply_variant(cfg, "bpo_traj_c1.0").returns.traj == "traj"
     assert apply_variant(cfg, "ppo").algo == "ppo"
     # Hopper default: the best BPO row of Table 1 is traj (2770); the ablations start from it.
     assert best_bpo_row("Hopper-v5", "mujoco_default") == "bpo_traj_c1.0"
     no_qhat = apply_variant(cfg, "bpo_no_qhat")
-    assert (no_qhat.bpo.traj, no_qhat.bpo.use_q_hat, no_qhat.variant) == ("traj", False, "bpo_no_qhat")
+    assert (no_qhat.returns.traj, no_qhat.bpo.use_q_hat, no_qhat.variant) == ("traj", False, "bpo_no_qhat")
     no_symlog = apply_variant(get_preset("mujoco_gsde", "HalfCheetah-v5"), "bpo_no_symlog")
-    assert (no_symlog.bpo.c_bar, no_symlog.bpo.rho_bar, no_symlog.bpo.symlog_targets) == (1.5, 1.5, False)
+    assert (no_symlog.returns.c_bar, no_symlog.returns.rho_bar, no_symlog.bpo.symlog_targets) == (1.5, 1.5, False)
     assert len(PAPER_TABLE1) == 5 and all(len(rows) == 5 for rows in PAPER_TABLE1.values())
     with pytest.raises(ConfigError, match="variant"):
         apply_variant(cfg, "bpo_c2")

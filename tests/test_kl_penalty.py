@@ -15,7 +15,7 @@ from bpo import kl
 from bpo.agents.ppo import actor_loss
 from bpo.config import ConfigError, replace, traced_hyperparams
 from bpo.presets import PRESETS
-from bpo.runners.onpolicy import make_train
+from bpo.training import make_train
 from bpo.validation import validate
 
 N = 5

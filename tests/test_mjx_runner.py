@@ -7,10 +7,10 @@ import math
 
 import pytest
 
-from bpo.cli import main
 from bpo.config import ConfigError, replace
 from bpo.presets import get_preset
 from bpo.validation import validate
+from experiments.cli import main
 
 pytestmark = pytest.mark.mjx
 

@@ -9,16 +9,15 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bpo.cli import main
 from bpo.config import OnPolicyTrainConfig, PPOConfig, replace, traced_hyperparams
 from bpo.learner import make_learner
 from bpo.networks import Actor
 from bpo.presets import PRESETS
-from bpo.runners.onpolicy import make_train
-from bpo.training import run
+from bpo.training import make_train, run
 from bpo.validation import validate
 from envs import make_env
 from envs.functional import auto_reset_step
+from experiments.cli import main
 
 # Presets on JAX environments; the Gymnasium (MuJoCo) presets are run in tests/test_host_runner.py.
 ON_POLICY = sorted(name for name, cfg in PRESETS.items()
@@ -132,7 +131,7 @@ def test_cli_trains_an_on_policy_preset(tmp_path):
 SWITCH_SIZES = {"total_timesteps": 3 * 64, "ppo.n_steps": 16, "ppo.n_envs": 4, "ppo.batch_size": 32, "ppo.n_epochs": 4,
                 "ppo.pi_hidden": (16,), "ppo.vf_hidden": (16,), "bpo.q_hidden": (16,), "bpo.replay_size": 192,
                 "bpo.q_batch_size": 32, "bpo.mu_batch_size": 32, "bpo.n_qvf_epochs": 2, "bpo.n_mu_epochs": 2,
-                "bpo.c_bar": 1.0}
+                "returns.c_bar": 1.0}
 PPO_METRICS = ("pg_loss", "value_loss", "clip_frac", "approx_kl", "entropy")
 BEHAVIOUR_METRICS = ("q_loss", "q_hat_loss", "mu_loss")
 
@@ -197,13 +196,13 @@ def test_switch_runs_start_on_policy_and_then_leave_it():
 # ``changed``. ``value_targets_kept``: the value targets (returns) are the default's, so the second
 # update's value loss is too.
 PPO_SWITCHES = [
-    ("cartpole_ppo", {"bpo.traj": "traj"}, ("pg_loss", "value_loss"), False),
-    ("cartpole_continuous_ppo", {"bpo.traj": "traj_shifted"}, ("pg_loss", "value_loss"), False),
-    ("cartpole_ppo", {"bpo.advantage": "eq11"}, ("pg_loss",), True),
-    ("cartpole_ppo", {"bpo.weight_on_advantage": True}, ("pg_loss", "clip_frac", "approx_kl"), True),
-    ("cartpole_ppo", {"bpo.trust_region_delta": 1e-2}, ("pg_loss",), True),
-    ("cartpole_continuous_ppo", {"bpo.trust_region_delta": 1e-4}, ("pg_loss",), True),
-    ("cartpole_continuous_ppo", {"bpo.trust_region_delta": 1e-4, "bpo.trust_region_criterion": "mean_k3"},
+    ("cartpole_ppo", {"returns.traj": "traj"}, ("pg_loss", "value_loss"), False),
+    ("cartpole_continuous_ppo", {"returns.traj": "traj_shifted"}, ("pg_loss", "value_loss"), False),
+    ("cartpole_ppo", {"returns.advantage": "eq11"}, ("pg_loss",), True),
+    ("cartpole_ppo", {"returns.weight_on_advantage": True}, ("pg_loss", "clip_frac", "approx_kl"), True),
+    ("cartpole_ppo", {"returns.trust_region_delta": 1e-2}, ("pg_loss",), True),
+    ("cartpole_continuous_ppo", {"returns.trust_region_delta": 1e-4}, ("pg_loss",), True),
+    ("cartpole_continuous_ppo", {"returns.trust_region_delta": 1e-4, "returns.trust_region_criterion": "mean_k3"},
      ("pg_loss",), True),
 ]
 
@@ -219,7 +218,7 @@ def test_target_update_switches_act_through_the_ratios(preset, switches, changed
         assert not same(metrics[key][1:], base[key][1:]), f"{key} did not change"
     if value_targets_kept:
         assert same(metrics["value_loss"][1], base["value_loss"][1])
-    if "bpo.trust_region_delta" in switches:
+    if "returns.trust_region_delta" in switches:
         assert "trm_mask_rate" not in base
         assert metrics["trm_mask_rate"][0] == 0 and np.all(metrics["trm_mask_rate"][1:] > 0)
 
@@ -227,9 +226,9 @@ def test_target_update_switches_act_through_the_ratios(preset, switches, changed
 def test_trust_region_criteria_mask_differently():
     """The same delta bounds max |log pi/mu| or the mean k3 ~ (log pi/mu)^2 / 2, which is smaller: the
     k3 criterion masks fewer steps."""
-    delta = (("bpo.trust_region_delta", 1e-4),)
+    delta = (("returns.trust_region_delta", 1e-4),)
     by_max, _ = three_updates("cartpole_continuous_ppo", delta)
-    by_k3, _ = three_updates("cartpole_continuous_ppo", delta + (("bpo.trust_region_criterion", "mean_k3"),))
+    by_k3, _ = three_updates("cartpole_continuous_ppo", delta + (("returns.trust_region_criterion", "mean_k3"),))
     assert np.all(by_k3["trm_mask_rate"][1:] < by_max["trm_mask_rate"][1:])
 
 

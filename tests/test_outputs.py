@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from bpo.cli import main
 from bpo.presets import get_preset
 from bpo.validation import validate
 from envs.gymnasium_envs import gym_spec
+from experiments.cli import main
 
 FORBIDDEN = "/proc/forbidden/run"  # /proc accepts no new folders, whoever runs the tests (root too)
 TRAIN = ["train", "cartpole_ppo", "--algo", "bpo", "--total-timesteps", "4096", "--no-progress"]
@@ -72,7 +72,7 @@ def test_results_written_after_the_folder_went_away_are_kept_elsewhere(tmp_path)
     """The run directory is replaced by a file while the run trains: the results go to a new
     folder, the message names it, and the exit code is 1."""
     out = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "bpo.cli", "train", "short_corridor", "--algo", "bpo",
+    proc = subprocess.Popen([sys.executable, "-m", "experiments.cli", "train", "short_corridor", "--algo", "bpo",
                              "--episodes", "200", "--seeds", "2", "--no-progress", "--out", str(out)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120

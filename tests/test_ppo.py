@@ -1,16 +1,27 @@
-"""PPO's loss terms (eqs. 10, 12, entropy) against hand computations, the action distributions,
-gSDE's noise and resampling schedule, and observation normalisation."""
+"""PPO's loss terms (eqs. 10, 12, entropy) and its update against hand computations, the shared
+clipped Adam, the action distributions and action clipping, gSDE's noise and resampling schedule,
+and observation normalisation."""
 
 import math
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 from bpo import distributions as D
-from bpo.agents.ppo import actor_loss, clipped_surrogate_loss, linear_schedule, normalize_advantages, value_loss
+from bpo.agents.ppo import (
+    PPOState,
+    actor_loss,
+    clipped_surrogate_loss,
+    linear_schedule,
+    normalize_advantages,
+    ppo_update,
+    value_loss,
+)
 from bpo.normalization import init_stats, normalize, update_stats
+from bpo.optim import clipped_adam
 
 
 def test_clipped_surrogate_matches_hand_computation():
@@ -59,6 +70,64 @@ def test_normalize_advantages_and_schedules():
     np.testing.assert_allclose(a, np.array([-1.0, 0.0, 1.0]) / np.sqrt(2 / 3), rtol=1e-5)
     assert float(linear_schedule(1e-3, 0.25, "linear")) == pytest.approx(2.5e-4)
     assert linear_schedule(1e-3, 0.25, "constant") == 1e-3
+
+
+def test_ppo_update_full_batch_epochs_are_hand_computed_gradient_steps():
+    """One whole-rollout minibatch per epoch (batch_size = n), plain SGD, no clipping in reach:
+    each epoch is W <- W + lr mean_i A_i r_i x_i (e_{a_i} - p_i)^T for the linear-softmax actor
+    and v <- v - lr vf_coef mean_i x_i (x_i v - G_i) for the linear critic."""
+    rng = np.random.default_rng(0)
+    n, d, k, lr, vf_coef = 6, 3, 2, 0.1, 0.5
+    x = rng.normal(size=(n, d)).astype(np.float32)
+    a = rng.integers(0, k, n)
+    adv, ret = rng.normal(size=n).astype(np.float32), rng.normal(size=n).astype(np.float32)
+    old = np.log(rng.uniform(0.2, 0.8, n)).astype(np.float32)
+    w0, v0 = rng.normal(size=(d, k)).astype(np.float32) * 0.3, rng.normal(size=d).astype(np.float32)
+    batch = {"obs": jnp.asarray(x), "action": jnp.asarray(a), "old_log_prob": jnp.asarray(old),
+             "advantage": jnp.asarray(adv), "return": jnp.asarray(ret), "adv_weight": jnp.ones(n)}
+    tx = optax.sgd(lr)
+    state = PPOState({"w": jnp.asarray(w0)}, {"v": jnp.asarray(v0)}, tx.init({"w": w0}), tx.init({"v": v0}))
+    new, metrics = ppo_update(
+        jax.random.PRNGKey(0), state, batch, actor_apply=lambda p, o: (D.logits_dist(o @ p["w"]), None),
+        critic_apply=lambda p, o: o @ p["v"], tx=tx, n_epochs=2, batch_size=n, clip_range=1e6, ent_coef=0.0,
+        vf_coef=vf_coef, discrete=True, normalize_advantage=False)
+    w, v, value_losses = w0.astype(np.float64), v0.astype(np.float64), []
+    for _ in range(2):
+        p = np.exp(x @ w) / np.exp(x @ w).sum(1, keepdims=True)
+        ratio = p[np.arange(n), a] / np.exp(old)
+        value_losses.append(0.5 * np.mean((x @ v - ret) ** 2))
+        w = w + lr * np.einsum("i,id,ik->dk", adv * ratio, x, np.eye(k)[a] - p) / n
+        v = v - lr * vf_coef * x.T @ (x @ v - ret) / n
+    np.testing.assert_allclose(new.actor_params["w"], w, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(new.critic_params["v"], v, rtol=1e-5, atol=1e-6)
+    assert float(metrics["value_loss"]) == pytest.approx(np.mean(value_losses), rel=1e-5)
+
+
+@pytest.mark.parametrize("max_grad_norm", [1.0, float("inf")])
+def test_clipped_adam_two_steps_by_hand(max_grad_norm):
+    """Global-norm clip (none when infinite), then Adam (b1 = 0.9, b2 = 0.999, bias-corrected,
+    the given eps) times -lr. The first gradient has norm 5, the second 0.5."""
+    lr, eps = 0.01, 0.1
+    grads = [np.array([3.0, -4.0]), np.array([0.3, 0.4])]
+    tx = clipped_adam(lr, eps, max_grad_norm)
+    params = jnp.zeros(2)
+    state = tx.init(params)
+    m, v, want = np.zeros(2), np.zeros(2), np.zeros(2)
+    for t, g in enumerate(grads, start=1):
+        updates, state = tx.update(jnp.asarray(g), state, params)
+        params = optax.apply_updates(params, updates)
+        g = g * min(1.0, max_grad_norm / np.linalg.norm(g))
+        m, v = 0.9 * m + 0.1 * g, 0.999 * v + 0.001 * g**2
+        want = want - lr * (m / (1 - 0.9**t)) / (np.sqrt(v / (1 - 0.999**t)) + eps)
+    np.testing.assert_allclose(params, want, rtol=1e-5)
+
+
+def test_clip_action_to_bounds_or_unchanged():
+    low, high = np.array([-1.0, 0.0]), np.array([1.0, 2.0])
+    action = jnp.array([[-3.0, 1.0], [0.5, 5.0]])
+    np.testing.assert_array_equal(D.clip_action(action, low, high), [[-1.0, 1.0], [0.5, 2.0]])
+    np.testing.assert_array_equal(D.clip_action(action, None, None), action)  # clipping off
+    assert D.clip_action(jnp.array(7), None, None) == 7  # a discrete action
 
 
 def test_gaussian_log_prob_and_entropy_closed_form():

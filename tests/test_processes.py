@@ -28,12 +28,12 @@ HOST = ["train", "cartpole_ppo", "--algo", "bpo", "--backend", "gymnasium", "--v
 
 
 def bpo(args, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "bpo.cli", *args], capture_output=True, text=True, timeout=600,
+    return subprocess.run([sys.executable, "-m", "experiments.cli", *args], capture_output=True, text=True, timeout=600,
                           **kw)
 
 
 def start(args) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "bpo.cli", *args], stdout=subprocess.PIPE,
+    return subprocess.Popen([sys.executable, "-m", "experiments.cli", *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 
 

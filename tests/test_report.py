@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from scipy import stats
 
-from bpo.cli import main
 from bpo.presets import PAPER_TABLE1, best_bpo_row, get_preset, paper_setting
 from bpo.results import read_summary
+from experiments.cli import main
 from experiments.common import provenance_notes, sort_settings
 from experiments.report import PAGES, render, report
 from experiments.store import build_index
@@ -58,7 +58,7 @@ def test_headline_sweep_is_the_papers_cell_in_both_settings():
         assert (cfg.env, cfg.total_timesteps, cfg.seeds) == ("HalfCheetah-v5", 1_500_000,
                                                              5 if preset == "mujoco_default" else 3)
     bpo = cells[("mujoco_default", "bpo_c1.0_rho1.5")]
-    assert (bpo.algo, bpo.bpo.c_bar, bpo.bpo.rho_bar) == ("bpo", 1.0, 1.5)
+    assert (bpo.algo, bpo.returns.c_bar, bpo.returns.rho_bar) == ("bpo", 1.0, 1.5)
 
 
 FINALS = {HC: {"ppo": exact_sample(3000, 600, 5, 1), "bpo_c1.0_rho1.5": exact_sample(4000, 400, 5, 2)},

@@ -8,10 +8,10 @@ import json
 import numpy as np
 import pytest
 
-from bpo.cli import main
 from bpo.config import ConfigError, replace
 from bpo.presets import apply_variant, get_preset
 from bpo.training import check_rows, run, run_rows, summarize
+from experiments.cli import main
 
 ROWS = ("bpo_c1.5_rho1.5", "bpo_c1.0_rho1.0", "bpo_c1.0_rho1.5")  # Table 1's per-decision rows
 
@@ -37,7 +37,7 @@ def test_each_row_equals_the_row_run_alone():
 
 
 @pytest.mark.parametrize(("changes", "field"), [
-    ({"bpo.traj": "traj"}, "bpo.traj"),  # the trajectory row is a program of its own
+    ({"returns.traj": "traj"}, "returns.traj"),  # the trajectory row is a program of its own
     ({"algo": "ppo"}, "algo"),
     ({"ppo.n_steps": 128}, "ppo.n_steps"),
 ])

@@ -1,4 +1,4 @@
-"""Seed shards trained side by side in threads (``bpo.training.segments``): the shards cover every
+"""Seed shards trained side by side in threads (``bpo.runners.jax_runner``): the shards cover every
 seed once at chunk boundaries, and a run's results are bit-identical whatever the number of
 threads, checkpointed and resumed or not, for both JAX runners and for rows of hyperparameters."""
 
@@ -13,8 +13,8 @@ import pytest
 from bpo import processes, runtime
 from bpo.config import replace
 from bpo.presets import apply_variant, get_preset
+from bpo.runners.jax_runner import shard_bounds
 from bpo.training import run, run_rows
-from bpo.training.segments import shard_bounds
 
 
 @pytest.mark.parametrize(("seeds", "chunk", "threads", "expected"), [

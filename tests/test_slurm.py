@@ -28,8 +28,8 @@ SWEEP = Sweep(
 
 def _sweep(args, timeout=600):
     # A subprocess with a time limit: a lost job must fail the test, not hang it.
-    proc = subprocess.run([sys.executable, "-m", "bpo.cli", "sweep", *args, "--no-progress"], capture_output=True,
-                          text=True, timeout=timeout)
+    proc = subprocess.run([sys.executable, "-m", "experiments.cli", "sweep", *args, "--no-progress"],
+                          capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc.stdout
 
@@ -83,7 +83,7 @@ def test_a_requeued_or_preempted_job_continues_from_its_checkpoint(slurm_env, tm
     def logs() -> str:
         return "".join(p.read_text() for p in (out / ".slurm").glob("*/*_log.out"))
 
-    proc = subprocess.Popen([sys.executable, "-m", "bpo.cli", "sweep", str(sweep_file), "--backend", "slurm",
+    proc = subprocess.Popen([sys.executable, "-m", "experiments.cli", "sweep", str(sweep_file), "--backend", "slurm",
                              "--out", str(out), "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
 

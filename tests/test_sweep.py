@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from bpo.cli import main
 from bpo.config import ConfigError, replace
 from bpo.presets import TABLE1_ROWS, get_preset
 from experiments import store
+from experiments.cli import main
 from experiments.sweep import Grid, RunSpec, Sweep, apply_overrides, expand, load_sweep, parse_assignment
 from experiments.verify_variance import VerifyVarianceArgs
 
@@ -28,21 +28,21 @@ TINY_SC = (("episodes", 20), ("eval_every", 10), ("eval_episodes", 3))
 
 def test_expand_is_the_product_with_ids_and_validated_configs():
     sweep = Sweep(name="t", grids=(
-        Grid(preset="cartpole_ppo", variants=("ppo", "bpo_c1.0_rho1.5"), grid=(("bpo.c_bar", (1.0, 2.0)),),
+        Grid(preset="cartpole_ppo", variants=("ppo", "bpo_c1.0_rho1.5"), grid=(("returns.c_bar", (1.0, 2.0)),),
              fixed=(("total_timesteps", 4096),), seeds=3),
         Grid(preset="short_corridor", variants=("reinforce", "bpo"), seeds=2),
     ))
     specs = expand(sweep)
     assert [s.run_id for s in specs] == [
-        "CartPole-v1-cartpole_ppo-ppo-bpo.c_bar=1.0", "CartPole-v1-cartpole_ppo-ppo-bpo.c_bar=2.0",
-        "CartPole-v1-cartpole_ppo-bpo_c1.0_rho1.5-bpo.c_bar=1.0",
-        "CartPole-v1-cartpole_ppo-bpo_c1.0_rho1.5-bpo.c_bar=2.0",
+        "CartPole-v1-cartpole_ppo-ppo-returns.c_bar=1.0", "CartPole-v1-cartpole_ppo-ppo-returns.c_bar=2.0",
+        "CartPole-v1-cartpole_ppo-bpo_c1.0_rho1.5-returns.c_bar=1.0",
+        "CartPole-v1-cartpole_ppo-bpo_c1.0_rho1.5-returns.c_bar=2.0",
         "ShortCorridor-v0-short_corridor-reinforce", "ShortCorridor-v0-short_corridor-bpo"]
     cfg = specs[3].config()
     # The grid value wins over the variant's c_bar (overrides come after the variant).
-    assert (cfg.algo, cfg.variant, cfg.bpo.c_bar, cfg.bpo.rho_bar, cfg.total_timesteps, cfg.seeds) == \
+    assert (cfg.algo, cfg.variant, cfg.returns.c_bar, cfg.returns.rho_bar, cfg.total_timesteps, cfg.seeds) == \
         ("bpo", "bpo_c1.0_rho1.5", 2.0, 1.5, 4096, 3)
-    assert specs[3].row == "bpo_c1.0_rho1.5 bpo.c_bar=2.0"
+    assert specs[3].row == "bpo_c1.0_rho1.5 returns.c_bar=2.0"
     assert specs[4].config().algo == "reinforce" and specs[4].row == "reinforce"
     # A spec survives its JSON form (how workers and Slurm jobs get it).
     assert RunSpec.from_json(json.loads(json.dumps(specs[3].to_json()))) == specs[3]
@@ -59,7 +59,7 @@ def test_sweep_files_expand():
                                         variant="ppo" if spec.variant == "ppo" else "")
     assert {s.preset for s in expand(load_sweep("classic"))} == {"cartpole_ppo", "pendulum_ppo"}
     small = [s.config() for s in expand(load_sweep("mujoco_small"))]
-    assert {(c.env, c.variant, c.algo, c.bpo.c_bar, c.bpo.rho_bar) for c in small} == {
+    assert {(c.env, c.variant, c.algo, c.returns.c_bar, c.returns.rho_bar) for c in small} == {
         (env, v, a, 1.0, 1.5) for env in ("HalfCheetah-v5", "Hopper-v5")
         for v, a in (("ppo", "ppo"), ("bpo_c1.0_rho1.5", "bpo"))}
     assert {(c.preset, c.backend, c.seeds, c.total_timesteps) for c in small} == {
@@ -82,7 +82,7 @@ def test_sweep_files_expand():
     (Grid(preset="cartpole_ppo", grid=(("ppo.n_steps.x", (1,)),)), "ppo.n_steps.x", "not a nested config"),
     (Grid(preset="cartpole_ppo", fixed=(("total_timesteps", "many"),)), "total_timesteps", "type int"),
     (Grid(preset="cartpole_ppo", fixed=(("ppo.normalize_advantage", 1),)), "ppo.normalize_advantage", "true or false"),
-    (Grid(preset="cartpole_ppo", fixed=(("bpo.c_bar", -1.0),)), "bpo.c_bar", "> 0"),
+    (Grid(preset="cartpole_ppo", fixed=(("returns.c_bar", -1.0),)), "returns.c_bar", "> 0"),
     (Grid(preset="cartpole_ppo", seeds=0), "seeds", ">= 1"),
 ])
 def test_bad_grids_fail_with_the_field_named(grid, field, text):
@@ -98,13 +98,13 @@ def test_duplicate_run_ids_are_rejected():
 
 
 def test_cli_values_and_overrides():
-    assert parse_assignment("bpo.c_bar=1.0,1.5", many=True) == ("bpo.c_bar", (1.0, 1.5))
+    assert parse_assignment("returns.c_bar=1.0,1.5", many=True) == ("returns.c_bar", (1.0, 1.5))
     assert parse_assignment("ppo.pi_hidden=[(64, 64), (256, 256)]", many=True) == \
         ("ppo.pi_hidden", ((64, 64), (256, 256)))
     assert parse_assignment("backend=mjx", many=False) == ("backend", "mjx")
-    assert parse_assignment("bpo.rho_bar=inf", many=False) == ("bpo.rho_bar", float("inf"))
-    cfg = apply_overrides(get_preset("cartpole_ppo"), {"bpo.c_bar": 2, "ppo.pi_hidden": [32], "ppo.use_sde": True})
-    assert cfg.bpo.c_bar == 2.0 and isinstance(cfg.bpo.c_bar, float) and cfg.ppo.pi_hidden == (32,)
+    assert parse_assignment("returns.rho_bar=inf", many=False) == ("returns.rho_bar", float("inf"))
+    cfg = apply_overrides(get_preset("cartpole_ppo"), {"returns.c_bar": 2, "ppo.pi_hidden": [32], "ppo.use_sde": True})
+    assert cfg.returns.c_bar == 2.0 and isinstance(cfg.returns.c_bar, float) and cfg.ppo.pi_hidden == (32,)
     with pytest.raises(ConfigError, match="set: expected KEY=VALUE"):
         parse_assignment("total_timesteps", many=False)
 
@@ -112,8 +112,8 @@ def test_cli_values_and_overrides():
 def test_cli_rejects_bad_sweeps_before_running(tmp_path, capsys):
     assert main(["sweep", "nosuch", "--out", str(tmp_path)]) == 2
     assert "sweep: no sweep file" in capsys.readouterr().err
-    assert main(["sweep", "--preset", "cartpole_ppo", "--grid", "bpo.c_bar=1,-1", "--out", str(tmp_path)]) == 2
-    assert "bpo.c_bar: must be" in capsys.readouterr().err
+    assert main(["sweep", "--preset", "cartpole_ppo", "--grid", "returns.c_bar=1,-1", "--out", str(tmp_path)]) == 2
+    assert "returns.c_bar: must be" in capsys.readouterr().err
     assert main(["sweep", "fig2", "--workers", "0", "--out", str(tmp_path)]) == 2
     assert "workers: must be an integer >= 1" in capsys.readouterr().err
     assert main(["sweep", "fig2", "--preset", "cartpole_ppo"]) == 2
@@ -148,9 +148,10 @@ def test_publish_is_all_or_nothing_and_finished_means_same_config(tmp_path):
     assert not store.is_finished(tmp_path, changed)
     # A field the code gained after the run was stored does not make it stale; an execution-only one neither.
     config = json.loads((tmp_path / spec.run_id / "config.json").read_text())
-    del config["bpo"]["c_bar"]
-    assert store.same_result_config(config, {**config, "bpo": {**config["bpo"], "c_bar": 2.0}, "vector_mode": "x"})
-    assert not store.same_result_config(config, {**config, "bpo": {**config["bpo"], "rho_bar": 2.0}})
+    del config["returns"]["c_bar"]
+    assert store.same_result_config(config, {**config, "returns": {**config["returns"], "c_bar": 2.0},
+                                             "vector_mode": "x"})
+    assert not store.same_result_config(config, {**config, "returns": {**config["returns"], "rho_bar": 2.0}})
     index = store.refresh_index(tmp_path)
     assert [(e["run_id"], e["status"], e["row"]) for e in index["runs"]] == [(spec.run_id, "finished", "bpo")]
     assert json.loads((tmp_path / "index.json").read_text()) == index
@@ -169,7 +170,7 @@ def _read_all(root: Path) -> None:
 @pytest.mark.slow
 def test_sweep_killed_with_sigkill_resumes_without_redoing_runs(tmp_path):
     out = tmp_path / "sweep"
-    cmd = [sys.executable, "-m", "bpo.cli", "sweep", "--preset", "short_corridor", "--variants", "reinforce",
+    cmd = [sys.executable, "-m", "experiments.cli", "sweep", "--preset", "short_corridor", "--variants", "reinforce",
            "--grid", "reinforce.lr_start=0.1,0.05,0.02", "--set", "episodes=20", "eval_episodes=3", "--seeds", "2",
            "--workers", "1", "--no-progress", "--out", str(out)]
     env = {**os.environ, "BPO_COMPILE_CACHE": ""}
@@ -237,7 +238,7 @@ def _wait_for(condition, proc, seconds: float, what: str) -> None:
 
 
 def _sweep_cmd(out: Path, episodes: str) -> list[str]:
-    return [sys.executable, "-m", "bpo.cli", "sweep", "--preset", "short_corridor", "--variants", "bpo",
+    return [sys.executable, "-m", "experiments.cli", "sweep", "--preset", "short_corridor", "--variants", "bpo",
             "--grid", f"episodes={episodes}", "--set", "eval_every=10", "eval_episodes=2", "--seeds", "2",
             "--workers", "1", "--no-progress", "--out", str(out)]
 
@@ -313,7 +314,7 @@ FORBIDDEN = "/proc/forbidden/x"  # /proc accepts no new folders, whoever runs th
     ["table", "results"],
 ], ids=lambda argv: argv[0])
 def test_an_unwritable_out_stops_sweeps_and_analyses_before_any_work(argv, tmp_path, monkeypatch, capsys):
-    import experiments.commands  # noqa: F401 - what bpo.cli imports on first use (matplotlib, rliable), beforehand
+    import experiments.commands  # noqa: F401 - what experiments.cli imports on first use (matplotlib, rliable), beforehand
 
     synthetic_results(tmp_path / "results", {("Hopper-v5", "mujoco_default"): {"ppo": [1, 2],
                                                                                 "bpo_c1.0_rho1.5": [3, 4]}})

@@ -14,10 +14,10 @@ import pytest
 from matplotlib.text import Text
 from scipy import stats
 
-from bpo.cli import main
 from bpo.config import replace
 from bpo.presets import PAPER_TABLE1, get_preset
 from experiments.aggregates import improvement_figure, iqm_figure, newcombe_interval
+from experiments.cli import main
 from experiments.common import holm, provenance_notes, welch_p, welch_p_from_stats
 from experiments.table import compute_paper_table, compute_table, mark, multiple_comparisons, to_markdown
 

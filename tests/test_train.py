@@ -12,12 +12,11 @@ import mujoco
 import numpy as np
 import pytest
 
-from bpo.cli import main
 from bpo.config import replace, traced_hyperparams
 from bpo.presets import get_preset
-from bpo.runners.episodic import make_train
 from bpo.runners.seeds import seed_keys
-from bpo.training import run, summarize
+from bpo.training import make_train, run, summarize
+from experiments.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = dict(episodes=20, eval_every=10, eval_episodes=3, seeds=3)
@@ -57,10 +56,10 @@ def test_seed_results_do_not_depend_on_seed_count():
 def test_cli_train_writes_run_directory(tmp_path):
     out = tmp_path / "run"
     code = main(["train", "short_corridor", "--algo", "bpo", "--seeds", "2", "--episodes", "20", "--eval-every", "10",
-                 "--bpo.c-bar", "1.5", "--out", str(out), "--no-progress"])
+                 "--returns.c-bar", "1.5", "--out", str(out), "--no-progress"])
     assert code == 0
     config = json.loads((out / "config.json").read_text())
-    assert config["bpo"]["c_bar"] == 1.5 and config["algo"] == "bpo" and config["seeds"] == 2
+    assert config["returns"]["c_bar"] == 1.5 and config["algo"] == "bpo" and config["seeds"] == 2
     with open(out / "curve.csv") as f:
         rows = list(csv.DictReader(f))
     assert list(rows[0])[:3] == ["step", "seed", "eval_return"]
@@ -98,7 +97,7 @@ def test_traced_hyperparameters_vmap_like_seeds():
     batched_train = jax.jit(jax.vmap(make_train(cfg), in_axes=(None, axes)))
     batched = batched_train(key, hp._replace(c_bar=c_bars))
     for i, c in enumerate((1.0, 1.5)):
-        cfg_c = replace(cfg, **{"bpo.c_bar": c})
+        cfg_c = replace(cfg, **{"returns.c_bar": c})
         single = jax.jit(make_train(cfg_c))(key, traced_hyperparams(cfg_c))
         np.testing.assert_allclose(batched["eval"]["eval_return"][i], single["eval"]["eval_return"], rtol=1e-5)
         np.testing.assert_allclose(batched["train"]["train_return"][i], single["train"]["train_return"], rtol=1e-5)

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from bpo import variance as V
-from bpo.cli import main
 from envs.short_corridor import expected_return, optimal_right_probability
+from experiments.cli import main
 
 N_RANDOM = 24
 MC_EPISODES = 20_000

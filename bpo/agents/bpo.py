@@ -1,8 +1,8 @@
 """BPO's behaviour step (Algorithm 1, lines 9-16), shared by BPO-REINFORCE and BPO-PPO:
 
     for n_qvf_epochs: optimise Q with FQE            (eq. 13)           ``fqe_epochs``
-    compute r-hat on D with the trained Q            (eq. 7)
-    for n_qvf_epochs: optimise Q-hat with FQE        (eq. 14, gamma^2)  ``fqe_epochs``
+    r-hat on D with the trained Q, and gamma^2       (eqs. 7, 8)        ``second_moment_problem``
+    for n_qvf_epochs: optimise Q-hat with FQE        (eq. 14)           ``fqe_epochs``
     for n_mu_epochs:  optimise mu towards pi sqrt(Q-hat)  (eq. 15 discrete, eq. 16 continuous)  ``mu_epochs``
 
 ``behaviour_step`` runs the four in order. The target policy pi is fixed during the step.
@@ -19,6 +19,7 @@ observations).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -28,10 +29,11 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from bpo import distributions as D
+from bpo import distributions
 from bpo import replay as rb
 from bpo.behaviour import behaviour_target_log_probs, continuous_mu_loss, discrete_mu_loss, floored_q_hat
 from bpo.config import BehaviourConfig
+from bpo.distributions import Dist
 from bpo.fqe import (
     FQESettings,
     QState,
@@ -39,17 +41,19 @@ from bpo.fqe import (
     fqe_step,
     q_bounds,
     q_hat_bounds,
-    r_hat,
+    second_moment_problem,
     take_action,
     to_real,
     value_params,
 )
+from bpo.minibatch import minibatch_epochs
 from bpo.networks import MLP
+from bpo.optim import clipped_adam
 
 Params = dict
-DistFn = Callable[[jax.Array], D.Dist]
+DistFn = Callable[[jax.Array], Dist]
 """obs -> the policy's action distribution there."""
-MuApply = Callable[[Params, jax.Array], D.Dist]
+MuApply = Callable[[Params, jax.Array], Dist]
 """(mu's parameters, obs) -> mu's action distribution."""
 
 
@@ -64,11 +68,6 @@ class BehaviourState(NamedTuple):
     r_min: jnp.ndarray
     r_max: jnp.ndarray
     r_hat_max: jnp.ndarray
-
-
-def adam(lr, eps, max_grad_norm):
-    clip = [] if max_grad_norm == float("inf") else [optax.clip_by_global_norm(max_grad_norm)]
-    return optax.chain(*clip, optax.adam(lr, eps=eps))
 
 
 @dataclass(frozen=True, eq=False)
@@ -88,19 +87,14 @@ class Behaviour:
     clip_actions: bool = True
 
     def q_tx(self, hp, lr_scale=1.0) -> optax.GradientTransformation:
-        return adam(hp.q_lr * lr_scale, self.cfg.adam_eps, self.cfg.q_max_grad_norm)
+        return clipped_adam(hp.q_lr * lr_scale, self.cfg.adam_eps, self.cfg.q_max_grad_norm)
 
     def mu_tx(self, hp, lr_scale=1.0) -> optax.GradientTransformation:
-        return adam(hp.mu_lr * lr_scale, self.cfg.adam_eps, self.cfg.mu_max_grad_norm)
+        return clipped_adam(hp.mu_lr * lr_scale, self.cfg.adam_eps, self.cfg.mu_max_grad_norm)
 
     def fqe_settings(self) -> FQESettings:
         c = self.cfg
         return FQESettings(c.symlog_targets, c.weight_td, c.clip_targets, c.bootstrap_net == "target", c.fqe_loss)
-
-    def env_action(self, action):
-        if self.discrete or not self.clip_actions:
-            return action
-        return jnp.clip(action, jnp.asarray(self.action_low), jnp.asarray(self.action_high))
 
     def head(self, outputs, hat: bool):
         """The output layer: linear, or for Q-hat with ``q_hat_head = 'softplus'`` softplus + 1e-6."""
@@ -112,35 +106,22 @@ class Behaviour:
         """Network output at (s, a) of Q (or Q-hat with ``hat``): symlog(Q) with symlog targets, Q otherwise."""
         if self.discrete:
             return take_action(self.head(self.q_net.apply(params, obs), hat), action)
-        x = jnp.concatenate([obs, self.env_action(action)], axis=-1)
+        if self.clip_actions:  # Q reads the action the environment executed
+            action = distributions.clip_action(action, self.action_low, self.action_high)
+        x = jnp.concatenate([obs, action], axis=-1)
         return self.head(self.q_net.apply(params, x), hat)[..., 0]
 
     def q_value(self, params, obs, action, hat: bool = False):
         return to_real(self.q_output(params, obs, action, hat), self.cfg.symlog_targets)
 
-    def next_values(self, pi_next: D.Dist, params, batch, hat: bool = False):
+    def next_values(self, pi_next: Dist, params, batch, hat: bool = False):
         """E_{a'~pi(.|s')} Q(s', a') on a minibatch (rows ``batch['idx']`` of the buffer)."""
         dist = jax.tree.map(lambda x: x[batch["idx"]], pi_next)
         if self.discrete:
             next_q = to_real(self.head(self.q_net.apply(params, batch["next_obs"]), hat), self.cfg.symlog_targets)
             return expected_next_value(next_q, jax.nn.softmax(dist.loc, axis=-1))
-        next_action = D.sample(batch["key"], dist, discrete=False)
+        next_action = distributions.sample(batch["key"], dist, discrete=False)
         return self.q_value(params, batch["next_obs"], next_action, hat)
-
-    def target_pass(self, pi_next: D.Dist, params, batch, hat: bool = False):
-        """(``next_values``, ``q_output``) of the same parameters on a minibatch, from one pass of the
-        network over the (s, a) and (s', a') rows stacked; row by row the same numbers."""
-        dist = jax.tree.map(lambda x: x[batch["idx"]], pi_next)
-        if self.discrete:
-            out = self.head(self.q_net.apply(params, jnp.concatenate([batch["obs"], batch["next_obs"]])), hat)
-            here, there = jnp.split(out, 2)
-            next_v = expected_next_value(to_real(there, self.cfg.symlog_targets), jax.nn.softmax(dist.loc, axis=-1))
-            return next_v, take_action(here, batch["action"])
-        next_action = D.sample(batch["key"], dist, discrete=False)
-        rows = jnp.concatenate([jnp.concatenate([batch["obs"], self.env_action(batch["action"])], axis=-1),
-                                jnp.concatenate([batch["next_obs"], self.env_action(next_action)], axis=-1)])
-        here, there = jnp.split(self.head(self.q_net.apply(params, rows), hat)[..., 0], 2)
-        return to_real(there, self.cfg.symlog_targets), here
 
     def discrete_q_hat(self, q_hat_params, obs, hat_cap):
         """Q-hat(s, a) for every action, made safe for the log in eq. (5); ones without Q-hat."""
@@ -149,14 +130,10 @@ class Behaviour:
         values = to_real(self.head(self.q_net.apply(q_hat_params, obs), True), self.cfg.symlog_targets)
         return floored_q_hat(values, self.cfg.q_hat_floor, hat_cap if self.cfg.clip_targets else None)
 
-    def epoch_keys(self, k):
-        """(minibatch-order key, per-minibatch sample key) of one epoch. Discrete steps draw no
-        action samples; their minibatch order uses the epoch key itself."""
-        return (k, k) if self.discrete else tuple(jax.random.split(k))
-
     def init(self, key, obs_example, action_example, mu_params, hp) -> BehaviourState:
-        """Q and Q-hat fresh; mu from the given parameters (the caller starts mu equal to pi)."""
-        k_q, k_qh, _ = jax.random.split(key, 3)  # the third key was mu's before mu_params came from outside
+        """Q and Q-hat fresh, from the two halves of ``jax.random.split(key)``; mu from the given
+        parameters (the caller starts mu equal to pi)."""
+        k_q, k_qh = jax.random.split(key)
         ex = obs_example if self.discrete else jnp.concatenate([obs_example, jnp.asarray(action_example, jnp.float32)])
         # Adam's state does not depend on the learning rate, so the optimisers of later steps,
         # each with its own scaled rate, share this state.
@@ -182,38 +159,32 @@ def make_behaviour(cfg: BehaviourConfig, discrete: bool, n_actions: int, mu_appl
     return Behaviour(cfg, discrete, n_actions, q_net, mu_apply, action_low, action_high, clip_actions)
 
 
-def fqe_epochs(key, q_state: QState, replay: rb.Replay, rewards_field: str, gamma, bounds, pi_next: D.Dist, log_pi,
+def fqe_epochs(key, q_state: QState, replay: rb.Replay, rewards_field: str, gamma, bounds, pi_next: Dist, log_pi,
                *, beh: Behaviour, tx: optax.GradientTransformation, hp) -> tuple[QState, dict]:
     """Algorithm 1 lines 10-11 (Q, eq. 13: ``rewards_field = 'reward'``) or 13-14 (Q-hat, eq. 14:
-    ``'r_hat'`` and ``gamma**2``): ``n_qvf_epochs`` random passes over the filled part of D in
-    minibatches of ``q_batch_size``, one ``fqe_step`` each, with targets clipped to ``bounds``.
+    ``'r_hat'`` and gamma^2, from ``second_moment_problem``): ``n_qvf_epochs`` random passes over
+    the filled part of D in minibatches of ``q_batch_size``, one ``fqe_step`` each, with targets
+    clipped to ``bounds``.
 
     ``pi_next``: pi(.|s') and ``log_pi``: log pi(a|s) on every row of the buffer (pi is fixed).
     Returns the new state and the metrics of ``fqe_step`` averaged over all steps."""
     cfg, settings = beh.cfg, beh.fqe_settings()
     hat = rewards_field == "r_hat"
 
-    def minibatch(state, xs):
-        idx, k = xs
+    def step(state, idx, k):
         batch = rb.gather(replay, idx)
         batch.update(reward=batch[rewards_field], idx=idx, key=k)
         return fqe_step(
             state, batch, log_pi[idx], predict=lambda p, b: beh.q_output(p, b["obs"], b["action"], hat),
             next_values=lambda p, b: beh.next_values(pi_next, p, b, hat), tx=tx, gamma=gamma, bounds=bounds,
             tau=hp.polyak_tau, reg_coef=hp.symlog_reg_coef, settings=settings,
-            target_pass=lambda p, b: beh.target_pass(pi_next, p, b, hat),
         )
 
-    def epoch(state, k):
-        k_idx, k_samples = beh.epoch_keys(k)
-        idx = rb.epoch_indices(k_idx, replay, cfg.q_batch_size)
-        return jax.lax.scan(minibatch, state, (idx, jax.random.split(k_samples, idx.shape[0])))
-
-    q_state, metrics = jax.lax.scan(epoch, q_state, jax.random.split(key, cfg.n_qvf_epochs))
-    return q_state, jax.tree.map(jnp.mean, metrics)
+    return minibatch_epochs(key, q_state, step, n_epochs=cfg.n_qvf_epochs,
+                            indices=lambda k: rb.epoch_indices(k, replay, cfg.q_batch_size))
 
 
-def mu_loss(params, key, obs, pi_dist: D.Dist, q_hat_params, hat_cap, q_hat_all_actions, *, beh: Behaviour):
+def mu_loss(params, key, obs, pi_dist: Dist, q_hat_params, hat_cap, q_hat_all_actions, *, beh: Behaviour):
     """Eq. (15) (discrete) or eq. (16) (continuous) on a minibatch of replay states.
 
     Discrete: ``q_hat_all_actions`` is Q-hat(s, .) (``Behaviour.discrete_q_hat``, computed once
@@ -224,20 +195,20 @@ def mu_loss(params, key, obs, pi_dist: D.Dist, q_hat_params, hat_cap, q_hat_all_
     mu_dist = beh.mu_apply(params, obs)
     loss = fit_to_target(key, mu_dist, obs, pi_dist, q_hat_params, hat_cap, q_hat_all_actions, beh)
     if beh.cfg.mu_ent_coef > 0:
-        loss = loss - beh.cfg.mu_ent_coef * jnp.mean(D.entropy(mu_dist, beh.discrete))
+        loss = loss - beh.cfg.mu_ent_coef * jnp.mean(distributions.entropy(mu_dist, beh.discrete))
     return loss
 
 
-def fit_to_target(key, mu_dist: D.Dist, obs, pi_dist: D.Dist, q_hat_params, hat_cap, q_hat_all_actions,
+def fit_to_target(key, mu_dist: Dist, obs, pi_dist: Dist, q_hat_params, hat_cap, q_hat_all_actions,
                   beh: Behaviour):
     """The fit of eq. (15) or (16) alone (``mu_loss``)."""
     cfg = beh.cfg
     if beh.discrete:
         target = behaviour_target_log_probs(pi_dist.loc, q_hat_all_actions)
         return discrete_mu_loss(mu_dist.loc, target, cfg.mu_loss)
-    action = D.sample(key, mu_dist, discrete=False)  # reparameterised: gradients flow through a
-    log_mu = D.log_prob(mu_dist, action, discrete=False)
-    log_pi = D.log_prob(pi_dist, action, discrete=False)
+    action = distributions.sample(key, mu_dist, discrete=False)  # reparameterised: gradients flow through a
+    log_mu = distributions.log_prob(mu_dist, action, discrete=False)
+    log_pi = distributions.log_prob(pi_dist, action, discrete=False)
     if cfg.use_q_hat:
         cap = hat_cap if cfg.clip_targets else None
         q_hat = floored_q_hat(beh.q_value(q_hat_params, obs, action, hat=True), cfg.q_hat_floor, cap)
@@ -246,7 +217,7 @@ def fit_to_target(key, mu_dist: D.Dist, obs, pi_dist: D.Dist, q_hat_params, hat_
     return continuous_mu_loss(log_mu, log_pi, q_hat)
 
 
-def mu_epochs(key, mu_params, mu_opt_state, replay: rb.Replay, pi_here: D.Dist, q_hat_params, hat_cap,
+def mu_epochs(key, mu_params, mu_opt_state, replay: rb.Replay, pi_here: Dist, q_hat_params, hat_cap,
               q_hat_all_actions, *, beh: Behaviour, tx: optax.GradientTransformation):
     """Algorithm 1 lines 15-16: ``n_mu_epochs`` random passes over the filled part of D in
     minibatches of ``mu_batch_size``, one step of ``mu_loss`` (eq. 15 or 16) each.
@@ -255,9 +226,8 @@ def mu_epochs(key, mu_params, mu_opt_state, replay: rb.Replay, pi_here: D.Dist, 
     row (discrete; None for continuous actions). Returns (params, optimiser state, mean loss)."""
     obs = replay.data["obs"]
 
-    def minibatch(carry, xs):
+    def step(carry, idx, k):
         params, opt_state = carry
-        idx, k = xs
         pi_dist = jax.tree.map(lambda x: x[idx], pi_here)
         loss, grads = jax.value_and_grad(mu_loss)(
             params, k, obs[idx], pi_dist, q_hat_params, hat_cap,
@@ -265,15 +235,10 @@ def mu_epochs(key, mu_params, mu_opt_state, replay: rb.Replay, pi_here: D.Dist, 
         updates, opt_state = tx.update(grads, opt_state, params)
         return (optax.apply_updates(params, updates), opt_state), loss
 
-    def epoch(carry, k):
-        k_idx, k_samples = beh.epoch_keys(k)
-        idx = rb.epoch_indices(k_idx, replay, beh.cfg.mu_batch_size)
-        return jax.lax.scan(minibatch, carry, (idx, jax.random.split(k_samples, idx.shape[0])))
-
-    (mu_params, mu_opt_state), losses = jax.lax.scan(
-        epoch, (mu_params, mu_opt_state), jax.random.split(key, beh.cfg.n_mu_epochs)
-    )
-    return mu_params, mu_opt_state, jnp.mean(losses)
+    (mu_params, mu_opt_state), mean_loss = minibatch_epochs(
+        key, (mu_params, mu_opt_state), step, n_epochs=beh.cfg.n_mu_epochs,
+        indices=lambda k: rb.epoch_indices(k, replay, beh.cfg.mu_batch_size))
+    return mu_params, mu_opt_state, mean_loss
 
 
 def behaviour_step(key, state: BehaviourState, replay: rb.Replay, pi_dist_fn: DistFn, hp, lr_scale=1.0, *,
@@ -282,31 +247,30 @@ def behaviour_step(key, state: BehaviourState, replay: rb.Replay, pi_dist_fn: Di
     Q-hat with gamma^2 (eq. 14), then mu (eq. 15 or 16). ``pi_dist_fn`` is the target policy
     after this phase's update; ``lr_scale`` multiplies the Q, Q-hat and mu learning rates. The
     target bounds of Appendix C.2 grow with the rewards seen so far (kept in the state)."""
-    gamma = hp.gamma
+    gamma, cfg = hp.gamma, beh.cfg
     k_q, k_qh, k_mu = jax.random.split(key, 3)
     q_tx, mu_tx = beh.q_tx(hp, lr_scale), beh.mu_tx(hp, lr_scale)
     data = replay.data
     filled = jnp.arange(replay.capacity) < replay.size
     # pi is fixed during the behaviour step: evaluate it once on the whole buffer.
-    pi_next = pi_dist_fn(data["next_obs"])
-    pi_here = pi_dist_fn(data["obs"])
-    log_pi = D.log_prob(pi_here, data["action"], beh.discrete)
+    pi_next, pi_here = pi_dist_fn(data["next_obs"]), pi_dist_fn(data["obs"])
+    log_pi = distributions.log_prob(pi_here, data["action"], beh.discrete)
+    fqe = functools.partial(fqe_epochs, pi_next=pi_next, log_pi=log_pi, beh=beh, tx=q_tx, hp=hp)
 
     r_min = jnp.minimum(state.r_min, jnp.min(jnp.where(filled, data["reward"], jnp.inf)))
     r_max = jnp.maximum(state.r_max, jnp.max(jnp.where(filled, data["reward"], -jnp.inf)))
     bounds = q_bounds(r_min, r_max, gamma)
-    q, q_metrics = fqe_epochs(k_q, state.q, replay, "reward", gamma, bounds, pi_next, log_pi, beh=beh, tx=q_tx, hp=hp)
+    q, q_metrics = fqe(k_q, state.q, replay, "reward", gamma, bounds)
 
-    q_sa = beh.q_value(value_params(q, beh.cfg.value_net), data["obs"], data["action"])
-    if beh.cfg.clip_targets:
-        q_sa = jnp.clip(q_sa, *bounds)
-    replay = replay.replace(data={**data, "r_hat": r_hat(data["reward"], q_sa)})
-    r_hat_max = jnp.maximum(state.r_hat_max, jnp.max(jnp.where(filled, replay.data["r_hat"], -jnp.inf)))
+    q_sa = beh.q_value(value_params(q, cfg.value_net), data["obs"], data["action"])
+    q_sa = jnp.clip(q_sa, *bounds) if cfg.clip_targets else q_sa
+    r_hat, gamma_hat = second_moment_problem(data["reward"], q_sa, gamma)
+    r_hat_max = jnp.maximum(state.r_hat_max, jnp.max(jnp.where(filled, r_hat, -jnp.inf)))
     hat_bounds = q_hat_bounds(r_hat_max, gamma)
-    q_hat, q_hat_metrics = fqe_epochs(k_qh, state.q_hat, replay, "r_hat", gamma**2, hat_bounds, pi_next, log_pi,
-                                      beh=beh, tx=q_tx, hp=hp)
+    replay = replay.replace(data={**data, "r_hat": r_hat})
+    q_hat, q_hat_metrics = fqe(k_qh, state.q_hat, replay, "r_hat", gamma_hat, hat_bounds)
 
-    q_hat_params = value_params(q_hat, beh.cfg.value_net)
+    q_hat_params = value_params(q_hat, cfg.value_net)
     q_hat_all = beh.discrete_q_hat(q_hat_params, data["obs"], hat_bounds[1]) if beh.discrete else None
     mu_params, mu_opt_state, mu_loss_mean = mu_epochs(k_mu, state.mu_params, state.mu_opt_state, replay, pi_here,
                                                       q_hat_params, hat_bounds[1], q_hat_all, beh=beh, tx=mu_tx)

@@ -2,9 +2,10 @@
 (eq. 10) for the actor and the value loss (eq. 12) for the critic, with an entropy bonus.
 
 The actor and the critic are separate networks with separate Adam optimisers (Tables 3-4 list a
-pi optimiser and a V optimiser), each with its own global gradient-norm clip. The same update
-serves BPO-PPO (Listing 4): the caller passes the log-probabilities of the collecting policy
-(mu) as ``old_log_prob``, so the ratio is pi_theta/mu, and truncated IS-TD(lambda) advantages.
+pi optimiser and a V optimiser), each with its own global gradient-norm clip
+(``bpo.optim.clipped_adam``). The same update serves BPO-PPO (Listing 4): the caller passes the
+log-probabilities of the collecting policy (mu) as ``old_log_prob``, so the ratio is pi_theta/mu,
+and truncated IS-TD(lambda) advantages.
 
 An optional KL penalty beta KL(pi_theta || pi_old) joins the actor loss (``kl_coef`` = beta > 0),
 estimated on the rollout's samples, which the behaviour policy drew (pi_old for PPO, mu for
@@ -17,8 +18,9 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from bpo import distributions as D
+from bpo import distributions
 from bpo.kl import KLEstimator, kl_penalty_loss
+from bpo.minibatch import minibatch_epochs, permuted_minibatches
 
 
 class PPOState(NamedTuple):
@@ -26,12 +28,6 @@ class PPOState(NamedTuple):
     critic_params: dict
     actor_opt_state: optax.OptState
     critic_opt_state: optax.OptState
-
-
-def make_optimizer(max_grad_norm: float, adam_eps: float):
-    """Adam without the learning rate, which is applied per step so it can be traced and decayed."""
-    clip = [] if max_grad_norm == float("inf") else [optax.clip_by_global_norm(max_grad_norm)]
-    return optax.chain(*clip, optax.scale_by_adam(eps=adam_eps))
 
 
 def linear_schedule(initial, progress_remaining, kind: str):
@@ -72,11 +68,11 @@ def actor_loss(actor_params, actor_apply, batch, clip_range, ent_coef, discrete:
     also pi_old_log_prob (log pi_old(a|s), the KL's reference) and behaviour_log_prob (log of the
     policy that drew a). ``kl_coef`` is static: at 0 the penalty is not computed at all."""
     dist, _ = actor_apply(actor_params, batch["obs"])
-    log_prob = D.log_prob(dist, batch["action"], discrete)
+    log_prob = distributions.log_prob(dist, batch["action"], discrete)
     advantages = normalize_advantages(batch["advantage"]) if normalize else batch["advantage"]
     advantages = advantages * batch["adv_weight"]
     pg_loss, clip_frac, approx_kl = clipped_surrogate_loss(log_prob, batch["old_log_prob"], advantages, clip_range)
-    ent = jnp.mean(D.entropy(dist, discrete))
+    ent = jnp.mean(distributions.entropy(dist, discrete))
     loss = pg_loss - ent_coef * ent
     metrics = {"pg_loss": pg_loss, "entropy": ent, "clip_frac": clip_frac, "approx_kl": approx_kl}
     if kl_coef > 0:
@@ -87,43 +83,45 @@ def actor_loss(actor_params, actor_apply, batch, clip_range, ent_coef, discrete:
     return loss, metrics
 
 
+def ppo_step(state: PPOState, mb: dict, *, actor_apply, critic_apply, tx, clip_range, ent_coef, vf_coef,
+             discrete: bool, normalize_advantage: bool, kl_coef: float = 0.0, kl_estimator: KLEstimator = "k3"):
+    """Listing 1, line 5, on one minibatch: one step of ``tx`` on the actor loss (eq. 10, entropy
+    bonus, optional KL penalty) and one on ``vf_coef`` times the value loss (eq. 12), each network
+    with its own optimiser state. Returns the new state and the step's metrics."""
+    (_, actor_metrics), actor_grads = jax.value_and_grad(actor_loss, has_aux=True)(
+        state.actor_params, actor_apply, mb, clip_range, ent_coef, discrete, normalize_advantage, kl_coef,
+        kl_estimator,
+    )
+
+    def critic_loss(params):
+        loss = value_loss(critic_apply(params, mb["obs"]), mb["return"])
+        return vf_coef * loss, loss
+
+    (_, v_loss), critic_grads = jax.value_and_grad(critic_loss, has_aux=True)(state.critic_params)
+    a_updates, a_opt = tx.update(actor_grads, state.actor_opt_state, state.actor_params)
+    c_updates, c_opt = tx.update(critic_grads, state.critic_opt_state, state.critic_params)
+    new_state = PPOState(optax.apply_updates(state.actor_params, a_updates),
+                         optax.apply_updates(state.critic_params, c_updates), a_opt, c_opt)
+    return new_state, {**actor_metrics, "value_loss": v_loss}
+
+
 def ppo_update(key, state: PPOState, batch: dict, *, actor_apply, critic_apply, tx, n_epochs: int,
-               batch_size: int, lr, clip_range, ent_coef, vf_coef, discrete: bool, normalize_advantage: bool,
+               batch_size: int, clip_range, ent_coef, vf_coef, discrete: bool, normalize_advantage: bool,
                kl_coef: float = 0.0, kl_estimator: KLEstimator = "k3"):
     """Listing 1, lines 3-5: ``n_epochs`` random passes over the flattened rollout ``batch`` in
-    minibatches of ``batch_size``; each minibatch takes one actor step and one critic step.
-    ``kl_coef`` and ``kl_estimator`` (static) add the KL penalty to the actor loss."""
+    minibatches of ``batch_size`` (``permuted_minibatches``), one ``ppo_step`` each.
+
+    ``tx`` is the optimiser with this update's learning rate (``bpo.optim.clipped_adam``).
+    ``kl_coef`` and ``kl_estimator`` (static) add the KL penalty to the actor loss. Returns the new
+    state and the steps' metrics averaged."""
     n = batch["obs"].shape[0]
-    n_minibatches = n // batch_size
+    whole = n // batch_size == 1  # permuted_minibatches then takes every row in order
 
-    def minibatch(state: PPOState, idx):
-        mb = batch if n_minibatches == 1 else jax.tree.map(lambda x: x[idx], batch)
-        (_, actor_metrics), actor_grads = jax.value_and_grad(actor_loss, has_aux=True)(
-            state.actor_params, actor_apply, mb, clip_range, ent_coef, discrete, normalize_advantage, kl_coef,
-            kl_estimator,
-        )
+    def step(state, idx, _key):
+        mb = batch if whole else jax.tree.map(lambda x: x[idx], batch)
+        return ppo_step(state, mb, actor_apply=actor_apply, critic_apply=critic_apply, tx=tx, clip_range=clip_range,
+                        ent_coef=ent_coef, vf_coef=vf_coef, discrete=discrete, normalize_advantage=normalize_advantage,
+                        kl_coef=kl_coef, kl_estimator=kl_estimator)
 
-        def critic_loss(params):
-            loss = value_loss(critic_apply(params, mb["obs"]), mb["return"])
-            return vf_coef * loss, loss
-
-        (_, v_loss), critic_grads = jax.value_and_grad(critic_loss, has_aux=True)(state.critic_params)
-        a_updates, a_opt = tx.update(actor_grads, state.actor_opt_state, state.actor_params)
-        c_updates, c_opt = tx.update(critic_grads, state.critic_opt_state, state.critic_params)
-        scale = lambda u: jax.tree.map(lambda g: -lr * g, u)  # noqa: E731
-        new_state = PPOState(
-            optax.apply_updates(state.actor_params, scale(a_updates)),
-            optax.apply_updates(state.critic_params, scale(c_updates)),
-            a_opt, c_opt,
-        )
-        return new_state, {**actor_metrics, "value_loss": v_loss}
-
-    def epoch(state, k):
-        if n_minibatches == 1:  # one full-batch step: the order of the rows does not matter
-            new_state, metrics = minibatch(state, jnp.arange(n))
-            return new_state, jax.tree.map(lambda x: x[None], metrics)
-        idx = jax.random.permutation(k, n)[: n_minibatches * batch_size].reshape(n_minibatches, batch_size)
-        return jax.lax.scan(minibatch, state, idx)
-
-    state, metrics = jax.lax.scan(epoch, state, jax.random.split(key, n_epochs))
-    return state, jax.tree.map(jnp.mean, metrics)
+    return minibatch_epochs(key, state, step, n_epochs=n_epochs,
+                            indices=lambda k: permuted_minibatches(k, n, batch_size))

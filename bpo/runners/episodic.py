@@ -1,7 +1,7 @@
 """JAX runner for episodic policy gradient (REINFORCE, Listing 2; BPO-REINFORCE, Listing 3).
 
-``make_train(cfg) -> train(key, hparams)``: the whole run is nested ``lax.scan``s (evaluation
-blocks of ``eval_every`` episodes), one phase per episode:
+``EpisodicProgram``: the run as a ``bpo.runners.program.Program`` whose loop iterations are
+blocks of ``eval_every`` episodes, each followed by an evaluation, one phase per episode:
 
     generate an episode with mu (bpo) or pi (reinforce)
     reinforce_episode_update (Listing 2) or bpo_reinforce_episode_update (Listing 3): add the
@@ -14,7 +14,7 @@ Seeds and traced hyperparameters are vmapped by the caller (see ``bpo.training``
 """
 
 from collections.abc import Callable
-from functools import partial
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import jax
@@ -27,7 +27,6 @@ from bpo.agents.reinforce import Episode, bpo_reinforce_episode_update, make_opt
 from bpo.config import EpisodicTrainConfig, Hyperparams
 from bpo.distributions import logits_dist
 from bpo.networks import MLP, SHORT_CORRIDOR_FEATURES, LinearSoftmax, two_action_logits
-from bpo.runners.stages import Stages, whole_run
 from envs import ShortCorridorJax, make_jax_env
 
 
@@ -79,7 +78,7 @@ def episode_return(key, env, logits_fn: Callable, deterministic: bool):
     return jax.lax.while_loop(cond, body, (key, state, obs, jnp.zeros(()), jnp.array(False)))[3]
 
 
-class Carry(NamedTuple):
+class EpisodicCarry(NamedTuple):
     key: jnp.ndarray
     pi_params: dict
     pi_opt_state: tuple
@@ -88,130 +87,127 @@ class Carry(NamedTuple):
     episode: jnp.ndarray
 
 
-class Parts(NamedTuple):
-    """The static pieces of one episodic run: its config, environment and networks."""
+@dataclass(frozen=True, eq=False)
+class EpisodicProgram:
+    """REINFORCE or BPO-REINFORCE on a pure-JAX environment: loop iteration 0 is the evaluation
+    before training, iteration i > 0 is block i - 1 (``eval_every`` episodes) and its evaluation.
+    ``progress(episode, eval_return)`` is called from inside the program after every evaluation."""
 
     cfg: EpisodicTrainConfig
     env: ShortCorridorJax
     policy: LinearSoftmax
     mu_net: MLP
     behaviour: Behaviour
+    progress: Callable | None = None
+
+    @property
+    def n_iterations(self) -> int:
+        return self.cfg.n_blocks + 1
+
+    def policy_optimizer(self, hp: Hyperparams) -> optax.GradientTransformation:
+        return make_optimizer(self.cfg.reinforce.optimizer, hp.lr_start, hp.lr_end, self.cfg.episodes)
+
+    def init(self, key, hp: Hyperparams) -> EpisodicCarry:
+        """pi's parameters and optimiser; for BPO also mu (Section 5.3: its head starts at zero
+        weights with pi's initial logits as bias, so mu starts equal to pi), Q, Q-hat and an empty D."""
+        k_pi, k_beh, key = jax.random.split(key, 3)
+        _, obs0 = self.env.reset(k_pi)
+        pi_params = self.policy.init(k_pi, obs0)
+        bstate, replay = (), None
+        if self.cfg.algo == "bpo":
+            k_mu, k_beh = jax.random.split(k_beh)
+            bstate = self.behaviour.init(k_beh, obs0, jnp.int32(0), self.mu_net.init(k_mu, obs0), hp)
+            zero = jnp.float32(0.0)  # explicit dtypes: Python floats would become float64 under x64
+            example = {"obs": obs0, "action": jnp.int32(0), "reward": zero, "terminated": zero, "truncated": zero,
+                       "next_obs": obs0, "log_mu": zero}
+            replay = rb.init_replay(example, self.cfg.bpo.replay_size)
+        return EpisodicCarry(key, pi_params, self.policy_optimizer(hp).init(pi_params), bstate, replay,
+                             jnp.zeros((), jnp.int32))
+
+    def behaviour_logits(self, carry: EpisodicCarry) -> Callable:
+        """The logits of the policy that generates episodes: mu (bpo) or pi (reinforce)."""
+        if self.cfg.algo == "bpo":
+            return lambda o: self.behaviour.mu_apply(carry.behaviour.mu_params, o).loc
+        return lambda o: self.policy.apply(carry.pi_params, o)
+
+    def train_on_episode(self, hp: Hyperparams, tx: optax.GradientTransformation, carry: EpisodicCarry):
+        """One episode of Listing 2 (reinforce) or Listing 3 (bpo): generate it, then update."""
+        key, k_roll, k_beh = jax.random.split(carry.key, 3)
+        ep = rollout_episode(k_roll, self.env, self.behaviour_logits(carry), self.cfg.max_episode_steps)
+        replay, bstate = carry.replay, carry.behaviour
+        if self.cfg.algo == "bpo":
+            pi_params, opt_state, bstate, replay, metrics = bpo_reinforce_episode_update(
+                k_beh, carry.pi_params, carry.pi_opt_state, bstate, replay, ep, hp, tx=tx,
+                pi_apply=self.policy.apply, beh=self.behaviour, traj=self.cfg.returns.traj)
+        else:
+            pi_params, opt_state, metrics = reinforce_episode_update(carry.pi_params, carry.pi_opt_state, ep, hp,
+                                                                     tx=tx, pi_apply=self.policy.apply)
+        valid = ep.valid.astype(jnp.float32)
+        metrics = {**metrics, "train_return": jnp.sum(ep.reward * valid), "episode_length": jnp.sum(valid)}
+        return EpisodicCarry(key, pi_params, opt_state, bstate, replay, carry.episode + 1), metrics
+
+    def evaluate(self, carry: EpisodicCarry, obs0) -> dict:
+        """pi's mean return over ``eval_episodes`` episodes, pi's and mu's action probabilities at
+        ``obs0`` and, where the environment has it, pi's exact expected return."""
+        cfg = self.cfg
+        keys = jax.random.split(jax.random.fold_in(carry.key, 7), cfg.eval_episodes)
+        pi_fn = lambda o: self.policy.apply(carry.pi_params, o)  # noqa: E731
+        returns = jax.vmap(lambda k: episode_return(k, self.env, pi_fn, cfg.eval_deterministic))(keys)
+        out = {"eval_return": jnp.mean(returns), "eval_episode": carry.episode,
+               "pi_probs": jax.nn.softmax(pi_fn(obs0)), "mu_probs": jax.nn.softmax(self.behaviour_logits(carry)(obs0))}
+        if hasattr(self.env, "exact_return"):
+            out["exact_return"] = self.env.exact_return(out["pi_probs"])
+        if self.progress is not None:
+            jax.debug.callback(self.progress, carry.episode, out["eval_return"])
+        return out
+
+    def segment(self, carry0: EpisodicCarry, hp: Hyperparams, indices):
+        """Loop iterations ``indices`` (class docstring). Iterations past the end (a checkpointed
+        run's padded last segment) do nothing."""
+        tx = self.policy_optimizer(hp)
+        _, obs0 = self.env.reset(jax.random.PRNGKey(0))  # deterministic, and every cell looks the same
+
+        def block(carry):
+            carry, train_metrics = jax.lax.scan(lambda c, _: self.train_on_episode(hp, tx, c), carry, None,
+                                                length=self.cfg.eval_every)
+            return carry, (self.evaluate(carry, obs0), train_metrics)
+
+        shapes = jax.eval_shape(block, carry0)[1]
+        nothing = lambda c: (c, jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), shapes))  # noqa: E731
+
+        def first(c):
+            return c, (self.evaluate(c, obs0), nothing(c)[1][1])
+
+        def iteration(carry, index):
+            which = jnp.where(index == 0, 0, jnp.where(index <= self.cfg.n_blocks, 1, 2))
+            return jax.lax.switch(which, [first, block, nothing], carry)
+
+        return jax.lax.scan(iteration, carry0, indices)
+
+    def finish(self, carry: EpisodicCarry, outputs) -> dict:
+        """The run's metrics from the outputs of all iterations: evaluations, per-episode training metrics."""
+        evals, train_metrics = outputs
+        cfg = self.cfg
+        evals = jax.tree.map(lambda x: x[: cfg.n_blocks + 1], evals)
+        train_metrics = jax.tree.map(lambda x: x[1: cfg.n_blocks + 1].reshape((cfg.episodes,) + x.shape[2:]),
+                                     train_metrics)
+        return {"eval": evals, "train": train_metrics}
+
+    def unit_metrics(self, train_outputs: dict, start: int) -> dict:
+        """Iteration 0 evaluates only; iteration i > 0 is block i - 1 (its episodes)."""
+        skip = 1 if start == 0 else 0
+        return {k: v[:, skip:].reshape(v.shape[0], -1) for k, v in train_outputs.items()}
+
+    def first_unit(self, start: int) -> int:
+        return max(start - 1, 0) * self.cfg.eval_every
 
 
-def make_parts(cfg: EpisodicTrainConfig) -> Parts:
+def make_program(cfg: EpisodicTrainConfig, progress: Callable | None = None) -> EpisodicProgram:
+    """The program of ``cfg``: its environment, pi's linear-softmax policy, and for BPO mu's
+    network and the behaviour step."""
     env = make_jax_env(cfg.env, max_steps=cfg.max_episode_steps)
     init_logits = two_action_logits(cfg.reinforce.init_right_prob)
     mu_net = MLP(cfg.bpo.mu_hidden, env.n_actions, zero_head=True, head_bias=init_logits)
     behaviour = make_behaviour(cfg.bpo, True, env.n_actions, lambda p, o: logits_dist(mu_net.apply(p, o)))
-    return Parts(cfg, env, LinearSoftmax(SHORT_CORRIDOR_FEATURES, init_logits), mu_net, behaviour)
-
-
-def policy_optimizer(parts: Parts, hp: Hyperparams) -> optax.GradientTransformation:
-    cfg = parts.cfg
-    return make_optimizer(cfg.reinforce.optimizer, hp.lr_start, hp.lr_end, cfg.episodes)
-
-
-def init_carry(parts: Parts, key, hp: Hyperparams) -> Carry:
-    """pi's parameters and optimiser; for BPO also mu (Section 5.3: its head starts at zero weights
-    with pi's initial logits as bias, so mu starts equal to pi), Q, Q-hat and an empty D."""
-    k_pi, k_beh, key = jax.random.split(key, 3)
-    _, obs0 = parts.env.reset(k_pi)
-    pi_params = parts.policy.init(k_pi, obs0)
-    bstate, replay = (), None
-    if parts.cfg.algo == "bpo":
-        mu_params = parts.mu_net.init(jax.random.split(k_beh, 3)[2], obs0)
-        bstate = parts.behaviour.init(k_beh, obs0, jnp.int32(0), mu_params, hp)
-        zero = jnp.float32(0.0)  # explicit dtypes: Python floats would become float64 under x64
-        example = {"obs": obs0, "action": jnp.int32(0), "reward": zero, "terminated": zero, "truncated": zero,
-                   "next_obs": obs0, "log_mu": zero}
-        replay = rb.init_replay(example, parts.cfg.bpo.replay_size)
-    return Carry(key, pi_params, policy_optimizer(parts, hp).init(pi_params), bstate, replay,
-                 jnp.zeros((), jnp.int32))
-
-
-def behaviour_logits(parts: Parts, carry: Carry) -> Callable:
-    """The logits of the policy that generates episodes: mu (bpo) or pi (reinforce)."""
-    if parts.cfg.algo == "bpo":
-        return lambda o: parts.behaviour.mu_apply(carry.behaviour.mu_params, o).loc
-    return lambda o: parts.policy.apply(carry.pi_params, o)
-
-
-def train_on_episode(parts: Parts, hp: Hyperparams, tx: optax.GradientTransformation, carry: Carry):
-    """One episode of Listing 2 (reinforce) or Listing 3 (bpo): generate it, then update."""
-    key, k_roll, k_beh = jax.random.split(carry.key, 3)
-    ep = rollout_episode(k_roll, parts.env, behaviour_logits(parts, carry), parts.cfg.max_episode_steps)
-    replay, bstate = carry.replay, carry.behaviour
-    if parts.cfg.algo == "bpo":
-        pi_params, opt_state, bstate, replay, metrics = bpo_reinforce_episode_update(
-            k_beh, carry.pi_params, carry.pi_opt_state, bstate, replay, ep, hp, tx=tx, pi_apply=parts.policy.apply,
-            beh=parts.behaviour, traj=parts.cfg.bpo.traj)
-    else:
-        pi_params, opt_state, metrics = reinforce_episode_update(carry.pi_params, carry.pi_opt_state, ep, hp,
-                                                                 tx=tx, pi_apply=parts.policy.apply)
-    valid = ep.valid.astype(jnp.float32)
-    metrics = {**metrics, "train_return": jnp.sum(ep.reward * valid), "episode_length": jnp.sum(valid)}
-    return Carry(key, pi_params, opt_state, bstate, replay, carry.episode + 1), metrics
-
-
-def evaluate(parts: Parts, carry: Carry, obs0, progress: Callable | None) -> dict:
-    """pi's mean return over ``eval_episodes`` episodes, pi's and mu's action probabilities at
-    ``obs0`` and, where the environment has it, pi's exact expected return."""
-    keys = jax.random.split(jax.random.fold_in(carry.key, 7), parts.cfg.eval_episodes)
-    pi_fn = lambda o: parts.policy.apply(carry.pi_params, o)  # noqa: E731
-    returns = jax.vmap(lambda k: episode_return(k, parts.env, pi_fn, parts.cfg.eval_deterministic))(keys)
-    out = {"eval_return": jnp.mean(returns), "eval_episode": carry.episode, "pi_probs": jax.nn.softmax(pi_fn(obs0))}
-    out["mu_probs"] = jax.nn.softmax(behaviour_logits(parts, carry)(obs0))
-    if hasattr(parts.env, "exact_return"):
-        out["exact_return"] = parts.env.exact_return(out["pi_probs"])
-    if progress is not None:
-        jax.debug.callback(progress, carry.episode, out["eval_return"])
-    return out
-
-
-def run_blocks(parts: Parts, carry0: Carry, hp: Hyperparams, indices, progress: Callable | None = None):
-    """Loop iterations ``indices``: iteration 0 is the evaluation before training; iteration
-    i > 0 is block i - 1 (``eval_every`` episodes) and its evaluation. Iterations past the end (a
-    checkpointed run's padded last segment) do nothing."""
-    tx = policy_optimizer(parts, hp)
-    n_blocks = parts.cfg.episodes // parts.cfg.eval_every
-    _, obs0 = parts.env.reset(jax.random.PRNGKey(0))  # deterministic, and every cell looks the same
-
-    def block(carry, _):
-        carry, train_metrics = jax.lax.scan(lambda c, _: train_on_episode(parts, hp, tx, c), carry, None,
-                                            length=parts.cfg.eval_every)
-        return carry, (evaluate(parts, carry, obs0, progress), train_metrics)
-
-    shapes = jax.eval_shape(block, carry0, None)[1]
-    nothing = lambda c: (c, jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), shapes))  # noqa: E731
-
-    def first(c):
-        return c, (evaluate(parts, c, obs0, progress), nothing(c)[1][1])
-
-    def iteration(carry, index):
-        which = jnp.where(index == 0, 0, jnp.where(index <= n_blocks, 1, 2))
-        return jax.lax.switch(which, [first, lambda c: block(c, None), nothing], carry)
-
-    return jax.lax.scan(iteration, carry0, indices)
-
-
-def finish(cfg: EpisodicTrainConfig, carry: Carry, outputs) -> dict:
-    """The run's metrics from the outputs of all iterations: evaluations, per-episode training metrics."""
-    evals, train_metrics = outputs
-    n_blocks = cfg.episodes // cfg.eval_every
-    evals = jax.tree.map(lambda x: x[: n_blocks + 1], evals)
-    train_metrics = jax.tree.map(lambda x: x[1: n_blocks + 1].reshape((cfg.episodes,) + x.shape[2:]), train_metrics)
-    return {"eval": evals, "train": train_metrics}
-
-
-def make_train(cfg: EpisodicTrainConfig, progress: Callable | None = None):
-    """Return ``train(key, hparams) -> metrics`` for one run; ``progress(episode, eval_return)``
-    is called from inside the jitted run after every evaluation when given."""
-    return whole_run(make_stages(cfg, progress))
-
-
-def make_stages(cfg: EpisodicTrainConfig, progress: Callable | None = None) -> Stages:
-    """The run's stages (``bpo.runners.stages.Stages``); the loop's iterations are the
-    ``episodes / eval_every`` blocks of episodes, each followed by an evaluation."""
-    parts = make_parts(cfg)
-    return Stages(init=partial(init_carry, parts), segment=partial(run_blocks, parts, progress=progress),
-                  finish=partial(finish, cfg), n_iterations=cfg.episodes // cfg.eval_every + 1)
+    return EpisodicProgram(cfg, env, LinearSoftmax(SHORT_CORRIDOR_FEATURES, init_logits), mu_net, behaviour,
+                           progress)

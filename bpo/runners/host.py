@@ -24,12 +24,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bpo import checkpoint as ckpt
 from bpo import processes
-from bpo.config import ConfigError, OnPolicyTrainConfig, PPOHyperparams
+from bpo.config import OnPolicyTrainConfig, PPOHyperparams
 from bpo.learner import keyed_update, make_learner
 from bpo.runners.evaluation import Evaluations
-from bpo.runners.onpolicy import eval_schedule, n_updates
 from bpo.runners.seeds import seed_keys, seed_map
 from envs.gymnasium_envs import TRAIN_STREAM, env_seeds, final_observations, gym_spec, make_vector_env
 
@@ -41,13 +39,21 @@ def _aot(fn, *args):
 
 
 class HostRunner:
-    """One configuration, all its seeds. ``run()`` trains and returns the JAX runner's output
-    layout: ``{"eval": {eval_return, eval_step}, "train": {metric: [seeds, updates]}, "final": ...}``."""
+    """One configuration, all its seeds, as a runner of ``bpo.training.driver.drive``: one loop
+    iteration is one update (a rollout collected on the host, then one compiled update call).
+    ``finish()`` returns the JAX runner's output layout: ``{"eval": {eval_return, eval_step},
+    "train": {metric: [seeds, updates]}, "final": ...}``."""
 
-    def __init__(self, cfg: OnPolicyTrainConfig, hp: PPOHyperparams, progress: Callable | None = None, logger=None,
-                 checkpoint_dir=None, checkpoint_every: int = 0):
+    iteration_name = "update"
+    unit = "update"
+    threads = 1
+    checkpoint_info: dict = {}
+
+    def __init__(self, cfg: OnPolicyTrainConfig, hp: PPOHyperparams, progress: Callable | None = None, logger=None):
         self.cfg, self.progress, self.logger = cfg, progress, logger
-        self.checkpoint_dir, self.checkpoint_every = checkpoint_dir, checkpoint_every
+        self.n_iterations, self.seed_chunk = cfg.n_updates, cfg.seeds
+        self.backend = f"gymnasium-{cfg.vector_mode}+{jax.default_backend()}"
+        self._env = self._evaluations = None
         self.spec = gym_spec(cfg.env)
         self.learner = make_learner(cfg, self.spec)
         self.n_seeds, self.n_envs, self.n_steps = cfg.seeds, cfg.ppo.n_envs, cfg.ppo.n_steps
@@ -142,59 +148,121 @@ class HostRunner:
         if self.logger is not None:
             self.logger.log_eval(eval_step, eval_returns)
 
-    # -- the run ---------------------------------------------------------------------------------
-    def run(self) -> dict:
-        cfg = self.cfg
-        if ckpt.exists(self.checkpoint_dir) and (why := ckpt.mismatch(self.checkpoint_dir, cfg)):
-            raise ConfigError("resume", why)
-        # Started first: a background evaluator's worker process starts up while this one compiles.
-        evaluations = Evaluations(cfg, background=cfg.eval_in_background)
+    # -- the driver's interface ------------------------------------------------------------------
+    def compile(self) -> None:
+        """Start the evaluator (first: a background worker starts up while this process compiles),
+        the training environments, and compile the per-step and update calls."""
+        cfg, S, E = self.cfg, self.n_seeds, self.n_envs
+        self._evaluations = Evaluations(cfg, background=cfg.eval_in_background)
+        # The per-step programs are fastest with synchronous CPU dispatch, set in bpo/__init__.py.
+        self._env = make_vector_env(cfg.env, S * E, cfg.vector_mode, processes.die_with_parent)
+        seeds = [s for run in range(S) for s in env_seeds(cfg.seed, run, TRAIN_STREAM, E)]
+        obs, _ = self._env.reset(seed=seeds)
+        self.obs = obs.astype(np.float32).reshape(S, E, -1)
+        self.key, self.state, self.params, self.stats, self.sde = self._build(self.obs)
+        self.rows, self.eval_after = self._empty_rows(), cfg.eval_schedule
+        self.episode_return, self.train_metrics, self.evals = np.zeros(S * E), [], []
+
+    def init(self) -> None:
+        self._start_clock()
+        self.evals = self._evaluate(0)
+
+    def template(self):
+        return self.key, self.state, self.sde
+
+    def restore(self, saved, extra: dict) -> None:
+        (self.key, self.state, self.sde) = saved
+        self._env.set_attr("snapshot", list(extra["envs"]))
+        self.params, self.stats = self.learner.acting_params(self.state), self.state.stats
+        self.obs, self.episode_return = np.asarray(extra["obs"], np.float32), np.array(extra["episode_return"])
+        done = int(extra["updates_done"])
+        self.train_metrics = [{k: v[:, i] for k, v in extra["train"].items()} for i in range(done)]
+        self.evals = [(int(step), np.asarray(r)) for step, r in zip(extra["eval_steps"], extra["eval_returns"],
+                                                                    strict=True)]
+        self._n_evals = int(extra["n_evals"])
+        self._start_clock()
+
+    def iterate(self, done: int) -> tuple[dict, int]:
+        """Update ``done``: a rollout, the update call, an evaluation when scheduled."""
+        T = self.n_steps
+        self.key, self.stats, self.sde, self.obs, final, finished_sum, finished_n = self._collect_rollout(
+            self._env, self.rows, self.params, self.stats, self.key, self.obs, self.sde, self.episode_return)
+        last_next, self.stats = self._close(self.stats, final, self.obs)
+        self.rows["next_obs"][:, T - 1] = last_next
+        started = time.perf_counter()
+        self.key, self.state, metrics, self.params = jax.block_until_ready(
+            self._update(self.state._replace(stats=self.stats), self.key, self.rows))
+        self.update_time_s += time.perf_counter() - started
+        metrics = {k: np.asarray(v) for k, v in metrics.items()}
+        metrics["train_return"] = np.where(finished_n > 0, finished_sum / np.maximum(finished_n, 1), np.nan)
+        metrics["train_episodes"] = finished_n
+        self.train_metrics.append(metrics)
+        step = (done + 1) * self.cfg.rollout_size
+        if self.logger is not None:
+            self.logger.log_update(done, step, metrics)
+        if self.eval_after[done]:
+            self.evals += self._evaluate(step)
+        return {k: v[:, None] for k, v in metrics.items()}, done
+
+    def snapshot(self, done: int):
+        """At a rollout boundary: learner state and keys; the environments' simulator states and
+        the curve so far (evaluations in flight are waited for first)."""
+        self.evals += self._wait_for_evaluations(done * self.cfg.rollout_size)
+        extra = {"obs": np.asarray(self.obs), "episode_return": self.episode_return, "updates_done": done,
+                 "train": self._stacked_train(), "eval_steps": np.array([s for s, _ in self.evals]),
+                 "eval_returns": np.stack([r for _, r in self.evals]), "n_evals": self._n_evals,
+                 "envs": list(self._env.call("take_snapshot"))}
+        return (self.key, self.state, self.sde), extra, self.state
+
+    def finish(self) -> dict:
+        self.evals += self._wait_for_evaluations(self.cfg.n_updates * self.cfg.rollout_size)
+        self.eval_worker_time_s = self._evaluations.worker_time_s
+        S = self.n_seeds
+        eval_out = {"eval_return": np.stack([r for _, r in self.evals], axis=1).astype(np.float32),
+                    "eval_step": np.tile(np.array([s for s, _ in self.evals], np.int32), (S, 1))}
+        final_out = {"actor_params": self.state.ppo.actor_params, "critic_params": self.state.ppo.critic_params,
+                     "obs_stats": self.stats}
+        return {"eval": eval_out, "train": self._stacked_train(), "final": final_out}
+
+    def close(self) -> None:
         try:
-            env = make_vector_env(cfg.env, cfg.seeds * cfg.ppo.n_envs, cfg.vector_mode, processes.die_with_parent)
-            # The per-step programs are fastest with synchronous CPU dispatch, set in bpo/__init__.py.
-            try:
-                return self._run(env, evaluations)
-            finally:
-                env.close()
+            if self._env is not None:
+                self._env.close()
         finally:
-            evaluations.close()
+            if self._evaluations is not None:
+                self._evaluations.close()
 
-    def _evaluate(self, evaluations: Evaluations, env_step: int, actor_params, stats, rate: float) -> list:
-        """Submit an evaluation and report those that are done; returns them as (step, returns).
-        ``rate``: training steps/s so far, all seeds, evaluation excluded."""
+    # -- helpers ----------------------------------------------------------------------------------
+    def _stacked_train(self) -> dict:
+        return {k: np.stack([m[k] for m in self.train_metrics], axis=1) for k in self.train_metrics[0]}
+
+    def _start_clock(self) -> None:
+        self._train_start, self._eval_at_start = time.perf_counter(), self.eval_time_s
+        self._steps_at_start = len(self.train_metrics) * self.cfg.rollout_size
+
+    def _train_rate(self, env_step: int) -> float:
+        """Training steps/s of this segment, all seeds, evaluation excluded."""
+        seconds = time.perf_counter() - self._train_start - (self.eval_time_s - self._eval_at_start)
+        return (env_step - self._steps_at_start) * self.n_seeds / seconds if seconds > 0 else 0.0
+
+    def _evaluate(self, env_step: int) -> list:
+        """Submit an evaluation of pi now and report those that are done; returns them as (step, returns)."""
         start = time.perf_counter()
-        evaluations.submit(env_step, actor_params, stats, self._n_evals)
+        self._evaluations.submit(env_step, self.state.ppo.actor_params, self.stats, self._n_evals)
         self._n_evals += 1
-        done = evaluations.ready()
+        done = self._evaluations.ready()
         self.eval_time_s += time.perf_counter() - start
         for step, returns in done:
-            self._report(step, returns, rate)
+            self._report(step, returns, self._train_rate(env_step))
         return done
 
-    def _wait_for_evaluations(self, evaluations: Evaluations, rate: float) -> list:
+    def _wait_for_evaluations(self, env_step: int) -> list:
         start = time.perf_counter()
-        done = evaluations.ready(wait=True)
+        done = self._evaluations.ready(wait=True)
         self.eval_time_s += time.perf_counter() - start
         for step, returns in done:
-            self._report(step, returns, rate)
+            self._report(step, returns, self._train_rate(env_step))
         return done
-
-    def _save(self, env, state, obs, episode_return, updates_done: int, train_metrics: list, evals: list):
-        """A checkpoint at a rollout boundary: learner state and keys, the environments' simulator
-        states, and the curve so far (evaluations in flight are waited for first)."""
-        ckpt.raise_if_non_finite({}, 0, "update", self.checkpoint_dir, state[1], state_at=updates_done - 1)
-        extra = {"obs": np.asarray(obs), "episode_return": episode_return, "updates_done": updates_done,
-                 "train": {k: np.stack([m[k] for m in train_metrics], axis=1) for k in train_metrics[0]},
-                 "eval_steps": np.array([s for s, _ in evals]), "eval_returns": np.stack([r for _, r in evals]),
-                 "n_evals": self._n_evals, "envs": list(env.call("take_snapshot"))}
-        ckpt.save(self.checkpoint_dir, state, extra, {"updates_done": updates_done, "updates": n_updates(self.cfg),
-                                                      "checkpoint_every": self.checkpoint_every, "unit": "update"},
-                  self.cfg)
-
-    def _restore(self, env, template):
-        state, extra, _ = ckpt.load(self.checkpoint_dir, template)
-        env.set_attr("snapshot", list(extra["envs"]))
-        return state, extra
 
     def _collect_rollout(self, env, rows: dict, params, stats, key, obs, sde, episode_return: np.ndarray):
         """``n_steps`` vector steps with the acting policy, written into ``rows`` (in place, as is
@@ -239,70 +307,3 @@ class HostRunner:
                 episode_return[done] = 0.0
             obs = next_obs
         return key, stats, sde, obs, final, finished_sum, finished_n
-
-    def _run(self, env, evaluations: Evaluations) -> dict:
-        cfg, S, E, T = self.cfg, self.n_seeds, self.n_envs, self.n_steps
-        seeds = [s for run in range(S) for s in env_seeds(cfg.seed, run, TRAIN_STREAM, E)]
-        obs, _ = env.reset(seed=seeds)
-        obs = obs.astype(np.float32).reshape(S, E, -1)
-        key, state, params, stats, sde = self._build(obs)
-        rows = self._empty_rows()
-        batch = T * E
-
-        eval_after = eval_schedule(cfg)
-        self._n_evals = 0
-        first_update, episode_return = 0, np.zeros(S * E)
-        if ckpt.exists(self.checkpoint_dir):
-            (key, state, sde), extra = self._restore(env, (key, state, sde))
-            params, stats, obs = self.learner.acting_params(state), state.stats, np.asarray(extra["obs"], np.float32)
-            first_update, episode_return = int(extra["updates_done"]), np.array(extra["episode_return"])
-            train_metrics = [{k: v[:, i] for k, v in extra["train"].items()} for i in range(first_update)]
-            evals = [(int(step), np.asarray(r))
-                     for step, r in zip(extra["eval_steps"], extra["eval_returns"], strict=True)]
-            self._n_evals = int(extra["n_evals"])
-        else:
-            evals = self._evaluate(evaluations, 0, state.ppo.actor_params, stats, 0.0)
-            train_metrics = []
-        train_start, eval_at_start = time.perf_counter(), self.eval_time_s
-
-        def train_rate(env_step):
-            seconds = time.perf_counter() - train_start - (self.eval_time_s - eval_at_start)
-            return env_step * S / seconds if seconds > 0 else 0.0
-
-        for update_index in range(first_update, n_updates(cfg)):
-            key, stats, sde, obs, final, finished_sum, finished_n = self._collect_rollout(
-                env, rows, params, stats, key, obs, sde, episode_return)
-            last_next, stats = self._close(stats, final, obs)
-            rows["next_obs"][:, T - 1] = last_next
-            state = state._replace(stats=stats)
-            started = time.perf_counter()
-            key, state, metrics, params = jax.block_until_ready(self._update(state, key, rows))
-            self.update_time_s += time.perf_counter() - started
-            metrics = {k: np.asarray(v) for k, v in metrics.items()}
-            metrics["train_return"] = np.where(finished_n > 0, finished_sum / np.maximum(finished_n, 1), np.nan)
-            metrics["train_episodes"] = finished_n
-            ckpt.raise_if_non_finite({k: v[:, None] for k, v in metrics.items()}, update_index, "update",
-                                     self.checkpoint_dir)
-            train_metrics.append(metrics)
-            if self.logger is not None:
-                self.logger.log_update(update_index, (update_index + 1) * batch, metrics)
-            if eval_after[update_index]:
-                step = (update_index + 1) * batch
-                evals += self._evaluate(evaluations, step, state.ppo.actor_params, stats, train_rate(step))
-            done_updates = update_index + 1
-            stop = processes.requested() if done_updates < n_updates(cfg) else None
-            saving = self.checkpoint_every > 0 and self.checkpoint_dir is not None
-            if saving and done_updates < n_updates(cfg) and (done_updates % self.checkpoint_every == 0 or stop):
-                evals += self._wait_for_evaluations(evaluations, train_rate(done_updates * batch))
-                self._save(env, (key, state, sde), obs, episode_return, done_updates, train_metrics, evals)
-            if stop is not None:
-                raise processes.Interrupted(stop, f"after update {done_updates} of {n_updates(cfg)}",
-                                            self.checkpoint_dir if saving else None)
-        evals += self._wait_for_evaluations(evaluations, train_rate(n_updates(cfg) * batch))
-        self.eval_worker_time_s = evaluations.worker_time_s
-        train = {k: np.stack([m[k] for m in train_metrics], axis=1) for k in train_metrics[0]}
-        eval_out = {"eval_return": np.stack([r for _, r in evals], axis=1).astype(np.float32),
-                    "eval_step": np.tile(np.array([s for s, _ in evals], np.int32), (S, 1))}
-        final_out = {"actor_params": state.ppo.actor_params, "critic_params": state.ppo.critic_params,
-                     "obs_stats": stats}
-        return {"eval": eval_out, "train": train, "final": final_out}

@@ -1,7 +1,7 @@
 """JAX runner for PPO (Listing 1) and BPO-PPO (Listing 4) on vectorised functional environments.
 
-``make_train(cfg) -> train(key, hparams)``: the whole run is one program of nested ``lax.scan``s
-(evaluation blocks of updates; each update is):
+``OnPolicyProgram``: the run as a ``bpo.runners.program.Program`` whose loop iterations are an
+evaluation (when scheduled) and one update:
 
     rollout of n_steps x n_envs with pi (ppo) or mu (bpo); add it to D       (Listing 4, l.3-4)
     V(s), V(s'); GAE (ppo) or truncated IS-TD(lambda) returns (bpo)          (eqs. 6, 11)
@@ -16,7 +16,7 @@ observations, normalised with the current statistics whenever Q, Q-hat and mu tr
 """
 
 from collections.abc import Callable
-from functools import partial
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import jax
@@ -25,12 +25,11 @@ import numpy as np
 
 from bpo.config import OnPolicyTrainConfig, PPOHyperparams
 from bpo.learner import Learner, LearnerState, Rows, keyed_update, make_learner
-from bpo.runners.stages import Stages, whole_run
 from envs import make_env
 from envs.functional import FunctionalEnv, auto_reset_step
 
 
-class Carry(NamedTuple):
+class OnPolicyCarry(NamedTuple):
     key: jnp.ndarray
     learner: LearnerState
     env_state: tuple
@@ -39,154 +38,141 @@ class Carry(NamedTuple):
     episode_return: jnp.ndarray  # running return of the current episode of each env
 
 
-def n_updates(cfg: OnPolicyTrainConfig) -> int:
-    """The budget in whole rollouts, rounded up as SB3 does."""
-    return -(-cfg.total_timesteps // (cfg.ppo.n_steps * cfg.ppo.n_envs))
+def evaluations_before(cfg: OnPolicyTrainConfig) -> np.ndarray:
+    """Boolean per loop iteration: evaluate before it (iteration ``n_updates`` is the last, with
+    no update)."""
+    return np.concatenate([[True], cfg.eval_schedule])
 
 
-def eval_schedule(cfg: OnPolicyTrainConfig) -> np.ndarray:
-    """Boolean per update: evaluate after it. Every ``eval_every`` steps (rounded down to whole
-    rollouts, at least one) and after the last update; one more evaluation precedes training."""
-    per_eval = max(1, cfg.eval_every // (cfg.ppo.n_steps * cfg.ppo.n_envs))
-    after = (np.arange(n_updates(cfg)) + 1) % per_eval == 0
-    after[-1] = True
-    return after
-
-
-class Parts(NamedTuple):
-    """The static pieces of one on-policy run: its config, environment and learner."""
+@dataclass(frozen=True, eq=False)
+class OnPolicyProgram:
+    """PPO or BPO-PPO on a functional environment (JAX or MJX): ``n_updates + 1`` loop iterations,
+    an evaluation before each scheduled one and an update in all but the last.
+    ``progress(env_steps, eval_return)`` is called from inside the program after every evaluation."""
 
     cfg: OnPolicyTrainConfig
     env: FunctionalEnv
     learner: Learner
+    progress: Callable | None = None
+
+    @property
+    def n_iterations(self) -> int:
+        return self.cfg.n_updates + 1
+
+    def init(self, key, hp: PPOHyperparams) -> OnPolicyCarry:
+        k_env, k_actor, k_critic, k_beh, key = jax.random.split(key, 5)
+        n_envs = self.cfg.ppo.n_envs
+        env_state, obs0 = jax.vmap(self.env.reset)(jax.random.split(k_env, n_envs))
+        state0 = self.learner.init((k_actor, k_critic, k_beh), hp, obs0)
+        return OnPolicyCarry(key, state0, env_state, obs0, self.learner.sde_init(), jnp.zeros(n_envs))
+
+    def rollout(self, carry: OnPolicyCarry) -> tuple[OnPolicyCarry, Rows]:
+        """``n_steps`` steps of the ``n_envs`` environments with the acting policy (pi for ppo, mu
+        for bpo); observation statistics are updated after every step (module docstring)."""
+        learner, n_envs = self.learner, self.cfg.ppo.n_envs
+        vec_step = jax.vmap(lambda k, s, a: auto_reset_step(self.env, k, s, a))
+
+        def env_step(c, step_index):
+            key, env_state, obs, stats, sde, ep_return = c
+            key, k_act, k_env, k_sde = jax.random.split(key, 4)
+            acting = carry.learner._replace(stats=stats)
+            action, to_env, log_prob, obs_n, sde = learner.act(acting, k_act, k_sde, obs, sde, step_index)
+            step = vec_step(jax.random.split(k_env, n_envs), env_state, to_env)
+            done = step.terminated | step.truncated
+            ep_return = ep_return + step.reward
+            row = {
+                "obs": obs_n, "raw_obs": obs, "action": action, "log_prob": log_prob,
+                "reward": step.reward, "terminated": step.terminated.astype(jnp.float32),
+                "truncated": step.truncated.astype(jnp.float32), "next_obs": learner.normalize(stats, step.final_obs),
+                "raw_next_obs": step.final_obs, "finished_return": jnp.where(done, ep_return, jnp.nan),
+            }
+            stats = learner.observe(stats, step.obs)
+            return (key, step.state, step.obs, stats, sde, jnp.where(done, 0.0, ep_return)), row
+
+        c = (carry.key, carry.env_state, carry.obs, carry.learner.stats, carry.sde, carry.episode_return)
+        (key, env_state, obs, stats, sde, ep_return), rows = jax.lax.scan(env_step, c,
+                                                                          jnp.arange(self.cfg.ppo.n_steps))
+        return carry._replace(key=key, learner=carry.learner._replace(stats=stats), env_state=env_state, obs=obs,
+                              sde=sde, episode_return=ep_return), rows
+
+    def train_on_rollout(self, hp: PPOHyperparams, carry: OnPolicyCarry) -> tuple[OnPolicyCarry, dict]:
+        """One phase of Listing 1 (ppo) or Listing 4 (bpo): a rollout, then the learner's update."""
+        carry, rows = self.rollout(carry)
+        key, state, metrics = keyed_update(self.learner, carry.learner, carry.key, rows, hp)
+        finished = rows["finished_return"]
+        n_finished = jnp.sum(~jnp.isnan(finished))
+        metrics = {**metrics, "train_return": jnp.nansum(finished) / jnp.maximum(n_finished, 1),
+                   "train_episodes": n_finished}
+        return carry._replace(key=key, learner=state), metrics
+
+    def evaluate(self, carry: OnPolicyCarry) -> dict:
+        """pi's mean undiscounted return over ``eval_episodes`` greedy episodes."""
+        env, learner = self.env, self.learner
+        keys = jax.random.split(jax.random.fold_in(carry.key, 7), self.cfg.eval_episodes)
+
+        def episode(k):
+            state, obs = env.reset(k)
+
+            def cond(c):
+                return ~c[3] & (c[4] < env.spec.max_episode_steps)
+
+            def body(c):
+                k, state, obs, _, t, total = c
+                k, k_step = jax.random.split(k)
+                action = learner.greedy_action(carry.learner, obs)
+                state, obs, reward, terminated, truncated = env.step_env(k_step, state, action)
+                return k, state, obs, terminated | truncated, t + 1, total + reward
+
+            init = (k, state, obs, jnp.array(False), jnp.zeros((), jnp.int32), jnp.zeros(()))
+            return jax.lax.while_loop(cond, body, init)[-1]
+
+        out = {"eval_return": jnp.mean(jax.vmap(episode)(keys)),
+               "eval_step": carry.learner.update * self.cfg.rollout_size}
+        if self.progress is not None:
+            jax.debug.callback(self.progress, out["eval_step"], out["eval_return"])
+        return out
+
+    def segment(self, carry0: OnPolicyCarry, hp: PPOHyperparams, indices):
+        """Loop iterations ``indices``: evaluate if scheduled, then update (none in the last
+        iteration). Evaluation and update each appear once in the program, so an expensive
+        environment (MJX physics) is compiled twice, not three times. Iterations past the end (a
+        checkpointed run's padded last segment) do nothing."""
+        total_updates = self.cfg.n_updates
+        skipped = {"eval_return": jnp.float32(jnp.nan), "eval_step": jnp.int32(-1)}
+        metric_shapes = jax.eval_shape(self.train_on_rollout, hp, carry0)[1]
+        scheduled = jnp.asarray(np.concatenate([evaluations_before(self.cfg), [False]]))
+
+        def no_update(carry):
+            return carry, jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), metric_shapes)
+
+        def evaluate_and_update(carry, index):
+            # The index comes from xs, so it is not batched under vmap: each cond stays a branch,
+            # and evaluation runs only where scheduled.
+            ev = jax.lax.cond(scheduled[jnp.minimum(index, total_updates + 1)], self.evaluate, lambda _: skipped,
+                              carry)
+            carry, metrics = jax.lax.cond(index < total_updates, lambda c: self.train_on_rollout(hp, c), no_update,
+                                          carry)
+            return carry, (ev, metrics)
+
+        return jax.lax.scan(evaluate_and_update, carry0, indices)
+
+    def finish(self, carry: OnPolicyCarry, outputs) -> dict:
+        """The run's metrics: scheduled evaluations, per-update training metrics, final parameters."""
+        evals, train_metrics = outputs
+        evals = jax.tree.map(lambda x: x[np.flatnonzero(evaluations_before(self.cfg))], evals)
+        train_metrics = jax.tree.map(lambda x: x[:self.cfg.n_updates], train_metrics)
+        final = {"actor_params": carry.learner.ppo.actor_params, "critic_params": carry.learner.ppo.critic_params,
+                 "obs_stats": carry.learner.stats}
+        return {"eval": evals, "train": train_metrics, "final": final}
+
+    def unit_metrics(self, train_outputs: dict, start: int) -> dict:
+        return train_outputs
+
+    def first_unit(self, start: int) -> int:
+        return start
 
 
-def init_carry(parts: Parts, key, hp: PPOHyperparams) -> Carry:
-    k_env, k_actor, k_critic, k_beh, key = jax.random.split(key, 5)
-    env_state, obs0 = jax.vmap(parts.env.reset)(jax.random.split(k_env, parts.cfg.ppo.n_envs))
-    state0 = parts.learner.init((k_actor, k_critic, k_beh), hp, obs0)
-    return Carry(key, state0, env_state, obs0, parts.learner.sde_init(), jnp.zeros(parts.cfg.ppo.n_envs))
-
-
-def rollout(parts: Parts, carry: Carry) -> tuple[Carry, Rows]:
-    """``n_steps`` steps of the ``n_envs`` environments with the acting policy (pi for ppo, mu for
-    bpo); observation statistics are updated after every step (module docstring)."""
-    learner, n_envs = parts.learner, parts.cfg.ppo.n_envs
-    vec_step = jax.vmap(lambda k, s, a: auto_reset_step(parts.env, k, s, a))
-
-    def env_step(c, step_index):
-        key, env_state, obs, stats, sde, ep_return = c
-        key, k_act, k_env, k_sde = jax.random.split(key, 4)
-        acting = carry.learner._replace(stats=stats)
-        action, to_env, log_prob, obs_n, sde = learner.act(acting, k_act, k_sde, obs, sde, step_index)
-        step = vec_step(jax.random.split(k_env, n_envs), env_state, to_env)
-        done = step.terminated | step.truncated
-        ep_return = ep_return + step.reward
-        row = {
-            "obs": obs_n, "raw_obs": obs, "action": action, "log_prob": log_prob,
-            "reward": step.reward, "terminated": step.terminated.astype(jnp.float32),
-            "truncated": step.truncated.astype(jnp.float32), "next_obs": learner.normalize(stats, step.final_obs),
-            "raw_next_obs": step.final_obs, "finished_return": jnp.where(done, ep_return, jnp.nan),
-        }
-        stats = learner.observe(stats, step.obs)
-        return (key, step.state, step.obs, stats, sde, jnp.where(done, 0.0, ep_return)), row
-
-    c = (carry.key, carry.env_state, carry.obs, carry.learner.stats, carry.sde, carry.episode_return)
-    (key, env_state, obs, stats, sde, ep_return), rows = jax.lax.scan(env_step, c, jnp.arange(parts.cfg.ppo.n_steps))
-    return carry._replace(key=key, learner=carry.learner._replace(stats=stats), env_state=env_state, obs=obs,
-                          sde=sde, episode_return=ep_return), rows
-
-
-def train_on_rollout(parts: Parts, hp: PPOHyperparams, carry: Carry) -> tuple[Carry, dict]:
-    """One phase of Listing 1 (ppo) or Listing 4 (bpo): a rollout, then the learner's update."""
-    carry, rows = rollout(parts, carry)
-    key, state, metrics = keyed_update(parts.learner, carry.learner, carry.key, rows, hp)
-    finished = rows["finished_return"]
-    n_finished = jnp.sum(~jnp.isnan(finished))
-    metrics = {**metrics, "train_return": jnp.nansum(finished) / jnp.maximum(n_finished, 1),
-               "train_episodes": n_finished}
-    return carry._replace(key=key, learner=state), metrics
-
-
-def evaluate(parts: Parts, carry: Carry, progress: Callable | None) -> dict:
-    """pi's mean undiscounted return over ``eval_episodes`` greedy episodes."""
-    env, learner = parts.env, parts.learner
-    keys = jax.random.split(jax.random.fold_in(carry.key, 7), parts.cfg.eval_episodes)
-
-    def episode(k):
-        state, obs = env.reset(k)
-
-        def cond(c):
-            return ~c[3] & (c[4] < env.spec.max_episode_steps)
-
-        def body(c):
-            k, state, obs, _, t, total = c
-            k, k_step = jax.random.split(k)
-            action = learner.greedy_action(carry.learner, obs)
-            state, obs, reward, terminated, truncated = env.step_env(k_step, state, action)
-            return k, state, obs, terminated | truncated, t + 1, total + reward
-
-        init = (k, state, obs, jnp.array(False), jnp.zeros((), jnp.int32), jnp.zeros(()))
-        return jax.lax.while_loop(cond, body, init)[-1]
-
-    out = {"eval_return": jnp.mean(jax.vmap(episode)(keys)),
-           "eval_step": carry.learner.update * learner.rollout_size}
-    if progress is not None:
-        jax.debug.callback(progress, out["eval_step"], out["eval_return"])
-    return out
-
-
-def evaluations_before(cfg: OnPolicyTrainConfig) -> np.ndarray:
-    """Boolean per loop iteration: evaluate before it (iteration ``n_updates`` is the last, with
-    no update)."""
-    return np.concatenate([[True], eval_schedule(cfg)])
-
-
-def run_updates(parts: Parts, carry0: Carry, hp: PPOHyperparams, indices, progress: Callable | None = None):
-    """Loop iterations ``indices`` of the ``n_updates + 1``: evaluate if scheduled, then update
-    (none in the last iteration). Evaluation and update each appear once in the program, so an
-    expensive environment (MJX physics) is compiled twice, not three times. Iterations past the
-    end (a checkpointed run's padded last segment) do nothing."""
-    total_updates = n_updates(parts.cfg)
-    skipped = {"eval_return": jnp.float32(jnp.nan), "eval_step": jnp.int32(-1)}
-    one_update = partial(train_on_rollout, parts, hp)
-    metric_shapes = jax.eval_shape(one_update, carry0)[1]
-    scheduled = jnp.asarray(np.concatenate([evaluations_before(parts.cfg), [False]]))
-
-    def no_update(carry):
-        return carry, jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), metric_shapes)
-
-    def evaluate_and_update(carry, index):
-        # The index comes from xs, so it is not batched under vmap: each cond stays a branch, and
-        # evaluation runs only where scheduled.
-        ev = jax.lax.cond(scheduled[jnp.minimum(index, total_updates + 1)],
-                          lambda c: evaluate(parts, c, progress), lambda _: skipped, carry)
-        carry, metrics = jax.lax.cond(index < total_updates, one_update, no_update, carry)
-        return carry, (ev, metrics)
-
-    return jax.lax.scan(evaluate_and_update, carry0, indices)
-
-
-def finish(cfg: OnPolicyTrainConfig, carry: Carry, outputs) -> dict:
-    """The run's metrics: scheduled evaluations, per-update training metrics, final parameters."""
-    evals, train_metrics = outputs
-    evals = jax.tree.map(lambda x: x[np.flatnonzero(evaluations_before(cfg))], evals)
-    train_metrics = jax.tree.map(lambda x: x[:n_updates(cfg)], train_metrics)
-    final = {"actor_params": carry.learner.ppo.actor_params, "critic_params": carry.learner.ppo.critic_params,
-             "obs_stats": carry.learner.stats}
-    return {"eval": evals, "train": train_metrics, "final": final}
-
-
-def make_train(cfg: OnPolicyTrainConfig, progress: Callable | None = None):
-    """Return ``train(key, hparams) -> metrics`` for one run; ``progress(env_steps, eval_return)``
-    is called from inside the jitted run after every evaluation when given."""
-    return whole_run(make_stages(cfg, progress))
-
-
-def make_stages(cfg: OnPolicyTrainConfig, progress: Callable | None = None) -> Stages:
-    """The run's stages; the loop has ``n_updates + 1`` iterations (an evaluation before each
-    scheduled one, an update in all but the last)."""
+def make_program(cfg: OnPolicyTrainConfig, progress: Callable | None = None) -> OnPolicyProgram:
+    """The program of ``cfg``: its environment (JAX or MJX backend) and learner."""
     env = make_env(cfg.env, cfg.backend)
-    parts = Parts(cfg, env, make_learner(cfg, env.spec))
-    return Stages(init=partial(init_carry, parts), segment=partial(run_updates, parts, progress=progress),
-                  finish=partial(finish, cfg), n_iterations=n_updates(cfg) + 1)
+    return OnPolicyProgram(cfg, env, make_learner(cfg, env.spec), progress)

@@ -1,18 +1,31 @@
 """Training: a config in, a run directory out.
 
 * ``run(cfg, ...) -> RunOutput`` (``bpo.training.run``): validate (``run_validated`` skips it), build the
-  traced hyperparameters, and run every seed (one program, checkpointed segments, or the host runner);
+  traced hyperparameters, pick the runner (``make_runner``) and drive it (``bpo.training.driver``);
+* ``make_train(cfg) -> train(key, hparams)``: one seed of a JAX run as one program;
 * ``write(out, run_dir) -> summary`` (``bpo.training.summary``): the run directory;
-* ``bpo.training.kinds``: what differs between episodic and on-policy runs;
 * ``run_rows(cfgs) -> [RunOutput]`` (``bpo.training.rows``): configs that differ only in traced
   hyperparameters, trained as one program.
 """
 
-from bpo.training.kinds import default_checkpoint_every, progress_totals
+from bpo.config import TrainConfig
 from bpo.training.rows import check_rows, program_key, run_rows
-from bpo.training.run import make_train, run, run_validated
+from bpo.training.run import make_runner, make_train, run, run_validated
 from bpo.training.run_output import RunOutput
 from bpo.training.summary import summarize, write
 
-__all__ = ["RunOutput", "check_rows", "default_checkpoint_every", "make_train", "program_key", "progress_totals", "run",
-           "run_rows", "run_validated", "summarize", "write"]
+
+def progress_totals(cfg: TrainConfig) -> tuple[int, float | None]:
+    """(evaluation callbacks, environment steps) of a whole run over all seeds, for a progress
+    bar; environment steps are None for episodic runs, whose episode lengths are not known ahead."""
+    steps = cfg.env_steps_total
+    return cfg.seeds * cfg.n_evaluations, None if steps is None else cfg.seeds * steps
+
+
+def default_checkpoint_every(cfg: TrainConfig) -> int:
+    """About ten checkpoints per run: every tenth of the loop's iterations."""
+    return max(1, cfg.checkpoint_units // 10)
+
+
+__all__ = ["RunOutput", "check_rows", "default_checkpoint_every", "make_runner", "make_train", "program_key",
+           "progress_totals", "run", "run_rows", "run_validated", "summarize", "write"]

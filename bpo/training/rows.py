@@ -18,17 +18,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bpo.config import ConfigError, OnPolicyTrainConfig, to_dict, traced_hyperparams
+from bpo.config import ConfigError, OnPolicyTrainConfig, TrainConfig, to_dict, traced_hyperparams
+from bpo.runners import onpolicy
+from bpo.runners.jax_runner import JaxRunner
 from bpo.runners.seeds import seed_keys
-from bpo.training.kinds import TrainConfig
+from bpo.training.driver import drive
 from bpo.training.run_output import RunOutput, default_seed_chunk
-from bpo.training.segments import run_iterations
 
 # Config fields that may differ between rows of one program: the traced hyperparameters (their
 # values enter the program as data), the base seed and the variant's label.
 ROW_FIELDS = {
     OnPolicyTrainConfig: ("seed", "variant", "ppo.learning_rate", "ppo.clip_range", "ppo.ent_coef", "ppo.vf_coef",
-                          "ppo.gamma", "ppo.gae_lambda", "bpo.rho_bar", "bpo.c_bar", "bpo.q_lr", "bpo.mu_lr",
+                          "ppo.gamma", "ppo.gae_lambda", "returns.rho_bar", "returns.c_bar", "bpo.q_lr", "bpo.mu_lr",
                           "bpo.polyak_tau", "bpo.symlog_reg_coef", "bpo.ppo_ent_coef"),
 }
 
@@ -90,7 +91,9 @@ def run_rows(cfgs: list[TrainConfig], progress=None, seed_chunk: int | None = No
     keys = jnp.concatenate([seed_keys(cfg.seed, cfg.seeds) for cfg in cfgs])
     seed_chunk = default_seed_chunk() if seed_chunk is None else seed_chunk
     group = dataclasses.replace(cfgs[0], seeds=sum(sizes))
-    out = run_iterations(group, hp, keys, progress, seed_chunk, hp_per_seed=True)
+    runner = JaxRunner(group, lambda report: onpolicy.make_program(group, report), hp, keys, seed_chunk, progress,
+                       hp_per_seed=True)
+    out = drive(runner, group)
     wall = time.perf_counter() - start
     bounds = np.cumsum([0, *sizes])
     outputs = []

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import jax
 
-from bpo.training.kinds import TrainConfig
+from bpo.config import TrainConfig
 
 
 @dataclass
@@ -21,7 +21,7 @@ class RunOutput:
     eval_time_s: float = 0.0  # host runner: time the training loop spent on evaluation, excluded from throughput
     eval_worker_time_s: float = 0.0  # host runner: time evaluation took, in a worker process when in the background
     group_size: int = 1  # configurations trained in the same compiled program (bpo.training.rows)
-    threads: int = 1  # seed shards trained side by side (bpo.training.segments); results do not depend on it
+    threads: int = 1  # seed shards trained side by side (bpo.runners.jax_runner); results do not depend on it
 
 
 def default_seed_chunk() -> int:
@@ -29,7 +29,3 @@ def default_seed_chunk() -> int:
     seed at 10, 3.5 at 20, 4.6 at 100), all at once (0) on an accelerator."""
     return 10 if jax.default_backend() == "cpu" else 0
 
-
-def chunk_size(seed_chunk: int, seeds: int) -> int:
-    """The seeds vmapped together for ``seed_chunk`` (0: all of them)."""
-    return seeds if seed_chunk <= 0 else min(seed_chunk, seeds)

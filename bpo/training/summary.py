@@ -11,7 +11,6 @@ from bpo import diagnostics as dg
 from bpo import results
 from bpo.config import OnPolicyTrainConfig
 from bpo.provenance import provenance
-from bpo.training.kinds import kind_of
 from bpo.training.run_output import RunOutput
 
 
@@ -26,7 +25,7 @@ def diagnostic_curves(out: RunOutput) -> dict[str, np.ndarray]:
     """Each off-policy diagnostic pooled over the updates since the previous evaluation, per seed:
     {name: [seeds, n_evals]} (NaN at the first evaluation, before any update)."""
     train = out.metrics["train"]
-    done = kind_of(out.config).units_at_evaluations(out.config, out.metrics["eval"])
+    done = out.config.units_at_evaluations(out.metrics["eval"])
     curves = {}
     for name, how in dg.POOLING.items():
         if name not in train:
@@ -72,7 +71,7 @@ def summarize(out: RunOutput) -> dict:
         "algo": cfg.algo,
         "env": cfg.env,
         "seeds": cfg.seeds,
-        "step_unit": kind_of(cfg).step_unit,
+        "step_unit": cfg.step_unit,
         "final_eval_returns": final.tolist(),
         "final_mean": float(final.mean()),
         "final_sd": float(final.std(ddof=1)) if len(final) > 1 else float("nan"),

@@ -5,8 +5,12 @@
     bpo plot RESULTS_DIR / bpo table RESULTS_DIR
     bpo reproduce SWEEP [--out DIR]          (bpo sweep SWEEP, then bpo plot and bpo table)
 
-Every config field is a flag (``--bpo.c-bar 1.5``); ``--help`` after a subcommand lists them
+Every config field is a flag (``--returns.c-bar 1.5``); ``--help`` after a subcommand lists them
 with their documentation. Invalid values stop before anything is compiled.
+
+The top layer (docs/design.md): it may import anything of ``bpo``, ``envs`` and ``experiments``, and
+nothing imports it. The console script ``bpo`` is ``experiments.cli:main``; ``python -m experiments.cli``
+does the same.
 """
 
 from __future__ import annotations
@@ -253,8 +257,10 @@ def main(argv: list[str] | None = None) -> int:
     command, rest = argv[0], argv[1:]
     if command == "train":
         return train_main(rest)
-    # experiments.* are imported here rather than at the top for start-up time: they load matplotlib
-    # and rliable (plots, tables), which `bpo train` does not need.
+    # The experiments commands are imported when they run, not at the top, only for start-up time (there
+    # is no cycle to avoid: nothing imports this module). Their modules load matplotlib, scipy and rliable
+    # (plots, tables, tests), which `bpo train` does not need: at the top they would take
+    # `bpo train PRESET --help` from about 0.8 s to about 2 s.
     if command in ("sweep", "plot", "table", "reproduce"):
         from experiments import commands
 

@@ -1,0 +1,124 @@
+"""The one run loop of every backend: checkpoint, resume, stop on a signal, the non-finite check.
+
+A runner (``bpo.runners.jax_runner.JaxRunner`` for JAX and MJX environments,
+``bpo.runners.host.HostRunner`` for Gymnasium ones) supplies only what differs between backends:
+compile, initialise, run one loop iteration, snapshot and restore its state, finish. ``drive``
+does the rest, the same way for both:
+
+    compile; restore from the checkpoint in ``directory`` if there is one, else initialise
+    for each remaining iteration:
+        run it; stop with the quantity named if a training metric is not finite
+        every ``checkpoint_every`` iterations, at the end and when a stop was requested:
+            snapshot; refuse to save non-finite state; save atomically
+        stop (``processes.Interrupted``) when SIGINT/SIGTERM arrived
+    finish, and time it all
+
+Checkpoints never change results: a run stopped and resumed any number of times equals the
+uninterrupted run bit for bit (``tests/test_checkpoint.py``).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Protocol
+
+import jax
+import numpy as np
+
+from bpo import checkpoint as ckpt
+from bpo import processes
+from bpo.config import ConfigError
+from bpo.training.run_output import RunOutput, TrainConfig
+
+
+class Runner(Protocol):
+    """What a backend supplies to ``drive``.
+
+    ``unit`` (``cfg.unit``) names a row of the training metrics; ``iteration_name`` what an iteration
+    is called in messages; ``checkpoint_info`` settings a checkpoint must have been written with
+    (the seed chunk of a JAX run); ``backend``, ``threads`` and the times are reported in the
+    summary. ``iterate(done)`` runs iteration ``done`` and returns its training metrics
+    ``{name: [seeds, units]}`` with the index of its first unit; ``snapshot(done)`` returns (state,
+    extra, the part of the state to check for non-finite values) for ``bpo.checkpoint.save``;
+    ``restore(state, extra)`` takes them back, ``state`` shaped like ``template()``."""
+
+    unit: str
+    iteration_name: str
+    n_iterations: int
+    checkpoint_info: dict
+    backend: str
+    threads: int
+    seed_chunk: int
+    compile_time_s: float
+    eval_time_s: float
+    eval_worker_time_s: float
+
+    def compile(self) -> None: ...
+
+    def init(self) -> None: ...
+
+    def template(self): ...
+
+    def restore(self, state, extra: dict) -> None: ...
+
+    def iterate(self, done: int) -> tuple[dict, int]: ...
+
+    def snapshot(self, done: int) -> tuple[object, dict, object]: ...
+
+    def finish(self) -> dict: ...
+
+    def close(self) -> None: ...
+
+
+def resume_point(runner: Runner, cfg: TrainConfig, directory: Path | None) -> int:
+    """Restore ``runner`` from the checkpoint in ``directory`` and return the iterations it had
+    done, or initialise it and return 0. A checkpoint of another configuration is refused."""
+    if not ckpt.exists(directory):
+        runner.init()
+        return 0
+    if why := ckpt.mismatch(directory, cfg, runner.checkpoint_info.get("seed_chunk")):
+        raise ConfigError("resume", why)
+    state, extra, info = ckpt.load(directory, runner.template())
+    runner.restore(state, extra)
+    return int(info["iterations_done"])
+
+
+def save(runner: Runner, cfg: TrainConfig, directory: Path, done: int, checkpoint_every: int) -> None:
+    state, extra, check = runner.snapshot(done)
+    # Parameters are checked where they are saved: a checkpoint never holds a NaN.
+    ckpt.raise_if_non_finite({}, 0, runner.unit, directory, check, state_at=done)
+    info = {"iterations_done": done, "iterations": runner.n_iterations, "checkpoint_every": checkpoint_every,
+            "unit": runner.unit, **runner.checkpoint_info}
+    ckpt.save(directory, state, extra, info, cfg)
+
+
+def drive(runner: Runner, cfg: TrainConfig, directory: Path | None = None, checkpoint_every: int = 0) -> RunOutput:
+    """Run every remaining loop iteration of ``runner`` (module docstring) and return the run's
+    output. With ``directory`` and ``checkpoint_every = N > 0`` a checkpoint is saved every N
+    iterations, at the end and when stopped, and the run continues from the checkpoint in
+    ``directory`` when there is one."""
+    start = time.perf_counter()
+    saving = directory is not None and checkpoint_every > 0
+    directory = Path(directory) if saving else None
+    try:
+        runner.compile()
+        done = resume_point(runner, cfg, directory)
+        n = runner.n_iterations
+        while done < n:
+            metrics, first_unit = runner.iterate(done)
+            ckpt.raise_if_non_finite(metrics, first_unit, runner.unit, directory if ckpt.exists(directory) else None)
+            done += 1
+            stop = processes.requested() if done < n else None
+            if saving and (done % checkpoint_every == 0 or done == n or stop):
+                save(runner, cfg, directory, done, checkpoint_every)
+            if stop is not None:
+                raise processes.Interrupted(stop, f"after {runner.iteration_name} {done} of {n}", directory)
+        metrics = jax.tree.map(np.asarray, runner.finish())
+    finally:
+        runner.close()
+    wall = time.perf_counter() - start
+    return RunOutput(config=cfg, metrics=metrics, compile_time_s=runner.compile_time_s, wall_time_s=wall,
+                     run_time_s=wall - runner.compile_time_s, seed_chunk=runner.seed_chunk, backend=runner.backend,
+                     eval_time_s=runner.eval_time_s, eval_worker_time_s=runner.eval_worker_time_s,
+                     threads=runner.threads)

@@ -69,9 +69,10 @@ class EpisodicReturnConfig(ReturnConfig):
 class OnPolicyReturnConfig(ReturnConfig):
     """BPO-PPO's returns and advantages (eqs. (6), (10), (11)), and what masks them."""
 
-    advantage: Literal["authors", "eq11"] = "authors"
-    """BPO-PPO advantage: 'authors' is r_t + gamma((1-lam)V(s') + lam G_{t+1}) - V(s_t), without
-    rho_t because the ratio pi_theta/mu corrects the current action; 'eq11' is G_t - V(s_t)."""
+    advantage: Literal["eq11", "authors"] = "eq11"
+    """BPO-PPO advantage: 'eq11' is the paper's G_t - V(s_t), whose first TD error carries rho_t;
+    'authors' (their public code) is r_t + gamma((1-lam)V(s') + lam G_{t+1}) - V(s_t), without
+    rho_t, because the ratio pi_theta/mu already corrects the current action."""
     weight_on_advantage: bool = False
     """Decoupled-PPO form: the clipped ratio is pi_theta/pi_old and the advantage is multiplied
     by rho_t = min(rho_bar, pi_old/mu). Off: the ratio is pi_theta/mu (paper Section 5.1)."""
@@ -116,6 +117,9 @@ class BehaviourConfig:
     """Layer norm in the Q and Q-hat MLPs (Appendix C.2)."""
     zero_init_head: bool = True
     """Zero-initialised final layer of Q and Q-hat (Appendix C.2)."""
+    q_init: Literal["lecun", "orthogonal"] = "lecun"
+    """Initialisation of the hidden kernels of Q and Q-hat (the paper does not say): LeCun normal
+    (flax's default), or orthogonal with gain 1 (the authors' public MuJoCo configuration)."""
     symlog_targets: bool = True
     """Q networks predict symlog(Q); targets are symlog-ed, predictions symexp-ed (Section 5.2).
     Off is the 'no symlog' ablation (Figure 5)."""
@@ -141,10 +145,18 @@ class BehaviourConfig:
     (their public code: the TD term twice as heavy relative to the regulariser, which is
     IS-weighted too). c is ``symlog_reg_coef``; p_target is the Polyak target network's output."""
     weight_td: bool = True
-    """Weight each FQE sample by clip(pi/mu, 0.1, 10) normalised to batch mean 1 (Appendix C.2)."""
+    """Weight each FQE sample by its IS ratio pi/mu, normalised to batch mean 1 (Appendix C.2)."""
+    td_weight_clip: bool = False
+    """Clip the TD weights as the authors' code does: log-ratio to [-10, 10], ratio to [0.1, 10],
+    then normalise (Appendix C.2 names no clip; without it the normalised ratios are computed
+    stably, as a softmax of the log-ratios times the batch size)."""
     clip_targets: bool = True
-    """Clip Bellman targets to [r_min, r_max]/(1-gamma) for Q and [0, r_hat_max/(1-gamma^2)] for
-    Q-hat, with the bounds tracked from the data (Appendix C.2)."""
+    """Clip Bellman targets above at r_max/(1-gamma) for Q and r_hat_max/(1-gamma^2) for Q-hat,
+    with r_max and r_hat_max tracked from the data and starting at 0 (Appendix C.2); the values the
+    behaviour step reads (Q in eq. (7), Q-hat in mu's loss) are capped the same way."""
+    clip_lower_bounds: bool = False
+    """With ``clip_targets``, also clip below: Q at r_min/(1-gamma) (r_min tracked from the data,
+    starting at 0) and Q-hat at 0, as the authors' code does (Appendix C.2 clips above only)."""
     q_hat_floor: float = 1e-6
     """Floor on Q-hat before log/sqrt in mu's loss."""
     mu_loss: Literal["cross_entropy", "reverse_kl"] = "cross_entropy"
@@ -154,7 +166,7 @@ class BehaviourConfig:
     """False is the 'no Q-hat' ablation (Figure 4): mu's target drops the Q-hat term and tracks pi."""
     mu_ent_coef: float = 0.0
     """Weight of an entropy bonus in mu's loss (eqs. 15, 16 have none; the authors' code adds PPO's
-    entropy coefficient there). Static."""
+    entropy coefficient there, 0.001 on MuJoCo). Static."""
 
 
 @dataclass(frozen=True)
@@ -179,9 +191,10 @@ class OnPolicyBehaviourConfig(BehaviourConfig):
     same remaining-progress factor as the PPO learning rate. (The authors' code gives every
     network the PPO optimiser, whose schedule counts each network's own steps, so mu's rate
     reaches 0 after about a quarter of a CartPole run; here the decay follows the run's progress.)"""
-    ppo_ent_coef: float = 0.0
-    """Entropy coefficient of the PPO update inside BPO-PPO (0 in the authors' code); plain PPO
-    uses ppo.ent_coef."""
+    ppo_ent_coef: float | None = None
+    """Entropy coefficient of pi's PPO update inside BPO-PPO. None: ``ppo.ent_coef``, as the paper
+    keeps the underlying PPO parameters identical (Section 6; Table 4 lists beta_ent under "PPO
+    (shared)"). The authors' code uses 0."""
 
 
 @dataclass(frozen=True)
@@ -299,7 +312,10 @@ class PPOConfig:
     activation: Literal["relu", "tanh"] = "relu"
     """Hidden activation of actor and critic (the paper's tables: ReLU)."""
     ortho_init: bool = True
-    """SB3's orthogonal initialisation (gains sqrt 2, 0.01 for the policy head, 1 for the value head)."""
+    """Orthogonal initialisation of actor and critic (the paper does not say); off: LeCun normal."""
+    ortho_gains: Literal["sb3", "unit"] = "sb3"
+    """Gains of the orthogonal initialisation: SB3's (sqrt 2 hidden, 0.01 policy head, 1 value
+    head), or 1 on every layer (the authors' public code)."""
     kl_coef: float = 0.0
     """beta of a penalty beta KL(pi_theta || pi_old) added to the actor loss, pi_old being the target
     policy before the update (for PPO the policy that collected the rollout). 0 turns it off (the
@@ -442,7 +458,7 @@ def traced_hyperparams(cfg):
     """The traced fields of ``cfg`` as float32 arrays: Hyperparams or PPOHyperparams."""
     if isinstance(cfg, OnPolicyTrainConfig):
         p, b, g = cfg.ppo, cfg.bpo, cfg.returns
-        ent_coef = b.ppo_ent_coef if cfg.algo == "bpo" else p.ent_coef
+        ent_coef = b.ppo_ent_coef if cfg.algo == "bpo" and b.ppo_ent_coef is not None else p.ent_coef
         values = dict(
             learning_rate=p.learning_rate, clip_range=p.clip_range, ent_coef=ent_coef, vf_coef=p.vf_coef,
             gamma=p.gamma, gae_lambda=p.gae_lambda, rho_bar=g.rho_bar, c_bar=g.c_bar, q_lr=b.q_lr, mu_lr=b.mu_lr,

@@ -30,6 +30,7 @@ class FQESettings(NamedTuple):
     clip_targets: bool
     bootstrap_from_target: bool
     loss_form: str = "paper"  # "paper" or "authors" (fqe_loss)
+    td_weight_clip: bool = False  # the authors' clipped TD weights (td_weights)
 
 
 def second_moment_problem(rewards, q_sa, gamma):
@@ -61,20 +62,34 @@ def expected_next_value(next_q, next_pi_probs):
     return jnp.sum(next_pi_probs * next_q, axis=-1)
 
 
-def td_weights(log_pi, log_mu):
-    """Weighted TD (Appendix C.2): clip(exp(clip(log pi - log mu, -10, 10)), 0.1, 10) / batch mean."""
-    w = jnp.clip(jnp.exp(jnp.clip(log_pi - log_mu, -10.0, 10.0)), 0.1, 10.0)
+def td_weights(log_pi, log_mu, *, clip: bool):
+    """Weighted TD (Appendix C.2): each sample's IS ratio pi/mu, normalised to batch mean 1.
+
+    Unclipped (the paper's text) the normalised ratios are n softmax(log pi - log mu), which no
+    log-ratio can overflow. ``clip`` (the authors' code): clip(exp(clip(log pi - log mu, -10, 10)),
+    0.1, 10), then divided by its batch mean.
+
+    Returns:
+        The weights, of batch mean 1."""
+    log_ratio = log_pi - log_mu
+    if not clip:
+        return log_ratio.shape[0] * jax.nn.softmax(log_ratio)
+    w = jnp.clip(jnp.exp(jnp.clip(log_ratio, -10.0, 10.0)), 0.1, 10.0)
     return w / jnp.mean(w)
 
 
-def q_bounds(r_min, r_max, gamma):
-    """Clip range of Q targets: [r_min, r_max] / (1 - gamma)."""
-    return r_min / (1.0 - gamma), r_max / (1.0 - gamma)
+def q_bounds(r_min, r_max, gamma, *, lower: bool):
+    """Clip range of Q targets (Appendix C.2): at most r_max / (1 - gamma); with ``lower`` (the
+    authors' code) at least r_min / (1 - gamma), else unbounded below."""
+    low = r_min / (1.0 - gamma) if lower else jnp.full_like(r_min, -jnp.inf)
+    return low, r_max / (1.0 - gamma)
 
 
-def q_hat_bounds(r_hat_max, gamma):
-    """Clip range of Q-hat targets: [0, r_hat_max / (1 - gamma^2)]; q-hat is a second moment (eq. 4)."""
-    return jnp.zeros_like(r_hat_max), r_hat_max / (1.0 - gamma**2)
+def q_hat_bounds(r_hat_max, gamma, *, lower: bool):
+    """Clip range of Q-hat targets (Appendix C.2): at most r_hat_max / (1 - gamma^2); with
+    ``lower`` (the authors' code) at least 0, as q-hat is a second moment (eq. 4)."""
+    low = jnp.zeros_like(r_hat_max) if lower else jnp.full_like(r_hat_max, -jnp.inf)
+    return low, r_hat_max / (1.0 - gamma**2)
 
 
 def clip_targets(targets, bounds, clip: bool):
@@ -158,7 +173,8 @@ def fqe_step(state: QState, batch, log_pi, *, predict, next_values, tx, gamma, b
     boot = state.target_params if settings.bootstrap_from_target else state.params
     targets = bellman_targets(batch["reward"], batch["terminated"], next_values(boot, batch), gamma)
     targets, clip_frac = clip_targets(targets, bounds, settings.clip_targets)
-    weights = td_weights(log_pi, batch["log_mu"]) if settings.weight_td else jnp.ones_like(targets)
+    weights = (td_weights(log_pi, batch["log_mu"], clip=settings.td_weight_clip) if settings.weight_td
+               else jnp.ones_like(targets))
     reg_target = predict(state.target_params, batch) if settings.symlog_targets else None
 
     def loss_fn(params):

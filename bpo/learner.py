@@ -248,8 +248,9 @@ def make_learner(cfg: OnPolicyTrainConfig, spec: EnvSpec) -> Learner:
     the behaviour step with mu of pi's architecture."""
     p, discrete = cfg.ppo, spec.discrete
     use_sde = p.use_sde and not discrete
-    actor = Actor(p.pi_hidden, spec.n_actions, discrete, use_sde, p.log_std_init, p.activation, p.ortho_init)
-    critic = Critic(p.vf_hidden, p.activation, p.ortho_init)
+    unit = p.ortho_gains == "unit"
+    actor = Actor(p.pi_hidden, spec.n_actions, discrete, use_sde, p.log_std_init, p.activation, p.ortho_init, unit)
+    critic = Critic(p.vf_hidden, p.activation, p.ortho_init, unit)
     behaviour = None
     if cfg.algo == "bpo":
         behaviour = make_behaviour(cfg.bpo, discrete, spec.n_actions, lambda prm, o: actor.apply(prm, o)[0],

@@ -40,11 +40,13 @@ class MLP(nn.Module):
     layer_norm: bool = False
     zero_head: bool = False
     head_bias: Sequence[float] | None = None
+    orthogonal: bool = False  # hidden kernels orthogonal with gain 1 (the authors' Q networks); else LeCun normal
 
     @nn.compact
     def __call__(self, x):
+        hidden_init = _ortho(1.0) if self.orthogonal else nn.initializers.lecun_normal()
         for width in self.hidden:
-            x = nn.Dense(width)(x)
+            x = nn.Dense(width, kernel_init=hidden_init)(x)
             if self.layer_norm:
                 x = LayerNorm()(x)
             x = nn.relu(x)
@@ -91,18 +93,25 @@ def _ortho(gain):
     return nn.initializers.orthogonal(gain)
 
 
+def init_gain(sb3_gain: float, unit_gains: bool) -> float:
+    """An orthogonal kernel's gain: SB3's (sqrt 2 hidden, 0.01 policy head, 1 value head), or 1 on
+    every layer (``ppo.ortho_gains = 'unit'``, the authors' public code)."""
+    return 1.0 if unit_gains else sb3_gain
+
+
 class Torso(nn.Module):
     """Hidden layers of the PPO actor and critic (SB3's orthogonal init, gain sqrt 2)."""
 
     hidden: Sequence[int]
     activation: str = "relu"
     ortho_init: bool = True
+    unit_gains: bool = False
 
     @nn.compact
     def __call__(self, x):
         act = nn.relu if self.activation == "relu" else nn.tanh
+        init = _ortho(init_gain(np.sqrt(2.0), self.unit_gains)) if self.ortho_init else nn.initializers.lecun_normal()
         for width in self.hidden:
-            init = _ortho(np.sqrt(2.0)) if self.ortho_init else nn.initializers.lecun_normal()
             x = act(nn.Dense(width, kernel_init=init)(x))
         return x
 
@@ -122,11 +131,12 @@ class Actor(nn.Module):
     log_std_init: float = 0.0
     activation: str = "relu"
     ortho_init: bool = True
+    unit_gains: bool = False
 
     @nn.compact
     def __call__(self, obs):
-        latent = Torso(self.hidden, self.activation, self.ortho_init)(obs)
-        head_init = _ortho(0.01) if self.ortho_init else nn.initializers.lecun_normal()
+        latent = Torso(self.hidden, self.activation, self.ortho_init, self.unit_gains)(obs)
+        head_init = _ortho(init_gain(0.01, self.unit_gains)) if self.ortho_init else nn.initializers.lecun_normal()
         loc = nn.Dense(self.n_out, kernel_init=head_init)(latent)
         if self.discrete:
             return logits_dist(loc), latent
@@ -143,9 +153,10 @@ class Critic(nn.Module):
     hidden: Sequence[int]
     activation: str = "relu"
     ortho_init: bool = True
+    unit_gains: bool = False
 
     @nn.compact
     def __call__(self, obs):
-        x = Torso(self.hidden, self.activation, self.ortho_init)(obs)
+        x = Torso(self.hidden, self.activation, self.ortho_init, self.unit_gains)(obs)
         init = _ortho(1.0) if self.ortho_init else nn.initializers.lecun_normal()
         return nn.Dense(1, kernel_init=init)(x)[..., 0]

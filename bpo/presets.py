@@ -7,8 +7,8 @@ are sensible settings for environments the paper does not use.
   ``short_corridor_ppo``: classic control with PPO/BPO-PPO (rl-zoo-like PPO settings; the BPO part
   follows ``cartpole_ppo`` scaled to the rollout size).
 * ``mujoco_default``: Table 4, Gymnasium MuJoCo v5, 1.5M steps.
-* ``mujoco_default_authors``: ``mujoco_default`` with the two PPO settings of the authors' public
-  configuration that differ from Table 4: no observation normalisation and initial log std 0.0.
+* ``mujoco_default_authors``: the authors' public configuration of ``mujoco_default``: every switch
+  this project offers set to their code's value (docs/authors_code.md, "The authors' preset").
 * ``mujoco_gsde``: Table 3 with the per-environment overrides of Table 5 (``ENV_OVERRIDES``), 2M steps.
 
 ``VARIANTS`` are the algorithm rows of Table 1 and the ablations of Figures 4-5, applied on top
@@ -132,13 +132,17 @@ PRESETS = {
         total_timesteps=1_500_000, eval_every=8_192, eval_episodes=10, ppo=_MUJOCO_DEFAULT_PPO,
         returns=_MUJOCO_RETURNS, bpo=_MUJOCO_DEFAULT_BPO,
     ),
-    # The authors' public configs.yaml for the same runs: observations not normalised and initial
-    # log std 0.0 (docs/authors_code.md rows 5-6); everything else as Table 4.
+    # The authors' public configuration of the same runs (their configs.yaml sections mujoco_ppo and
+    # ppo_bpo_zero1.0_1.5 with their code's fixed choices): every switch this project offers set to
+    # their value, field by field in docs/authors_code.md ("The authors' preset").
     "mujoco_default_authors": OnPolicyTrainConfig(
         preset="mujoco_default_authors", env="HalfCheetah-v5", backend="gymnasium", variant="bpo_c1.0_rho1.5",
         total_timesteps=1_500_000, eval_every=8_192, eval_episodes=10,
-        ppo=replace(_MUJOCO_DEFAULT_PPO, normalize_observations=False, log_std_init=0.0), returns=_MUJOCO_RETURNS,
-        bpo=_MUJOCO_DEFAULT_BPO,
+        ppo=replace(_MUJOCO_DEFAULT_PPO, normalize_observations=False, log_std_init=0.0, ortho_gains="unit",
+                    vf_coef=1.0),
+        returns=replace(_MUJOCO_RETURNS, advantage="authors"),
+        bpo=replace(_MUJOCO_DEFAULT_BPO, ppo_ent_coef=0.0, mu_ent_coef=0.001, fqe_loss="authors",
+                    q_hat_head="softplus", q_init="orthogonal", td_weight_clip=True, clip_lower_bounds=True),
     ),
     "mujoco_gsde": OnPolicyTrainConfig(
         preset="mujoco_gsde", env="HalfCheetah-v5", backend="gymnasium", variant="bpo_c1.0_rho1.5",

@@ -224,7 +224,8 @@ def _validate_onpolicy(cfg: OnPolicyTrainConfig) -> OnPolicyTrainConfig:
     _validate_returns(cfg.returns)
     _positive("returns.trust_region_delta", cfg.returns.trust_region_delta, allow_inf=True)
     _validate_behaviour(cfg.bpo)
-    _non_negative("bpo.ppo_ent_coef", cfg.bpo.ppo_ent_coef)
+    if cfg.bpo.ppo_ent_coef is not None:
+        _non_negative("bpo.ppo_ent_coef", cfg.bpo.ppo_ent_coef, note=" (or None: ppo.ent_coef)")
     if cfg.algo == "ppo" and math.isfinite(cfg.returns.trust_region_delta):
         raise ConfigError("returns.trust_region_delta", "masks segments by pi/mu, which is 1 in plain PPO; use algo "
                           "bpo or leave it inf")

@@ -38,7 +38,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import envs
-from bpo.config import ConfigError, EpisodicTrainConfig, OnPolicyTrainConfig, replace
+from bpo.config import ConfigError, EpisodicTrainConfig, OnPolicyTrainConfig, replace, traced_hyperparams
 from bpo.presets import PRESETS, VARIANTS, get_preset
 from bpo.validation import validate
 from envs.gymnasium_envs import GYMNASIUM_ENVS
@@ -105,8 +105,16 @@ def _too_big_for_float(value):
 # ---------------------------------------------------------------------------------------------
 
 
+def optional_of(hint):
+    """T of a field declared ``T | None`` (None: a field whose None means "use the default"), else None."""
+    args = typing.get_args(hint)
+    return args[0] if len(args) == 2 and args[1] is type(None) else None
+
+
 def type_problem(name, hint, value):
     """Why ``value`` is not a valid value of a field declared ``hint``; None if it is."""
+    if optional_of(hint) is not None:
+        return None if value is None else type_problem(name, optional_of(hint), value)
     if hint is bool:
         ok = isinstance(value, bool)
     elif hint is int:
@@ -165,6 +173,8 @@ NAMES = st.sampled_from(ENV_IDS + list(VARIANTS) + sorted(PRESETS))
 
 def typed_values(hint):
     """Values of the declared type (valid or not), so that the cross-field checks are reached."""
+    if optional_of(hint) is not None:
+        return st.one_of(st.none(), typed_values(optional_of(hint)))
     if hint is bool:
         return st.booleans()
     if hint is int:
@@ -310,3 +320,15 @@ def test_cli_rejects_invalid_values(flag, name, parse, valid, data, tmp_path_fac
         allowed = {name} | CROSS_FIELD.get(name, set())
         assert len(errors) == 1 and any(errors[0].startswith(f"error: {f}: ") for f in allowed), output
     assert not any(out_dir.iterdir()), "nothing may be written"
+
+
+def test_bpo_ppo_trains_pi_with_the_shared_ppo_entropy_weight():
+    """Table 4 lists beta_ent under "PPO (shared)" and Section 6 keeps PPO's parameters identical
+    for BPO: pi's entropy weight in BPO-PPO is ppo.ent_coef unless bpo.ppo_ent_coef is set."""
+    cfg = get_preset("mujoco_default")
+    assert cfg.bpo.ppo_ent_coef is None and cfg.ppo.ent_coef == 0.001
+    for algo in ("ppo", "bpo"):
+        assert float(traced_hyperparams(replace(cfg, algo=algo)).ent_coef) == pytest.approx(0.001)
+    authors = replace(cfg, **{"bpo.ppo_ent_coef": 0.0})
+    assert float(traced_hyperparams(authors).ent_coef) == 0.0
+    assert float(traced_hyperparams(replace(authors, algo="ppo")).ent_coef) == pytest.approx(0.001)

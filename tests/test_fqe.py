@@ -100,7 +100,7 @@ def test_fqe_converges_to_exact_q_and_q_hat(symlog, weight_td, clip, bootstrap_t
     batch, s, a = dataset(quarters)
     settings = FQESettings(symlog, weight_td, clip, bootstrap_from_target=bootstrap_target)
     q_true = exact_q(REWARD, GAMMA, quarters)
-    q = train_fqe(batch, GAMMA, q_bounds(-3.0, 3.0, GAMMA), settings)
+    q = train_fqe(batch, GAMMA, q_bounds(-3.0, 3.0, GAMMA, lower=True), settings)
     np.testing.assert_allclose(q, q_true, rtol=2e-3, atol=2e-3)
 
     # Q-hat: reward r-hat from the trained Q (eq. 7), discount gamma^2 (eqs. 8, 14).
@@ -108,7 +108,8 @@ def test_fqe_converges_to_exact_q_and_q_hat(symlog, weight_td, clip, bootstrap_t
     batch_hat = {**batch, "reward": r_hat}
     r_hat_true = 2 * REWARD * q_true - REWARD**2
     q_hat_true = exact_q(r_hat_true, GAMMA**2, quarters)
-    q_hat = train_fqe(batch_hat, gamma_hat, q_hat_bounds(jnp.max(r_hat), GAMMA), settings, steps=6000)
+    q_hat = train_fqe(batch_hat, gamma_hat, q_hat_bounds(jnp.max(r_hat), GAMMA, lower=True), settings,
+                      steps=6000)
     np.testing.assert_allclose(q_hat, q_hat_true, rtol=5e-3, atol=5e-3)
     assert np.all(q_hat_true > 0)
 
@@ -139,8 +140,15 @@ def test_q_hat_is_second_moment_of_return():
 def test_td_weights_match_direct_computation():
     log_pi = jnp.array([0.0, -1.0, -20.0, -0.1, 5.0])
     log_mu = jnp.array([-0.5, -0.2, -0.1, -3.0, -9.0])
-    raw = np.clip(np.exp(np.clip(np.asarray(log_pi - log_mu), -10, 10)), 0.1, 10)
-    np.testing.assert_allclose(td_weights(log_pi, log_mu), raw / raw.mean(), rtol=1e-6)
+    raw = np.clip(np.exp(np.clip(np.asarray(log_pi - log_mu, np.float64), -10, 10)), 0.1, 10)
+    np.testing.assert_allclose(td_weights(log_pi, log_mu, clip=True), raw / raw.mean(), rtol=1e-6)
+    # The paper's text: the ratios themselves, normalised to mean 1 (the 5th ratio is e^14).
+    ratios = np.exp(np.asarray(log_pi - log_mu, np.float64))
+    np.testing.assert_allclose(td_weights(log_pi, log_mu, clip=False), ratios / ratios.mean(), rtol=1e-5)
+    # Log-ratios that overflow exp in float32 still give finite weights that sum to the batch size.
+    huge = td_weights(jnp.array([200.0, 0.0, 100.0]), jnp.zeros(3), clip=False)
+    assert np.all(np.isfinite(huge)) and float(huge.sum()) == pytest.approx(3.0)
+    np.testing.assert_allclose(huge, [3.0, 0.0, 0.0], atol=1e-6)
 
 
 def test_second_moment_problem_by_hand():
@@ -154,10 +162,14 @@ def test_second_moment_problem_by_hand():
 
 
 def test_bounds_loss_and_polyak():
-    low, high = q_bounds(-1.0, 2.0, 0.99)
+    low, high = q_bounds(-1.0, 2.0, 0.99, lower=True)
     assert (float(low), float(high)) == pytest.approx((-100.0, 200.0))
-    low, high = q_hat_bounds(jnp.array(3.0), 0.9)
+    low, high = q_bounds(-1.0, 2.0, 0.99, lower=False)  # Appendix C.2: upper bounds only
+    assert float(low) == -np.inf and float(high) == pytest.approx(200.0)
+    low, high = q_hat_bounds(jnp.array(3.0), 0.9, lower=True)
     assert (float(low), float(high)) == pytest.approx((0.0, 3.0 / 0.19))
+    low, high = q_hat_bounds(jnp.array(3.0), 0.9, lower=False)
+    assert float(low) == -np.inf and float(high) == pytest.approx(3.0 / 0.19)
     clipped, frac = clip_targets(jnp.array([-5.0, 0.0, 7.0]), (-1.0, 2.0), True)
     np.testing.assert_array_equal(clipped, [-1.0, 0.0, 2.0])
     assert float(frac) == pytest.approx(2 / 3)

@@ -94,7 +94,8 @@ class Behaviour:
 
     def fqe_settings(self) -> FQESettings:
         c = self.cfg
-        return FQESettings(c.symlog_targets, c.weight_td, c.clip_targets, c.bootstrap_net == "target", c.fqe_loss)
+        return FQESettings(c.symlog_targets, c.weight_td, c.clip_targets, c.bootstrap_net == "target", c.fqe_loss,
+                           c.td_weight_clip)
 
     def head(self, outputs, hat: bool):
         """The output layer: linear, or for Q-hat with ``q_hat_head = 'softplus'`` softplus + 1e-6."""
@@ -155,7 +156,8 @@ def make_behaviour(cfg: BehaviourConfig, discrete: bool, n_actions: int, mu_appl
                    action_low=None, action_high=None, clip_actions: bool = True) -> Behaviour:
     """The behaviour step's networks: Q and Q-hat share one MLP architecture (Appendix C.2: layer
     norm, zero-initialised head), with one output per action (discrete) or (s, a) as input."""
-    q_net = MLP(cfg.q_hidden, n_actions if discrete else 1, layer_norm=cfg.layer_norm, zero_head=cfg.zero_init_head)
+    q_net = MLP(cfg.q_hidden, n_actions if discrete else 1, layer_norm=cfg.layer_norm, zero_head=cfg.zero_init_head,
+                orthogonal=cfg.q_init == "orthogonal")
     return Behaviour(cfg, discrete, n_actions, q_net, mu_apply, action_low, action_high, clip_actions)
 
 
@@ -259,14 +261,14 @@ def behaviour_step(key, state: BehaviourState, replay: rb.Replay, pi_dist_fn: Di
 
     r_min = jnp.minimum(state.r_min, jnp.min(jnp.where(filled, data["reward"], jnp.inf)))
     r_max = jnp.maximum(state.r_max, jnp.max(jnp.where(filled, data["reward"], -jnp.inf)))
-    bounds = q_bounds(r_min, r_max, gamma)
+    bounds = q_bounds(r_min, r_max, gamma, lower=cfg.clip_lower_bounds)
     q, q_metrics = fqe(k_q, state.q, replay, "reward", gamma, bounds)
 
     q_sa = beh.q_value(value_params(q, cfg.value_net), data["obs"], data["action"])
     q_sa = jnp.clip(q_sa, *bounds) if cfg.clip_targets else q_sa
     r_hat, gamma_hat = second_moment_problem(data["reward"], q_sa, gamma)
     r_hat_max = jnp.maximum(state.r_hat_max, jnp.max(jnp.where(filled, r_hat, -jnp.inf)))
-    hat_bounds = q_hat_bounds(r_hat_max, gamma)
+    hat_bounds = q_hat_bounds(r_hat_max, gamma, lower=cfg.clip_lower_bounds)
     replay = replay.replace(data={**data, "r_hat": r_hat})
     q_hat, q_hat_metrics = fqe(k_qh, state.q_hat, replay, "r_hat", gamma_hat, hat_bounds)
 

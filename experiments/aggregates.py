@@ -38,21 +38,47 @@ CONFIDENCE = 0.95
 TASK_MARKERS = "os^Dv<>PXh*p"
 
 
-def normalised_scores(cells: dict, baseline: str, rows: list[str]) -> tuple[list, dict[str, np.ndarray]]:
-    """The tasks that have the baseline, and {row: (runs, tasks) min-max normalised scores} for the
-    rows present on all of them; each row keeps as many runs per task as its smallest task has."""
+def normalised_runs(cells: dict, baseline: str, rows: list[str]) -> tuple[list, dict[str, list[np.ndarray]]]:
+    """The tasks that have the baseline, and {row: [its min-max normalised scores on each task,
+    every run]} for the rows present on all of them."""
     tasks = sorted(t for t, by_row in cells.items() if baseline in by_row)
     rows = [r for r in rows if all(r in cells[t] for t in tasks)]
-    scores = {}
+    full = {}
     for row in rows:
-        n = min(len(cells[t][row]) for t in tasks)
-        columns = []
+        full[row] = []
         for t in tasks:
             everything = np.concatenate([np.asarray(v, float) for v in cells[t].values()])
             low, high = everything.min(), everything.max()
-            columns.append((np.asarray(cells[t][row][:n], float) - low) / max(high - low, 1e-12))
-        scores[row] = np.stack(columns, axis=1)
-    return tasks, scores
+            full[row].append((np.asarray(cells[t][row], float) - low) / max(high - low, 1e-12))
+    return tasks, full
+
+
+def equal_runs(full: dict[str, list[np.ndarray]]) -> dict[str, np.ndarray]:
+    """{row: (runs, tasks)} for rliable, which needs as many runs on every task: each row's first
+    n runs (seeds 0 to n - 1) on each task, n its smallest task's count."""
+    return {row: np.stack([v[:min(len(c) for c in per_task)] for v in per_task], axis=1)
+            for row, per_task in full.items()}
+
+
+def runs_used_note(tasks, full: dict[str, list[np.ndarray]]) -> str | None:
+    """Which runs the cross-task aggregates leave out and why; None when every run is in them."""
+    parts = []
+    for row, per_task in full.items():
+        counts = [len(v) for v in per_task]
+        if len(set(counts)) > 1:
+            by_task = ", ".join(f"{t[0]} {t[1]}: {c}" for t, c in zip(tasks, counts, strict=True))
+            parts.append(f"{row} uses the first {min(counts)} runs of each task ({by_task})")
+    if not parts:
+        return None
+    return ("rliable's IQM and overall probability of improvement need equal runs per task: " + "; ".join(parts)
+            + ". Each task's own probability of improvement uses every run.")
+
+
+def normalised_scores(cells: dict, baseline: str, rows: list[str]) -> tuple[list, dict[str, np.ndarray]]:
+    """The tasks that have the baseline, and {row: (runs, tasks) min-max normalised scores} for the
+    rows present on all of them, with equal runs per task (``equal_runs``)."""
+    tasks, full = normalised_runs(cells, baseline, rows)
+    return tasks, equal_runs(full)
 
 
 def newcombe_interval(p_hat: float, m: int, n: int, confidence: float = CONFIDENCE) -> tuple[float, float]:
@@ -80,14 +106,15 @@ def newcombe_interval(p_hat: float, m: int, n: int, confidence: float = CONFIDEN
     return float(min(low, p_hat)), float(max(high, p_hat))
 
 
-def per_task_improvement(x: np.ndarray, y: np.ndarray, tasks, confidence: float) -> list[dict]:
-    """P(X > Y) on each task (rliable's estimate: the share of run pairs with x > y, ties half) with
-    Newcombe's interval at ``confidence``."""
+def per_task_improvement(x: list[np.ndarray], y: list[np.ndarray], tasks, confidence: float) -> list[dict]:
+    """P(X > Y) on each task from every run of that task (rliable's estimate: the share of run
+    pairs with x > y, ties half) with Newcombe's interval at ``confidence``. ``x``, ``y``: each
+    task's runs."""
     out = []
-    for k, task in enumerate(tasks):
-        p = float(metrics.probability_of_improvement(x[:, [k]], y[:, [k]]))
-        low, high = newcombe_interval(p, len(x), len(y), confidence)
-        out.append({"task": list(task), "point": p, "low": low, "high": high})
+    for task, xs, ys in zip(tasks, x, y, strict=True):
+        p = float(metrics.probability_of_improvement(xs[:, None], ys[:, None]))
+        low, high = newcombe_interval(p, len(xs), len(ys), confidence)
+        out.append({"task": list(task), "point": p, "low": low, "high": high, "runs": [len(xs), len(ys)]})
     return out
 
 
@@ -102,9 +129,10 @@ def runs_per_task_note(runs: list[int]) -> str | None:
 
 def write_aggregates(cells: dict, baseline: str, out: Path, reps: int = 2000, seed: int = 0) -> list[Path]:
     """aggregates.json, iqm.{png,pdf} and probability_of_improvement.{png,pdf} in ``out``."""
-    tasks, scores = normalised_scores(cells, baseline, sort_rows({r for by_row in cells.values() for r in by_row}))
+    tasks, full = normalised_runs(cells, baseline, sort_rows({r for by_row in cells.values() for r in by_row}))
     if not tasks:
         return []
+    scores = equal_runs(full)
     rows = list(scores)
     np.random.seed(seed)  # rliable's bootstrap draws from numpy's global generator
     iqm = lambda x: np.array([metrics.aggregate_iqm(x)])  # noqa: E731
@@ -121,18 +149,19 @@ def write_aggregates(cells: dict, baseline: str, out: Path, reps: int = 2000, se
     improvement = {}
     for r in others:
         boot_low, boot_high = np.ravel(poi_interval[f"{r},{baseline}"])[:2]
-        by_task = per_task_improvement(*pairs[r], tasks, per_task_level)
+        by_task = per_task_improvement(full[r], full[baseline], tasks, per_task_level)
         avg_low, avg_high = np.mean([t["low"] for t in by_task]), np.mean([t["high"] for t in by_task])
         improvement[r] = {"over": baseline, "point": float(poi_point[f"{r},{baseline}"]),
                           "low": float(min(boot_low, avg_low)), "high": float(max(boot_high, avg_high)),
                           "bootstrap_low": float(boot_low), "bootstrap_high": float(boot_high),
                           "runs": len(pairs[r][0]), "per_task": by_task}
     runs = {r: int(scores[r].shape[0]) for r in rows}
-    note = runs_per_task_note(list(runs.values()))
+    notes = [n for n in (runs_per_task_note(list(runs.values())), runs_used_note(tasks, full)) if n]
     summary = {
         "tasks": [list(t) for t in tasks], "normalisation": "per-task min-max over all final returns",
         "bootstrap_reps": reps, "confidence": CONFIDENCE, "runs_per_task": runs,
-        "notes": [note] if note else [],
+        "runs_by_task": {r: [len(v) for v in full[r]] for r in rows},
+        "notes": notes,
         "iqm": {r: {"point": float(point[r][0]), "low": float(interval[r][0, 0]), "high": float(interval[r][1, 0])}
                 for r in rows},
         "probability_of_improvement_interval": (

@@ -59,7 +59,7 @@ USAGE = """usage: bpo {{train,sweep,plot,table,reproduce,verify-variance,report}
       ShortCorridor); classic: PPO vs BPO-PPO on cartpole_ppo and pendulum_ppo (10 seeds);
       mujoco_small: PPO vs BPO (c_bar 1.0, rho_bar 1.5), mujoco_default, HalfCheetah-v5 and Hopper-v5,
       3 seeds x 300k steps; table1_small; headline: PPO vs BPO (1.0, 1.5) on HalfCheetah-v5 at 1.5M
-      steps, mujoco_default (5 seeds) and mujoco_default_authors (3 seeds); table1, ablations. The
+      steps, mujoco_default (15 seeds) and mujoco_default_authors (10 seeds); table1, ablations. The
       committed results are regenerated with an explicit --out results/NAME.
   bpo verify-variance [--out DIR] [--n-random 20] [--episodes N] [--seed S] [--checkpoints ...] [--no-train]
       Theorem 2 by exact DP and Monte Carlo on ShortCorridor and random MDPs; variance under

@@ -21,7 +21,15 @@ import tyro
 
 from bpo.presets import PAPER_TABLE1, paper_setting
 from bpo.results import atomic_write_text, read_summary
-from experiments.common import row_label, setting_label, sort_rows, sort_settings, welch_p_from_stats
+from experiments.common import (
+    row_label,
+    setting_label,
+    sort_rows,
+    sort_settings,
+    welch_interval,
+    welch_p_from_stats,
+    welch_power,
+)
 from experiments.store import build_index
 from experiments.table import PAPER_RUNS, format_number, format_p
 
@@ -132,7 +140,29 @@ def headline_block(results: Path) -> str:
             lines.append(f"| {setting_label(setting)} | {row_label(row)} | {ours} | {format_p(c.get('p'))} | {theirs} "
                          f"| {diff} | {p} |")
     summaries = [r["summary"] for r in _runs(folder)]
-    return "\n".join(lines) + f"\n\n{provenance_line(summaries)} {_wall_line(summaries)}\n"
+    return ("\n".join(lines) + "\n\n" + "\n".join(verdict_lines(cells, settings, data["baseline"]))
+            + f"\n\n{provenance_line(summaries)} {_wall_line(summaries)}\n")
+
+
+def verdict_lines(cells: dict, settings: list, baseline: str) -> list[str]:
+    """Each row against the baseline in our runs: n, the one-sided Welch p, the 95 % interval of the
+    difference, and the power of that test to detect the paper's gap for the same cells at our SDs."""
+    lines = [f"| setting | row − {row_label(baseline)} | n (row, {row_label(baseline)}) | difference of means, "
+             "95 % Welch interval | one-sided Welch p | the paper's gap | power to detect the paper's gap "
+             "(one-sided, α = 0.05, our SDs) |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    for setting in settings:
+        base = cells.get((setting, baseline))
+        paper = PAPER_TABLE1.get(paper_setting(*setting), {})
+        for (s, row), c in sorted(cells.items()):
+            if s != setting or row == baseline or base is None:
+                continue
+            diff, low, high = welch_interval(c["mean"], c["sd"], c["n"], base["mean"], base["sd"], base["n"])
+            gap = paper[row][0] - paper[baseline][0] if row in paper and baseline in paper else None
+            power = "–" if gap is None else f"{welch_power(gap, c['sd'], c['n'], base['sd'], base['n']):.2f}"
+            lines.append(f"| {setting_label(setting)} | {row_label(row)} | {c['n']}, {base['n']} "
+                         f"| {diff:+.0f} [{low:+.0f}, {high:+.0f}] | {format_p(c.get('p'))} "
+                         f"| {'–' if gap is None else f'{gap:+.0f}'} | {power} |")
+    return lines
 
 
 def _budget(steps: float) -> str:
@@ -163,7 +193,9 @@ def _glance_sweep(results: Path, name: str, link: bool = True) -> str | None:
             worse = " †" if c.get("mark") == "worse" else ""
             texts.append(f"{row_label(row)} {_mean_se(c)}{p}{worse}")
         parts.append(f"{setting_label(setting)}: " + ", ".join(texts))
-    return (f"* **{SWEEPS[name]}** ({', '.join(budgets)}; {'/'.join(map(str, seeds))} seeds per cell; mean ± SE; "
+    devices = ", ".join(sorted({(r["summary"].get("provenance") or {}).get("device", "unknown") for r in runs}))
+    return (f"* **{SWEEPS[name]}** ({', '.join(budgets)}; {'/'.join(map(str, seeds))} seeds per cell; made on "
+            f"{devices}; mean ± SE; "
             f"p: one-sided Welch test against {row_label(data['baseline'])}, † = significantly worse): "
             + "; ".join(parts) + "." + (f" [`results/{name}`](results/{name})" if link else ""))
 

@@ -24,7 +24,7 @@ import numpy as np
 
 from bpo import results
 from bpo.presets import PAPER_TABLE1, paper_setting
-from experiments.aggregates import write_aggregates
+from experiments.aggregates import normalised_runs, runs_used_note, write_aggregates
 from experiments.common import (
     OPTIMAL_RETURNS,
     SETTING_NAMES,
@@ -335,6 +335,8 @@ def write_tables(results_dir: Path, out: Path, baseline: str | None = None, alph
     details = [{**r, "summary": results.read_summary(Path(results_dir) / r["run_id"])} for r in runs]
     summaries = [d["summary"] for d in details]
     notes = report_provenance(summaries, "bpo table")
+    used = runs_used_note(*normalised_runs(cells, baseline, rows))
+    notes = notes + ([used] if used else [])
     results.atomic_write_text(out / "table1.md", to_markdown(table, settings, rows, baseline, alpha, alternative,
                                                              details, notes) + "\n")
     results.atomic_write_text(out / "table1.tex", to_latex(table, settings, rows, baseline, alpha, alternative) + "\n")

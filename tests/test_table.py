@@ -18,7 +18,7 @@ from bpo.config import replace
 from bpo.presets import PAPER_TABLE1, get_preset
 from experiments.aggregates import improvement_figure, iqm_figure, newcombe_interval
 from experiments.cli import main
-from experiments.common import holm, provenance_notes, welch_p, welch_p_from_stats
+from experiments.common import holm, provenance_notes, welch_interval, welch_p, welch_p_from_stats, welch_power
 from experiments.table import compute_paper_table, compute_table, mark, multiple_comparisons, to_markdown
 
 from synthetic_results import exact_sample, fake_run, provenance_record, synthetic_results
@@ -186,9 +186,12 @@ def test_bpo_table_writes_marked_markdown_latex_and_aggregates(tmp_path, capsys)
         assert (c["p_greater"] is None) == (c["p_two_sided"] is None) == (c["row"] == "ppo")
     assert table["multiple_comparisons"]["tests"] == 7 and table["notes"][0].startswith(
         "Few seeds: only 4 to 10 per cell (the paper used 10).")  # in the Markdown too, in bold
-    assert f"**{table['notes'][0]}**" in text and table["notes"][1:] == [
+    assert f"**{table['notes'][0]}**" in text and table["notes"][1] == (
         "Note: runs have no provenance record (9 runs, written before summaries recorded the code and package "
-        "versions), so whether they all come from the same code and MuJoCo version cannot be checked."]
+        "versions), so whether they all come from the same code and MuJoCo version cannot be checked.")
+    # Ant has fewer seeds than Hopper: the cross-task aggregates use the first runs, and say so.
+    assert table["notes"][2].startswith("rliable's IQM and overall probability of improvement need equal runs")
+    assert len(table["notes"]) == 3
     for name in ("iqm.png", "iqm.pdf", "probability_of_improvement.png", "probability_of_improvement.pdf"):
         assert (tmp_path / "out" / name).stat().st_size > 5000
     # The paper's Table 1 for the same cells (bpo.presets.PAPER_TABLE1), in the same column order,
@@ -233,6 +236,32 @@ def test_rliable_aggregates_match_a_plain_computation(tmp_path):
             x, y = CELLS[task][r][:n], CELLS[task]["ppo"][:n]
             per_task.append(np.mean([(a > b) + 0.5 * (a == b) for a in x for b in y]))
         assert agg["probability_of_improvement"][r]["point"] == pytest.approx(np.mean(per_task), rel=1e-9)
+        # Each task's own P(X > Y) uses every run of that task.
+        for task, entry in zip((ANT, HOPPER), agg["probability_of_improvement"][r]["per_task"], strict=True):
+            x, y = CELLS[task][r], CELLS[task]["ppo"]
+            assert entry["point"] == pytest.approx(np.mean([(a > b) + 0.5 * (a == b) for a in x for b in y]))
+            assert entry["runs"] == [len(x), len(y)]
+
+
+def test_aggregates_use_every_seed_per_task_and_say_which_runs_the_cross_task_ones_use(tmp_path, capsys):
+    """The headline's shape: 5 seeds per row on one task, 3 on the other. The task with 5 seeds gets
+    its probability of improvement from all 25 pairs; rliable's cross-task aggregates use the first
+    3 runs of each task, and the output, the table and aggregates.json say so."""
+    rng = np.random.default_rng(7)
+    cells = {ANT: {"ppo": rng.normal(0, 1, 5), "bpo_c1.0_rho1.5": rng.normal(0.5, 1, 5)},
+             HOPPER: {"ppo": rng.normal(0, 1, 3), "bpo_c1.0_rho1.5": rng.normal(0.5, 1, 3)}}
+    synthetic_results(tmp_path / "res", cells)
+    assert main(["table", str(tmp_path / "res"), "--bootstrap-reps", "200"]) == 0
+    agg = json.loads((tmp_path / "res" / "aggregates.json").read_text())
+    ant = agg["probability_of_improvement"]["bpo_c1.0_rho1.5"]["per_task"][0]
+    x, y = cells[ANT]["bpo_c1.0_rho1.5"], cells[ANT]["ppo"]
+    assert ant["runs"] == [5, 5]
+    assert ant["point"] == pytest.approx(np.mean([(a > b) + 0.5 * (a == b) for a in x for b in y]))
+    assert agg["runs_by_task"]["ppo"] == [5, 3] and agg["runs_per_task"]["ppo"] == 3
+    note = "bpo_c1.0_rho1.5 uses the first 3 runs of each task (Ant-v5 mujoco_gsde: 5, Hopper-v5 mujoco_default: 3)"
+    assert any(note in n for n in agg["notes"])
+    assert note in capsys.readouterr().out  # printed with the table, and in table1.md
+    assert note in (tmp_path / "res" / "table1.md").read_text()
 
 
 def test_episodic_table_notes_the_optimum_and_each_run(tmp_path):
@@ -436,3 +465,23 @@ def test_table_and_plot_are_quiet_when_provenance_agrees(tmp_path, capsys):
     table_err, md, plot_err = run_table_and_plot(tmp_path, capsys, provenance_of({}))
     assert table_err == plot_err == ""
     assert "provenance" not in md and "Warning" not in md
+
+
+def test_welch_interval_matches_scipys_and_power_matches_simulation():
+    """The headline verdict's statistics against independent references: SciPy's own interval of
+    its Welch test, and the share of simulated experiments in which the one-sided test rejects."""
+    rng = np.random.default_rng(3)
+    a, b = rng.normal(5, 2, 7), rng.normal(3, 1, 4)
+    diff, low, high = welch_interval(a.mean(), a.std(ddof=1), 7, b.mean(), b.std(ddof=1), 4)
+    ci = stats.ttest_ind(a, b, equal_var=False).confidence_interval(0.95)
+    assert diff == pytest.approx(a.mean() - b.mean()) and (low, high) == pytest.approx((ci.low, ci.high))
+    # Power at the paper's headline gap (1,222) with an SD of 1,100 and 5 seeds per arm.
+    x = rng.normal(1222.0, 1100.0, (20000, 5))
+    y = rng.normal(0.0, 1100.0, (20000, 5))
+    rejected = stats.ttest_ind(x, y, axis=1, equal_var=False, alternative="greater").pvalue < 0.05
+    # The noncentral-t formula takes Welch's degrees of freedom at the true SDs, where the test uses
+    # the sample SDs: at 5 seeds per arm it reads about 0.02 high (documented in welch_power).
+    assert welch_power(1222.0, 1100.0, 5, 1100.0, 5) == pytest.approx(rejected.mean(), abs=0.03)
+    two = stats.ttest_ind(x, y, axis=1, equal_var=False).pvalue < 0.05
+    assert welch_power(1222.0, 1100.0, 5, 1100.0, 5, alternative="two-sided") == pytest.approx(two.mean(), abs=0.03)
+    assert welch_power(0.0, 1100.0, 5, 1100.0, 5) == pytest.approx(0.05, abs=1e-9)  # no gap: the level

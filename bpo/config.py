@@ -151,12 +151,16 @@ class BehaviourConfig:
     then normalise (Appendix C.2 names no clip; without it the normalised ratios are computed
     stably, as a softmax of the log-ratios times the batch size)."""
     clip_targets: bool = True
-    """Clip Bellman targets above at r_max/(1-gamma) for Q and r_hat_max/(1-gamma^2) for Q-hat,
-    with r_max and r_hat_max tracked from the data and starting at 0 (Appendix C.2); the values the
-    behaviour step reads (Q in eq. (7), Q-hat in mu's loss) are capped the same way."""
-    clip_lower_bounds: bool = False
+    """Clip Bellman targets at r_max/(1-gamma) for Q and r_hat_max/(1-gamma^2) for Q-hat, with r_max
+    and r_hat_max tracked from the data and starting at 0 (Appendix C.2); the values the behaviour
+    step reads (Q in eq. (7), Q-hat in mu's loss) are capped the same way."""
+    clip_lower_bounds: bool = True
     """With ``clip_targets``, also clip below: Q at r_min/(1-gamma) (r_min tracked from the data,
-    starting at 0) and Q-hat at 0, as the authors' code does (Appendix C.2 clips above only)."""
+    starting at 0) and Q-hat at 0, which q-hat, a second moment (eq. (4)), never goes below. Appendix
+    C.2 names the upper bounds only; without the lower ones Q-hat fits the negative r-hat = 2 r Q - r^2
+    of the first updates, sits below ``q_hat_floor`` for some actions and not others, and mu turns
+    so far from pi that its IS returns have infinite variance (ShortCorridor, docs/authors_code.md).
+    The authors' code clips below too."""
     q_hat_floor: float = 1e-6
     """Floor on Q-hat before log/sqrt in mu's loss."""
     mu_loss: Literal["cross_entropy", "reverse_kl"] = "cross_entropy"

@@ -142,7 +142,7 @@ PRESETS = {
                     vf_coef=1.0),
         returns=replace(_MUJOCO_RETURNS, advantage="authors"),
         bpo=replace(_MUJOCO_DEFAULT_BPO, ppo_ent_coef=0.0, mu_ent_coef=0.001, fqe_loss="authors",
-                    q_hat_head="softplus", q_init="orthogonal", td_weight_clip=True, clip_lower_bounds=True),
+                    q_hat_head="softplus", q_init="orthogonal", td_weight_clip=True),
     ),
     "mujoco_gsde": OnPolicyTrainConfig(
         preset="mujoco_gsde", env="HalfCheetah-v5", backend="gymnasium", variant="bpo_c1.0_rho1.5",

@@ -242,15 +242,12 @@ BEHAVIOUR_SWITCHES = [
     # (mu's mean loss moves by ~1e-6, inside the comparison's tolerance).
     ("cartpole_ppo", {"bpo.lr_schedule": "constant"}, ("q_loss",)),
     ("cartpole_ppo", {"bpo.mu_loss": "reverse_kl"}, ("mu_loss",)),
-    # (cartpole_ppo without Q-hat is not here: in its first updates r-hat = 2 r Q - r^2 < 0, so
-    # with Appendix C.2's upper bounds only Q-hat is below the floor everywhere and mu tracks pi
-    # either way; test_without_q_hat_mu_ignores_q_hat moves Q-hat's networks to show the switch.)
+    ("cartpole_ppo", {"bpo.use_q_hat": False}, ("mu_loss",)),
     ("cartpole_continuous_ppo", {"bpo.use_q_hat": False}, ("mu_loss",)),
     ("cartpole_continuous_ppo", {"bpo.clip_actions": False}, ("q_loss",)),
-    # (bpo.clip_targets off is not here: CartPole's upper bounds, 1 / (1 - 0.98) = 50 for Q, do not
-    # bind in the first updates; the clip itself is tested in tests/test_fqe.py.)
+    ("cartpole_ppo", {"bpo.clip_targets": False}, ("q_hat_loss",)),
     # Early r-hat = 2 r Q - r^2 < 0 while Q ~ 0: only Q-hat's targets meet the lower bound 0.
-    ("cartpole_ppo", {"bpo.clip_lower_bounds": True}, ("q_hat_loss",)),
+    ("cartpole_ppo", {"bpo.clip_lower_bounds": False}, ("q_hat_loss",)),
     ("cartpole_ppo", {"bpo.q_init": "orthogonal"}, ("q_loss",)),
     ("cartpole_ppo", {"bpo.symlog_targets": False}, ("q_loss",)),
     ("cartpole_ppo", {"bpo.fqe_loss": "authors"}, ("q_loss",)),
@@ -266,20 +263,19 @@ BEHAVIOUR_SWITCHES = [
 @pytest.mark.parametrize("preset,switches,changed", BEHAVIOUR_SWITCHES,
                          ids=[f"{p}:{','.join(f'{k}={v}' for k, v in s.items())}" for p, s, _ in BEHAVIOUR_SWITCHES])
 def test_behaviour_step_switches_change_what_they_govern(preset, switches, changed):
-    # Where mu reads Q-hat, Q-hat must be above its floor: in the first updates it is only with
-    # the lower bound 0 (r-hat < 0 while Q is small; see the note in BEHAVIOUR_SWITCHES).
-    reads_q_hat = "bpo.value_net" in switches
-    start = (("bpo.clip_lower_bounds", True),) if reads_q_hat else ()
-    base, _ = three_updates(preset, start)
-    metrics, _ = three_updates(preset, start + tuple(switches.items()))
+    base, _ = three_updates(preset)
+    metrics, _ = three_updates(preset, tuple(switches.items()))
     for key in PPO_METRICS:
         assert same(metrics[key][0], base[key][0]), f"{key} changed before the behaviour step"
     for key in changed:
         assert not same(metrics[key][0], base[key][0]), f"{key} did not change"
     if changed == ("mu_loss",):  # mu is fitted after Q and Q-hat, which it does not feed back into
         assert same(metrics["q_loss"][0], base["q_loss"][0]) and same(metrics["q_hat_loss"][0], base["q_hat_loss"][0])
+    if "bpo.clip_targets" in switches:
+        assert np.sum(base["q_clip_frac"] + base["q_hat_clip_frac"]) > 0
+        assert not np.any(metrics["q_clip_frac"]) and not np.any(metrics["q_hat_clip_frac"])
     if "bpo.clip_lower_bounds" in switches:  # only the lower bound binds this early
-        assert not np.any(base["q_hat_clip_frac"]) and np.all(metrics["q_hat_clip_frac"] > 0)
+        assert np.all(base["q_hat_clip_frac"] > 0) and not np.any(metrics["q_hat_clip_frac"])
     if {"bpo.value_net", "bpo.q_hat_head", "bpo.clip_lower_bounds"} & set(switches):  # Q fitted as before
         assert same(metrics["q_loss"][0], base["q_loss"][0])
     if "bpo.symlog_targets" in switches:

@@ -48,7 +48,7 @@ def test_authors_preset_is_table_4_with_every_setting_of_the_authors_code():
                       "returns.advantage": ("eq11", "authors"), "bpo.ppo_ent_coef": (None, 0.0),
                       "bpo.mu_ent_coef": (0.0, 0.001), "bpo.fqe_loss": ("paper", "authors"),
                       "bpo.q_hat_head": ("linear", "softplus"), "bpo.q_init": ("lecun", "orthogonal"),
-                      "bpo.td_weight_clip": (False, True), "bpo.clip_lower_bounds": (False, True)}
+                      "bpo.td_weight_clip": (False, True)}
     # Compared with (and its ablations based on) the paper's default column.
     assert paper_setting(*HCA) == HC and paper_setting(*HC) == HC
     assert best_bpo_row(*HCA) == best_bpo_row(*HC) == "bpo_c1.0_rho1.5"

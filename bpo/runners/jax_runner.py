@@ -118,9 +118,7 @@ class JaxRunner:
             if b - a not in self._programs:
                 shape = jax.eval_shape(self._init, self.keys[a:b], h)
                 self._programs[b - a] = iteration.lower(shape, h, self._index).compile()
-        full_shape = jax.eval_shape(self._init, self.keys, self.hp)
-        self._template = {"carry": full_shape,
-                          "outputs": jax.eval_shape(iteration, full_shape, self.hp, self._index)[1]}
+        self._iteration = iteration
         self.compile_time_s = time.perf_counter() - start
 
     def init(self) -> None:
@@ -128,7 +126,9 @@ class JaxRunner:
         self._pieces = []
 
     def template(self):
-        return self._template
+        """The shapes of a checkpoint's state (traced only when resuming: an MJX iteration takes long)."""
+        full_shape = jax.eval_shape(self._init, self.keys, self.hp)
+        return {"carry": full_shape, "outputs": jax.eval_shape(self._iteration, full_shape, self.hp, self._index)[1]}
 
     def restore(self, saved, extra: dict) -> None:
         self._carries = [_seed_slice(saved["carry"], a, b) for a, b in self.shards]

@@ -341,12 +341,17 @@ class OnPolicyTrainConfig:
     env: str = "CartPole-v1"
     """Environment id: from ``envs.FUNCTIONAL_ENVS`` (backend jax), ``envs.GYMNASIUM_ENVS``
     (backend gymnasium) or the MuJoCo v5 tasks Ant-v5, HalfCheetah-v5, Hopper-v5, Walker2d-v5
-    (backend mjx)."""
-    backend: Literal["jax", "gymnasium", "mjx"] = "jax"
+    (backends gymnasium, threads, mjx)."""
+    backend: Literal["jax", "gymnasium", "mjx", "threads"] = "jax"
     """jax: functional environments, the whole run one jitted program. gymnasium: Gymnasium
     vector environments stepped on the host, one jitted call per vector step and per update.
     mjx: the MuJoCo v5 tasks ported to MJX (``envs.mjx``), the whole run one jitted program like
-    jax; made for GPUs, it also runs (slowly) on a CPU."""
+    jax; made for GPUs, it also runs (slowly) on a CPU. threads: the MuJoCo v5 tasks stepped by
+    MuJoCo itself (Gymnasium's physics, bit-identical) on a host thread pool, called from inside the
+    jitted program like jax, so the learning runs on the default JAX device (``envs.mujoco_threads``)."""
+    physics_threads: int = 0
+    """threads backend: host threads that step the physics (0: one per CPU core). Results do not
+    depend on it."""
     vector_mode: Literal["sync", "async"] = "sync"
     """Gymnasium backend: step the environments in this process (sync) or in one worker process
     each (async, worth it when an environment step costs more than the transfer)."""

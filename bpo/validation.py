@@ -169,12 +169,12 @@ def _validate_env_backend(cfg: OnPolicyTrainConfig) -> None:
     if cfg.backend == "jax" and cfg.env not in FUNCTIONAL_ENVS:
         hint = " (a Gymnasium environment: add --backend gymnasium)" if cfg.env in GYMNASIUM_ENVS else ""
         if cfg.env in MUJOCO_ENVS:
-            hint = " (a MuJoCo task: add --backend gymnasium, or --backend mjx for its MJX port)"
+            hint = " (a MuJoCo task: add --backend gymnasium, threads or mjx)"
         raise ConfigError("env", f"must be one of {sorted(FUNCTIONAL_ENVS)} with backend jax{hint}, got {cfg.env!r}")
     if cfg.backend == "gymnasium":
         _choice("env", cfg.env, sorted(GYMNASIUM_ENVS))
-    if cfg.backend == "mjx" and cfg.env not in MUJOCO_ENVS:
-        raise ConfigError("env", f"must be one of {sorted(MUJOCO_ENVS)} with backend mjx, got {cfg.env!r}")
+    if cfg.backend in ("mjx", "threads") and cfg.env not in MUJOCO_ENVS:
+        raise ConfigError("env", f"must be one of {sorted(MUJOCO_ENVS)} with backend {cfg.backend}, got {cfg.env!r}")
 
 
 def _validate_ppo(p) -> None:
@@ -219,6 +219,7 @@ def _validate_onpolicy(cfg: OnPolicyTrainConfig) -> OnPolicyTrainConfig:
     for name in ("seeds", "total_timesteps", "eval_every", "eval_episodes"):
         _int_at_least(name, getattr(cfg, name), 1)
     _int_at_least("seed", cfg.seed, 0)
+    _int_at_least("physics_threads", cfg.physics_threads, 0)
     _validate_ppo(cfg.ppo)
     _validate_action_space(cfg)
     _validate_returns(cfg.returns)

@@ -4,6 +4,8 @@
 * ``FUNCTIONAL_ENVS``: environments behind the auto-resetting functional interface of
   ``envs.functional`` for the vectorised on-policy (PPO) runner.
 * ``envs.mjx``: MJX ports of the MuJoCo v5 tasks behind the same interface (``make_env(id, "mjx")``).
+* ``envs.mujoco_threads``: the same tasks stepped by MuJoCo on host threads from inside the jitted
+  program (``make_env(id, "threads")``).
 """
 
 import gymnasium as gym
@@ -34,9 +36,15 @@ def make_jax_env(env_id: str, **kwargs) -> ShortCorridorJax:
     return JAX_ENVS[env_id](**kwargs)
 
 
-def make_env(env_id: str, backend: str = "jax"):
+def make_env(env_id: str, backend: str = "jax", physics_threads: int = 0):
     """Build a functional (auto-resettable) environment: one of ``FUNCTIONAL_ENVS``, or with
-    ``backend="mjx"`` the MJX port of a MuJoCo v5 task; raises ValueError naming the known ids."""
+    ``backend="mjx"`` the MJX port of a MuJoCo v5 task, with ``backend="threads"`` the task stepped
+    by MuJoCo on ``physics_threads`` host threads (0: one per core); raises ValueError naming the
+    known ids. The MuJoCo backends are imported only when asked for (MJX's import takes seconds)."""
+    if backend == "threads":
+        from envs.mujoco_threads import make_threaded_env
+
+        return make_threaded_env(env_id, physics_threads)
     if backend == "mjx":
         from envs.mjx import make_mjx_env
 

@@ -50,6 +50,11 @@ class FunctionalEnv(Protocol):
 
 
 def auto_reset_step(env: FunctionalEnv, key, state, action) -> Step:
+    """``env.step_env``, and for an ended episode the reset state and observation (module
+    docstring). An environment may fuse the two (``env.auto_reset_step``, the same semantics):
+    the threaded MuJoCo backend resets only the lanes that need it, in the same host call."""
+    if hasattr(env, "auto_reset_step"):
+        return env.auto_reset_step(key, state, action)
     k_step, k_reset = jax.random.split(key)
     state_next, obs_next, reward, terminated, truncated = env.step_env(k_step, state, action)
     truncated = truncated & ~terminated

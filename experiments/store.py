@@ -199,7 +199,7 @@ def is_finished(sweep_dir: Path, spec: RunSpec) -> bool:
         return False
 
 
-EXECUTION_ONLY = ("vector_mode", "eval_in_background")
+EXECUTION_ONLY = ("vector_mode", "eval_in_background", "physics_threads")
 
 
 def same_result_config(stored: dict, expected: dict) -> bool:

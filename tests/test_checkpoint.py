@@ -23,6 +23,9 @@ SHORT_CORRIDOR = ["train", "short_corridor", "--algo", "bpo", "--episodes", "200
 CARTPOLE_HOST = ["train", "cartpole_ppo", "--algo", "bpo", "--backend", "gymnasium", "--total-timesteps", "4096",
                  "--eval-every", "1024", "--eval-episodes", "2", "--seeds", "2", "--checkpoint-every", "2",
                  "--no-progress"]
+HOPPER_THREADS = ["train", "mujoco_default", "--env", "Hopper-v5", "--backend", "threads", "--total-timesteps", "1024",
+                  "--ppo.n-steps", "256", "--eval-every", "256", "--eval-episodes", "2", "--seeds", "2",
+                  "--bpo.n-qvf-epochs", "1", "--bpo.n-mu-epochs", "1", "--checkpoint-every", "2", "--no-progress"]
 
 
 def bpo(args, **kw):
@@ -60,7 +63,9 @@ def same_run_directories(a: Path, b: Path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("args", [SHORT_CORRIDOR, CARTPOLE_HOST], ids=["jax-runner", "gymnasium-host-runner"])
+@pytest.mark.parametrize("args", [SHORT_CORRIDOR, CARTPOLE_HOST,
+                                  pytest.param(HOPPER_THREADS, marks=pytest.mark.mujoco)],
+                         ids=["jax-runner", "gymnasium-host-runner", "threads-backend"])
 def test_resume_after_sigkill_equals_the_uninterrupted_run(tmp_path, args):
     whole, killed = tmp_path / "whole", tmp_path / "killed"
     done = bpo([*args, "--out", str(whole)])

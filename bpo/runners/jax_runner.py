@@ -89,6 +89,8 @@ class JaxRunner:
         self.program = make_program(serialised(progress) if len(self.shards) > 1 else progress)
         self.unit, self.n_iterations = cfg.unit, self.program.n_iterations
         self.backend, self.threads = jax.default_backend(), len(self.shards)
+        if getattr(cfg, "backend", "jax") == "threads":  # the physics runs on the host whatever the device
+            self.backend = f"threads+{self.backend}"
         self.eval_time_s = self.eval_worker_time_s = self.compile_time_s = 0.0
         self.checkpoint_info = {"seed_chunk": seed_chunk}
         self._shard_hp = [_seed_slice(hp, a, b) if hp_per_seed else hp for a, b in self.shards]

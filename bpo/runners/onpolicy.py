@@ -173,6 +173,6 @@ class OnPolicyProgram:
 
 
 def make_program(cfg: OnPolicyTrainConfig, progress: Callable | None = None) -> OnPolicyProgram:
-    """The program of ``cfg``: its environment (JAX or MJX backend) and learner."""
-    env = make_env(cfg.env, cfg.backend)
+    """The program of ``cfg``: its environment (JAX, MJX or threads backend) and learner."""
+    env = make_env(cfg.env, cfg.backend, cfg.physics_threads)
     return OnPolicyProgram(cfg, env, make_learner(cfg, env.spec), progress)

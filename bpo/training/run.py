@@ -4,7 +4,7 @@
     run_validated(cfg)      traced hyperparameters, once; the runner for the config; ``drive`` it
     make_runner(cfg, hp)    the dispatch, in one place:
         REINFORCE / BPO-REINFORCE                  -> JaxRunner(EpisodicProgram)
-        PPO / BPO-PPO, backend jax or mjx          -> JaxRunner(OnPolicyProgram)
+        PPO / BPO-PPO, backend jax, mjx or threads -> JaxRunner(OnPolicyProgram)
         PPO / BPO-PPO, backend gymnasium           -> HostRunner
     make_train(cfg)         PureJaxRL's ``train(key, hparams)`` for one seed of a JAX run
 """

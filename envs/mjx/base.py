@@ -77,15 +77,7 @@ class MjxEnv:
     # Functional environment -----------------------------------------------------------------------
     def reset_state(self, key) -> tuple[jnp.ndarray, jnp.ndarray]:
         """qpos0 and zero velocity plus Gymnasium's reset noise."""
-        k_pos, k_vel = jax.random.split(key)
-        s = self.reset_noise_scale
-        qpos0, nq, nv = self._data0.qpos, self.mj_model.nq, self.mj_model.nv
-        qpos = qpos0 + jax.random.uniform(k_pos, (nq,), qpos0.dtype, -s, s)
-        if self.qvel_noise == "normal":
-            qvel = s * jax.random.normal(k_vel, (nv,), qpos0.dtype)
-        else:
-            qvel = jax.random.uniform(k_vel, (nv,), qpos0.dtype, -s, s)
-        return qpos, qvel
+        return reset_noise(key, self._data0.qpos, self.mj_model.nv, self.reset_noise_scale, self.qvel_noise)
 
     def set_state(self, qpos, qvel) -> MjxState:
         """``MujocoEnv.set_state`` after ``mj_resetData``: a fresh episode at (qpos, qvel).
@@ -150,6 +142,18 @@ class HealthyTask(MjxEnv):
         return rewards - costs, ~healthy
 
 
+def reset_noise(key, qpos0, nv: int, scale: float, qvel_noise: str) -> tuple[jnp.ndarray, jnp.ndarray]:
+    """Gymnasium's ``reset_model`` of the v5 locomotion tasks: qpos0 plus uniform noise in
+    [-scale, scale], and zero velocity plus ``scale`` times uniform or standard-normal noise."""
+    k_pos, k_vel = jax.random.split(key)
+    qpos = qpos0 + jax.random.uniform(k_pos, qpos0.shape, qpos0.dtype, -scale, scale)
+    if qvel_noise == "normal":
+        qvel = scale * jax.random.normal(k_vel, (nv,), qpos0.dtype)
+    else:
+        qvel = jax.random.uniform(k_vel, (nv,), qpos0.dtype, -scale, scale)
+    return qpos, qvel
+
+
 def control_cost(weight: float, action) -> jnp.ndarray:
     """Gymnasium's ``control_cost``: on the action as given, before MuJoCo clamps ctrl."""
     return weight * jnp.sum(jnp.square(action))
@@ -159,4 +163,5 @@ def state_vector(data: mjx.Data) -> jnp.ndarray:
     return jnp.concatenate([data.qpos, data.qvel])
 
 
-__all__ = ["MAX_EPISODE_STEPS", "HealthyTask", "MjxEnv", "MjxState", "control_cost", "gymnasium_asset", "state_vector"]
+__all__ = ["MAX_EPISODE_STEPS", "HealthyTask", "MjxEnv", "MjxState", "control_cost", "gymnasium_asset", "reset_noise",
+           "state_vector"]

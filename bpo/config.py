@@ -349,6 +349,13 @@ class OnPolicyTrainConfig:
     jax; made for GPUs, it also runs (slowly) on a CPU. threads: the MuJoCo v5 tasks stepped by
     MuJoCo itself (Gymnasium's physics, bit-identical) on a host thread pool, called from inside the
     jitted program like jax, so the learning runs on the default JAX device (``envs.mujoco_threads``)."""
+    mjx_iterations: int = 0
+    """mjx backend: the constraint solver's iterations (0: the XML's, 100 in the four tasks). In
+    float32 the XML's tolerance (1e-8) is never met, so every substep runs every iteration; 4 with 8
+    line-search iterations (MuJoCo Playground's locomotion setting) is several times faster, and its
+    fidelity is measured in docs/mjx.md."""
+    mjx_ls_iterations: int = 0
+    """mjx backend: the solver's line-search iterations (0: the XML's, 50 in the four tasks)."""
     physics_threads: int = 0
     """threads backend: host threads that step the physics (0: one per CPU core). Results do not
     depend on it."""

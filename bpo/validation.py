@@ -220,6 +220,10 @@ def _validate_onpolicy(cfg: OnPolicyTrainConfig) -> OnPolicyTrainConfig:
         _int_at_least(name, getattr(cfg, name), 1)
     _int_at_least("seed", cfg.seed, 0)
     _int_at_least("physics_threads", cfg.physics_threads, 0)
+    for name in ("mjx_iterations", "mjx_ls_iterations"):
+        _int_at_least(name, getattr(cfg, name), 0)
+        if getattr(cfg, name) and cfg.backend != "mjx":
+            raise ConfigError(name, f"sets MJX's solver; it does not apply to backend {cfg.backend} (leave it 0)")
     _validate_ppo(cfg.ppo)
     _validate_action_space(cfg)
     _validate_returns(cfg.returns)

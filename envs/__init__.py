@@ -36,10 +36,11 @@ def make_jax_env(env_id: str, **kwargs) -> ShortCorridorJax:
     return JAX_ENVS[env_id](**kwargs)
 
 
-def make_env(env_id: str, backend: str = "jax", physics_threads: int = 0):
+def make_env(env_id: str, backend: str = "jax", physics_threads: int = 0, solver: tuple[int, int] = (0, 0)):
     """Build a functional (auto-resettable) environment: one of ``FUNCTIONAL_ENVS``, or with
     ``backend="mjx"`` the MJX port of a MuJoCo v5 task, with ``backend="threads"`` the task stepped
-    by MuJoCo on ``physics_threads`` host threads (0: one per core); raises ValueError naming the
+    by MuJoCo on ``physics_threads`` host threads (0: one per core); ``solver``: MJX's (iterations,
+    line-search iterations), 0 for the XML's; raises ValueError naming the
     known ids. The MuJoCo backends are imported only when asked for (MJX's import takes seconds)."""
     if backend == "threads":
         from envs.mujoco_threads import make_threaded_env
@@ -48,7 +49,7 @@ def make_env(env_id: str, backend: str = "jax", physics_threads: int = 0):
     if backend == "mjx":
         from envs.mjx import make_mjx_env
 
-        return make_mjx_env(env_id)
+        return make_mjx_env(env_id, *solver)
     if env_id not in FUNCTIONAL_ENVS:
         raise ValueError(f"env: unknown environment {env_id!r}; allowed: {sorted(FUNCTIONAL_ENVS)}")
     return FUNCTIONAL_ENVS[env_id]()

@@ -115,7 +115,7 @@ def run_sweep(args: SweepArgs) -> tuple[int, Path | None]:
     sweep, sweep_dir, specs = planned
     states = _run_states(sweep_dir, specs)
     if args.dry_run:
-        _print_dry_run(specs, states, sweep_dir)
+        _print_dry_run(specs, states, sweep_dir, args.group_rows)
         return 0, sweep_dir
     # Staging leftovers of runs no process holds the lock of; Slurm jobs still queued may not have
     # taken theirs yet (and some cluster file systems keep locks per node), so not while they are.
@@ -166,14 +166,24 @@ def _run_states(sweep_dir: Path, specs: list[RunSpec]) -> dict[str, str]:
                        "redo" if (sweep_dir / s.run_id).exists() else "new") for s in specs}
 
 
-def _print_dry_run(specs: list[RunSpec], states: dict[str, str], sweep_dir: Path) -> None:
-    """``--dry-run``: one line per run (state, id, algorithm, seeds, budget, overrides) and a total."""
+def _programs_line(specs: list[RunSpec]) -> str:
+    groups = launch.group_specs(specs)
+    shared = sum(len(g) > 1 for g in groups)
+    return (f"--group-rows: {len(specs)} runs in {len(groups)} programs ({shared} of them shared by rows that "
+            "differ only in traced hyperparameters)")
+
+
+def _print_dry_run(specs: list[RunSpec], states: dict[str, str], sweep_dir: Path, group_rows: bool) -> None:
+    """``--dry-run``: one line per run (state, id, algorithm, seeds, budget, overrides), a total and
+    with ``--group-rows`` the number of programs."""
     for s in specs:
         cfg = s.config()
         budget = f"{cfg.total_timesteps} steps" if hasattr(cfg, "total_timesteps") else f"{cfg.episodes} episodes"
         overrides = " ".join(f"{k}={v}" for k, v in s.overrides)
         print(f"{states[s.run_id]:>8}  {s.run_id}  [{cfg.algo}, {cfg.seeds} seeds, {budget}] {overrides}".rstrip())
     print(f"{len(specs)} runs, {sum(v == 'finished' for v in states.values())} finished -> {sweep_dir}")
+    if group_rows:
+        print(_programs_line(specs))
 
 
 def _launch(args: SweepArgs, sweep: Sweep, sweep_dir: Path, specs: list[RunSpec],
@@ -190,6 +200,7 @@ def _launch(args: SweepArgs, sweep: Sweep, sweep_dir: Path, specs: list[RunSpec]
     if not todo:
         return launch.Outcome()
     if args.group_rows:
+        print(_programs_line(todo))
         return launch.run_groups(sweep_dir, todo, args.progress)
     if args.backend == "local":
         return launch.run_local(sweep_dir, todo, min(args.workers or launch.default_workers(), len(todo)),

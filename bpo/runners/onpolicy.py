@@ -174,5 +174,5 @@ class OnPolicyProgram:
 
 def make_program(cfg: OnPolicyTrainConfig, progress: Callable | None = None) -> OnPolicyProgram:
     """The program of ``cfg``: its environment (JAX, MJX or threads backend) and learner."""
-    env = make_env(cfg.env, cfg.backend, cfg.physics_threads)
+    env = make_env(cfg.env, cfg.backend, cfg.physics_threads, (cfg.mjx_iterations, cfg.mjx_ls_iterations))
     return OnPolicyProgram(cfg, env, make_learner(cfg, env.spec), progress)

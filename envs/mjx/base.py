@@ -53,8 +53,12 @@ class MjxEnv:
     needs_contact_forces: bool = False  # run mj_rnePostConstraint after the step (Ant's cfrc_ext)
     reset_kinematics: bool = False  # position() reads body positions, which a reset must compute
 
-    def __init__(self):
+    def __init__(self, iterations: int = 0, ls_iterations: int = 0):
         self.mj_model = mujoco.MjModel.from_xml_path(gymnasium_asset(self.xml_file))
+        if iterations:
+            self.mj_model.opt.iterations = iterations
+        if ls_iterations:
+            self.mj_model.opt.ls_iterations = ls_iterations
         self.model = mjx.put_model(self.mj_model)
         self._data0 = mjx.make_data(self.model)  # mj_resetData's state: qpos0, zero velocity
         self.dt = float(self.mj_model.opt.timestep) * self.frame_skip

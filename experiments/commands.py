@@ -260,8 +260,9 @@ def reproduce_main(argv: list[str]) -> int:
     if code != 0:
         return code
     paths = plot_results(sweep_dir, sweep_dir)
+    sweep = load_sweep(args.name)
     try:
-        paths += write_tables(sweep_dir, sweep_dir)
+        paths += write_tables(sweep_dir, sweep_dir, baseline=sweep.baseline, alternative=sweep.alternative)
     except FileNotFoundError as e:  # e.g. no baseline row: the runs and the plot are there all the same
         print(f"error: table: {e}; see `bpo table --help`", file=sys.stderr)
         return 1

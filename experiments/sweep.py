@@ -70,6 +70,11 @@ class Sweep:
     grids: tuple[Grid, ...]
     description: str = ""
     slurm: SlurmResources = field(default_factory=SlurmResources)
+    baseline: str | None = None
+    """The row ``bpo reproduce`` tests the others against (``bpo table --baseline``); None: 'ppo' or
+    'reinforce'."""
+    alternative: str = "greater"
+    """The test ``bpo reproduce`` tabulates with (``bpo table --alternative``)."""
 
 
 @dataclass(frozen=True)

@@ -48,3 +48,13 @@ def test_invalid_mjx_configs_name_the_field(changes, message):
         validate(replace(get_preset("mujoco_default"), **changes))
     assert err.value.field_name == ("env" if "env" in changes else "backend")
     assert message in str(err.value)
+
+
+def test_the_mjx_solver_setting_reaches_the_model():
+    from envs import make_env
+
+    env = make_env("HalfCheetah-v5", "mjx", solver=(4, 8))
+    assert (env.mj_model.opt.iterations, env.mj_model.opt.ls_iterations) == (4, 8)
+    assert (env.model.opt.iterations, env.model.opt.ls_iterations) == (4, 8)  # what MJX steps with
+    default = make_env("HalfCheetah-v5", "mjx")
+    assert (default.mj_model.opt.iterations, default.mj_model.opt.ls_iterations) == (100, 50)  # the XML's

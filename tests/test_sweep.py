@@ -123,6 +123,11 @@ def test_cli_rejects_bad_sweeps_before_running(tmp_path, capsys):
     lines = capsys.readouterr().out.strip().splitlines()
     assert len(lines) == 26 and lines[-1].startswith("25 runs, 0 finished")
     assert "Ant-v5-mujoco_gsde-ppo" in lines[0] and "10 seeds, 2000000 steps" in lines[0]
+    # Grouped, Table 1 is 15 programs: per column PPO, the three per-decision BPO rows, the traj row.
+    assert main(["sweep", "table1", "--set", "backend=threads", "--group-rows", "--dry-run", "--out",
+                 str(tmp_path / "t1")]) == 0
+    assert capsys.readouterr().out.strip().splitlines()[-1] == (
+        "--group-rows: 25 runs in 15 programs (5 of them shared by rows that differ only in traced hyperparameters)")
 
 
 def test_publish_is_all_or_nothing_and_finished_means_same_config(tmp_path):

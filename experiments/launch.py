@@ -274,6 +274,9 @@ def _start_worker(sweep_dir: Path, spec: RunSpec, lock: store.Lock, log) -> subp
     log.flush()
     cmd = [sys.executable, "-m", "experiments.launch", "worker", str(sweep_dir), spec.run_id]
     env = {**os.environ, "PYTHONUNBUFFERED": "1", LOCK_FD_ENV: str(lock.fd), SWEEP_PID_ENV: str(os.getpid())}
+    # Workers share the machine's accelerator: JAX's default of taking 75 % of its memory at start
+    # would let only the first of them run (a user's own setting is kept).
+    env.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     # Its own session: a Ctrl-C in the terminal reaches the sweep alone, which forwards it once.
     return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, pass_fds=(lock.fd,),
                             start_new_session=True)

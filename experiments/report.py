@@ -33,11 +33,12 @@ from experiments.common import (
 from experiments.store import build_index
 from experiments.table import PAPER_RUNS, format_number, format_p
 
-PAGES = ("README.md", "docs/results.md", "docs/reproduction.md")
+PAGES = ("README.md", "docs/results.md", "docs/reproduction.md", "docs/backends.md")
 BLOCK = re.compile(r"(<!-- results:(?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /results -->)", re.S)
 # Sweep folders under results/, each made by ``bpo reproduce NAME --out results/NAME``; titles for the README.
 SWEEPS = {"fig2": "Figure 2", "classic": "Classic control", "table1_small": "Table 1 at 100k steps",
-          "mujoco_small": "HalfCheetah and Hopper at 300k steps", "headline": "The headline cell at 1.5M steps"}
+          "mujoco_small": "HalfCheetah and Hopper at 300k steps", "headline": "The headline cell at 1.5M steps",
+          "backend_check": "The threads backend against the Gymnasium host runner"}
 
 
 @dataclass(frozen=True)
@@ -196,7 +197,8 @@ def _glance_sweep(results: Path, name: str, link: bool = True) -> str | None:
     devices = ", ".join(sorted({(r["summary"].get("provenance") or {}).get("device", "unknown") for r in runs}))
     return (f"* **{SWEEPS[name]}** ({', '.join(budgets)}; {'/'.join(map(str, seeds))} seeds per cell; made on "
             f"{devices}; mean ± SE; "
-            f"p: one-sided Welch test against {row_label(data['baseline'])}, † = significantly worse): "
+            f"p: {'two-sided' if data.get('alternative') == 'two-sided' else 'one-sided'} Welch test against "
+            f"{row_label(data['baseline'])}, † = significantly worse): "
             + "; ".join(parts) + "." + (f" [`results/{name}`](results/{name})" if link else ""))
 
 

@@ -51,6 +51,15 @@ def _int_at_least(name, value, low):
         raise ConfigError(name, f"must be an integer >= {low}, got {value!r}")
 
 
+MAX_SEED = 2**32 - 1  # JAX's PRNGKey keeps 32 bits of a seed (without x64): seed + 2**32 would repeat seed
+
+
+def _seed(value) -> None:
+    if not (_integer(value) and 0 <= value <= MAX_SEED):
+        raise ConfigError("seed", f"must be an integer in [0, {MAX_SEED}] (a random key keeps 32 bits of it, so a "
+                                  f"larger seed would repeat a smaller one), got {value!r}")
+
+
 def _positive(name, value, allow_inf=False):
     if not (_real_number(value) and value > 0 and (allow_inf or math.isfinite(value))):
         allowed = "a number > 0 (inf allowed)" if allow_inf else "a finite number > 0"
@@ -115,7 +124,7 @@ def validate(cfg):
     _choice("env", cfg.env, sorted(JAX_ENVS))
     for name in ("seeds", "episodes", "eval_every", "eval_episodes", "max_episode_steps"):
         _int_at_least(name, getattr(cfg, name), 1)
-    _int_at_least("seed", cfg.seed, 0)
+    _seed(cfg.seed)
     if cfg.episodes % cfg.eval_every:
         raise ConfigError("eval_every", f"must divide episodes ({cfg.episodes}), got {cfg.eval_every}")
 
@@ -218,7 +227,7 @@ def _validate_onpolicy(cfg: OnPolicyTrainConfig) -> OnPolicyTrainConfig:
     _validate_env_backend(cfg)
     for name in ("seeds", "total_timesteps", "eval_every", "eval_episodes"):
         _int_at_least(name, getattr(cfg, name), 1)
-    _int_at_least("seed", cfg.seed, 0)
+    _seed(cfg.seed)
     _int_at_least("physics_threads", cfg.physics_threads, 0)
     for name in ("mjx_iterations", "mjx_ls_iterations"):
         _int_at_least(name, getattr(cfg, name), 0)

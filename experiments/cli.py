@@ -16,6 +16,7 @@ does the same.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -248,7 +249,16 @@ def _preparse(argv: list[str], flag: str) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
+    """``bpo``; output cut off by its reader (``bpo ... --help | head -1``) ends it quietly."""
+    try:
+        return _dispatch(sys.argv[1:] if argv is None else list(argv))
+    except BrokenPipeError:
+        # Python would report the pipe again when it flushes stdout at exit; send the rest nowhere.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+def _dispatch(argv: list[str]) -> int:
     if argv and argv[0] in ("train", "verify-variance"):
         enable_compile_cache()  # sweeps (and so reproductions) turn it on in each worker
     if not argv or argv[0] in ("-h", "--help"):

@@ -246,7 +246,11 @@ def load_sweep(name_or_path: str) -> Sweep:
         raise ConfigError("sweep", f"no sweep file {str(path)!r}; allowed names: {known} or a path to a .py file")
     module_spec = importlib.util.spec_from_file_location(f"bpo_sweep_{path.stem}", path)
     module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
+    try:
+        module_spec.loader.exec_module(module)
+    except Exception as e:  # noqa: BLE001 -- a user's file: whatever it raises is reported as its fault
+        where = f" (line {e.lineno})" if isinstance(e, SyntaxError) and e.lineno else ""
+        raise ConfigError("sweep", f"{path} could not be read{where}: {type(e).__name__}: {e}") from e
     sweep = getattr(module, "SWEEP", None)
     if not isinstance(sweep, Sweep):
         raise ConfigError("sweep", f"{path} must define SWEEP = Sweep(...)")

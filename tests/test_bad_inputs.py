@@ -5,6 +5,9 @@ argument) and what is allowed; ``bpo.validation.validate`` raises ``ConfigError`
 
 import logging
 import math
+import os
+import subprocess
+import sys
 
 import jax
 import pytest
@@ -97,7 +100,6 @@ HUGE = 10**400  # an int beyond float range: no float field may take it
 # reason.
 VALIDATE_BAD_INPUTS = [
     (EPISODIC, {"algo": "ppo"}, "algo", "must be one of ['reinforce', 'bpo'], got 'ppo'"),
-    (EPISODIC, {"seed": -1}, "seed", "must be an integer >= 0, got -1"),
     (EPISODIC, {"episodes": 0}, "episodes", "must be an integer >= 1, got 0"),
     (EPISODIC, {"eval_episodes": 0}, "eval_episodes", "must be an integer >= 1, got 0"),
     (EPISODIC, {"max_episode_steps": 0}, "max_episode_steps", "must be an integer >= 1, got 0"),
@@ -119,6 +121,8 @@ VALIDATE_BAD_INPUTS = [
     (EPISODIC, {"bpo.bootstrap_net": "offline"}, "bpo.bootstrap_net", "must be one of ['online', 'target']"),
     (EPISODIC, {"bpo.mu_loss": "kl"}, "bpo.mu_loss", "must be one of ['cross_entropy', 'reverse_kl'], got 'kl'"),
     (EPISODIC, {"bpo.q_hat_floor": 0.0}, "bpo.q_hat_floor", "must be a finite number > 0, got 0.0"),
+    (ON_POLICY, {"seed": 2**32}, "seed", "must be an integer in [0, 4294967295]"),
+    (EPISODIC, {"seed": -1}, "seed", "must be an integer in [0, 4294967295]"),
     (ON_POLICY, {"backend": "tpu"}, "backend", "must be one of ['jax', 'gymnasium', 'mjx', 'threads'], got 'tpu'"),
     (ON_POLICY, {"vector_mode": "threads"}, "vector_mode", "must be one of ['sync', 'async'], got 'threads'"),
     (ON_POLICY, {"algo": "reinforce"}, "algo", "must be one of ['ppo', 'bpo'], got 'reinforce'"),
@@ -216,3 +220,19 @@ def test_bad_choice_or_type_is_rejected_by_the_parser(argv, allowed, capsys, tmp
     assert allowed in capsys.readouterr().err
     assert not any(tmp_path.iterdir())
 
+
+
+def test_output_cut_off_by_its_reader_ends_quietly():
+    """``bpo train PRESET --help | head -1``: a pipe of 4 KiB makes the help (32 KiB) block until
+    the reader has gone, as with ``head``."""
+    import fcntl
+
+    read_end, write_end = os.pipe()
+    fcntl.fcntl(write_end, 1031, 4096)  # F_SETPIPE_SZ
+    proc = subprocess.Popen([sys.executable, "-m", "experiments.cli", "train", "mujoco_default", "--help"],
+                            stdout=write_end, stderr=subprocess.PIPE, text=True)
+    os.close(write_end)
+    with os.fdopen(read_end) as reader:
+        assert reader.readline().startswith("usage: bpo train mujoco_default")
+    err = proc.communicate(timeout=120)[1]
+    assert proc.returncode == 0 and "Traceback" not in err and "BrokenPipe" not in err, err

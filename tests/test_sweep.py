@@ -118,6 +118,10 @@ def test_cli_rejects_bad_sweeps_before_running(tmp_path, capsys):
     assert "workers: must be an integer >= 1" in capsys.readouterr().err
     assert main(["sweep", "fig2", "--preset", "cartpole_ppo"]) == 2
     assert "not both" in capsys.readouterr().err
+    broken = tmp_path.parent / f"{tmp_path.name}_broken_sweep.py"
+    broken.write_text("SWEEP = (\n")
+    assert main(["sweep", str(broken), "--out", str(tmp_path / "out")]) == 2
+    assert f"sweep: {broken} could not be read (line 1): SyntaxError" in capsys.readouterr().err
     assert not any(tmp_path.iterdir())  # nothing was written
     assert main(["sweep", "table1", "--dry-run", "--out", str(tmp_path / "t1")]) == 0
     lines = capsys.readouterr().out.strip().splitlines()

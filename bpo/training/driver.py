@@ -29,6 +29,7 @@ import numpy as np
 from bpo import checkpoint as ckpt
 from bpo import processes
 from bpo.config import ConfigError
+from bpo.stall import stall_guard
 from bpo.training.run_output import RunOutput, TrainConfig
 
 
@@ -93,6 +94,15 @@ def save(runner: Runner, cfg: TrainConfig, directory: Path, done: int, checkpoin
     ckpt.save(directory, state, extra, info, cfg)
 
 
+def _stall_advice(directory: Path | None) -> str:
+    if directory is None:
+        return "The run was not checkpointing: run it again (with --checkpoint-every N it keeps its progress)."
+    if ckpt.exists(directory):
+        return (f"Its last checkpoint, {directory}, is intact: running the same sweep again, or `bpo train --resume` "
+                "on the run's directory, continues from it.")
+    return "It had not written a checkpoint yet: run it again."
+
+
 def drive(runner: Runner, cfg: TrainConfig, directory: Path | None = None, checkpoint_every: int = 0) -> RunOutput:
     """Run every remaining loop iteration of ``runner`` (module docstring) and return the run's
     output. With ``directory`` and ``checkpoint_every = N > 0`` a checkpoint is saved every N
@@ -102,18 +112,21 @@ def drive(runner: Runner, cfg: TrainConfig, directory: Path | None = None, check
     saving = directory is not None and checkpoint_every > 0
     directory = Path(directory) if saving else None
     try:
-        runner.compile()
-        done = resume_point(runner, cfg, directory)
-        n = runner.n_iterations
-        while done < n:
-            metrics, first_unit = runner.iterate(done)
-            ckpt.raise_if_non_finite(metrics, first_unit, runner.unit, directory if ckpt.exists(directory) else None)
-            done += 1
-            stop = processes.requested() if done < n else None
-            if saving and (done % checkpoint_every == 0 or done == n or stop):
-                save(runner, cfg, directory, done, checkpoint_every)
-            if stop is not None:
-                raise processes.Interrupted(stop, f"after {runner.iteration_name} {done} of {n}", directory)
+        with stall_guard(lambda: _stall_advice(directory), cpu=jax.default_backend() == "cpu"):
+            runner.compile()
+            done = resume_point(runner, cfg, directory)
+            n = runner.n_iterations
+            while done < n:
+                metrics, first_unit = runner.iterate(done)
+                ckpt.raise_if_non_finite(metrics, first_unit, runner.unit,
+                                         directory if ckpt.exists(directory) else None)
+                done += 1
+                stop = processes.requested() if done < n else None
+                if saving and (done % checkpoint_every == 0 or done == n or stop):
+                    save(runner, cfg, directory, done, checkpoint_every)
+                if stop is not None:
+                    raise processes.Interrupted(stop, f"after {runner.iteration_name} {done} of {n}", directory)
+        # Outside the guard: the host runner may wait here, idle, for its evaluation worker process.
         metrics = jax.tree.map(np.asarray, runner.finish())
     finally:
         runner.close()

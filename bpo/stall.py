@@ -1,0 +1,75 @@
+"""Stopping a run that XLA's CPU runtime has left idle for good.
+
+Seen on the 2-core development machine (a ``backend_check`` sweep worker, Gymnasium backend): the
+first compiled call of a run never returned. Every XLA and Python thread of the process sat in a
+futex wait, the main thread in ``CpuPjRtRawLoadedExecutable::Execute`` waiting for a completion
+that no thread would signal, and the process used no CPU for 13 minutes until it was killed; run
+again, the same run went through. It happened with the concurrency-optimised scheduler off
+(``bpo.runtime``), so it is a second lost wake-up in XLA:CPU, rarer than the first.
+
+Nothing inside the process can end the call, so ``stall_guard`` watches from a thread: when the
+process has used almost no CPU time (all threads together) for ``BPO_STALL_MINUTES`` minutes
+(default 10; 0 turns the guard off), it prints what happened and what to do, and exits with
+``EXIT_STALLED`` (75, "try again"). The last checkpoint is intact (a checkpoint is written whole
+or not at all), so the run continues from it. The guard counts windows of its own wake-ups, not
+wall time, so a process stopped with SIGSTOP (a paused job) is not mistaken for a stalled one;
+it runs only on the CPU backend, where a compiled call that uses no CPU can only be waiting.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+STALL_ENV = "BPO_STALL_MINUTES"
+DEFAULT_MINUTES = 10.0
+EXIT_STALLED = 75
+IDLE_FRACTION = 0.01  # a window in which the process used less than 1 % of one core counts as idle
+
+
+def stall_minutes() -> float:
+    """``BPO_STALL_MINUTES`` (minutes of idleness before the guard stops the run; 0: never)."""
+    value = os.environ.get(STALL_ENV, "")
+    if not value:
+        return DEFAULT_MINUTES
+    try:
+        minutes = float(value)
+    except ValueError:
+        minutes = -1.0
+    if not minutes >= 0:
+        raise ValueError(f"{STALL_ENV}: must be a number of minutes >= 0 (0: no guard), got {value!r}")
+    return minutes
+
+
+def _watch(stop: threading.Event, minutes: float, advice: Callable[[], str]) -> None:
+    window = min(30.0, minutes * 60 / 4)  # at least four windows, so a SIGSTOP pause is one of many
+    needed, idle, last = round(minutes * 60 / window), 0, time.process_time()
+    while not stop.wait(window):
+        now = time.process_time()
+        idle = idle + 1 if now - last < IDLE_FRACTION * window else 0
+        last = now
+        if idle >= needed:
+            print(f"error: the run has used no CPU for {minutes:g} minutes inside a compiled call: XLA's CPU "
+                  f"runtime lost a wake-up and the call will never return (bpo.stall). {advice()}",
+                  file=sys.stderr, flush=True)
+            os._exit(EXIT_STALLED)
+
+
+@contextmanager
+def stall_guard(advice: Callable[[], str], cpu: bool = True) -> Iterator[None]:
+    """Watch the block for a stall (module docstring); ``advice()`` says how to continue the run.
+    ``cpu=False`` (an accelerator backend) turns the guard off."""
+    minutes = stall_minutes()
+    if minutes == 0 or not cpu:
+        yield
+        return
+    stop = threading.Event()
+    threading.Thread(target=_watch, args=(stop, minutes, advice), daemon=True, name="bpo-stall-guard").start()
+    try:
+        yield
+    finally:
+        stop.set()

@@ -1,0 +1,66 @@
+"""``bpo.stall``: a process idle inside the guard is stopped with exit 75 and the advice; a busy one,
+or one paused with SIGSTOP, is not. Real processes and signals."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from bpo.stall import EXIT_STALLED, STALL_ENV, stall_minutes
+
+CHILD = """
+import sys, time
+from bpo.stall import stall_guard
+with stall_guard(lambda: "ADVICE: run it again"):
+    end = time.monotonic() + float(sys.argv[2])
+    while time.monotonic() < end:
+        if sys.argv[1] == "idle":
+            time.sleep(0.05)  # as a main thread blocked in a compiled call that will never return
+        else:
+            sum(range(10_000))  # a compiled call at work
+print("finished")
+"""
+
+
+def child(mode: str, seconds: float, minutes: str = "0.05") -> subprocess.Popen:
+    env = {**os.environ, STALL_ENV: minutes}  # 0.05 minutes: four windows of 0.75 s
+    return subprocess.Popen([sys.executable, "-c", CHILD, mode, str(seconds)], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def test_an_idle_process_is_stopped_with_the_advice_and_exit_75():
+    start = time.monotonic()
+    proc = child("idle", 60)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == EXIT_STALLED
+    assert "used no CPU for 0.05 minutes" in err and "ADVICE: run it again" in err
+    assert "finished" not in out
+    assert time.monotonic() - start < 30  # stopped after about 3 s of idleness, not at the end of the 60 s
+
+
+def test_a_busy_process_and_a_disabled_guard_are_left_alone():
+    busy = child("busy", 6)
+    assert busy.communicate(timeout=60)[0].strip() == "finished" and busy.returncode == 0
+    off = child("idle", 5, minutes="0")
+    assert off.communicate(timeout=60)[0].strip() == "finished" and off.returncode == 0
+
+
+def test_a_pause_by_sigstop_is_not_a_stall():
+    """The guard counts its own wake-ups: a 5 s SIGSTOP (longer than the 3 s limit) is one window."""
+    proc = child("busy", 6)
+    time.sleep(1.5)
+    proc.send_signal(signal.SIGSTOP)
+    time.sleep(5)
+    proc.send_signal(signal.SIGCONT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and out.strip() == "finished", err
+
+
+@pytest.mark.parametrize("value", ["soon", "-1", "nan"])
+def test_a_bad_setting_names_the_variable(monkeypatch, value):
+    monkeypatch.setenv(STALL_ENV, value)
+    with pytest.raises(ValueError, match=f"{STALL_ENV}: must be a number of minutes >= 0"):
+        stall_minutes()

@@ -10,8 +10,12 @@ loop to stop at the end of the current iteration (a rollout and its update, or a
 episodes), where a checkpoint can be written. ``requested()`` is checked by the loops; they raise
 ``Interrupted``, which the command line turns into a message and exit code 128 + the signal
 (130 for SIGINT, 143 for SIGTERM). A second SIGINT while a stop is pending ends the process at
-once (``KeyboardInterrupt``: Ctrl-C twice); a repeated SIGTERM is ignored, since schedulers often
-send several (a preemption, then a requeue) and the stop under way is what they ask for.
+once (Ctrl-C twice): ``KeyboardInterrupt`` when the main thread runs Python, and otherwise, since
+Python runs signal handlers only between bytecodes and a compiled call can last minutes, a thread
+woken through ``signal.set_wakeup_fd`` ends the process a second later with exit 130 (the call
+is abandoned; the last checkpoint is intact, child processes die with it). A repeated SIGTERM is
+ignored, since schedulers often send several (a preemption, then a requeue) and the stop under
+way is what they ask for.
 
 Sweep workers call it keeping SIGINT: the sweep forwards the signal to them.
 """
@@ -22,6 +26,8 @@ import contextlib
 import ctypes
 import os
 import signal
+import sys
+import threading
 from collections.abc import Iterator
 
 _PR_SET_PDEATHSIG = 1
@@ -71,16 +77,53 @@ def _request(signum, frame) -> None:
         raise KeyboardInterrupt
 
 
+GRACE_S = 1.0  # after a second SIGINT, the main thread's KeyboardInterrupt has this long to end the process
+
+
+def _second_sigint_watch(read_fd: int, left: threading.Event) -> None:
+    """Read the signal numbers the C-level handler writes (``set_wakeup_fd``) and end the process
+    a second after a SIGINT that follows another stop signal, unless the main thread has left the
+    ``stop_requests`` block by then (its ``KeyboardInterrupt`` did the job)."""
+    pending = False
+    while data := _read(read_fd):
+        for signum in data:
+            if pending and signum == signal.SIGINT and not left.wait(GRACE_S):
+                print("stopped at once by a second SIGINT (the compiled call under way was abandoned; the last "
+                      "checkpoint is intact)", file=sys.stderr, flush=True)
+                os._exit(128 + signal.SIGINT)
+            pending = pending or signum in _STOP_SIGNALS
+
+
+def _read(fd: int) -> bytes:
+    """Bytes from ``fd``; at its end (b""), the descriptor is closed."""
+    try:
+        data = os.read(fd, 64)
+    except OSError:
+        data = b""
+    if not data:
+        os.close(fd)
+    return data
+
+
 @contextlib.contextmanager
 def stop_requests() -> Iterator[None]:
     """Within the block, SIGINT and SIGTERM request a stop (``requested()``) instead of ending the
-    process; outside it they act as before."""
+    process, and a second SIGINT ends it at once; outside it they act as before."""
     global _requested
     previous = {s: signal.signal(s, _request) for s in _STOP_SIGNALS}
     _requested = None
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    previous_fd = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+    left = threading.Event()
+    threading.Thread(target=_second_sigint_watch, args=(read_fd, left), daemon=True,
+                     name="bpo-second-sigint").start()
     try:
         yield
     finally:
+        left.set()
+        signal.set_wakeup_fd(previous_fd)
+        os.close(write_fd)  # the watching thread reads end-of-file and ends
         for s, handler in previous.items():
             signal.signal(s, handler)
         _requested = None

@@ -124,6 +124,32 @@ def test_stop_requests_take_the_first_signal_and_a_second_ctrl_c_aborts():
         os.kill(os.getpid(), signal.SIGINT)
 
 
+LONG_CALL = """
+import jax, jax.numpy as jnp
+from bpo import processes
+spin = jax.jit(lambda x: jax.lax.fori_loop(0, 2_000_000_000, lambda i, a: jnp.sin(a) * 1.0000001 + 1e-9, x))
+with processes.stop_requests():
+    print("in", flush=True)
+    spin(jnp.float32(1.0)).block_until_ready()  # minutes of one compiled call, no Python in between
+print("returned", flush=True)
+"""
+
+
+def test_a_second_ctrl_c_ends_a_run_inside_a_long_compiled_call_at_once():
+    proc = subprocess.Popen([sys.executable, "-c", LONG_CALL], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    assert proc.stdout.readline().strip() == "in"
+    time.sleep(2)  # inside the compiled call
+    proc.send_signal(signal.SIGINT)  # a stop request: waits for the iteration, which here never ends
+    time.sleep(1)
+    assert proc.poll() is None
+    start = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "stopped at once by a second SIGINT" in err and "returned" not in out
+    assert time.monotonic() - start < 10
+
+
 def test_a_checkpoint_s_progress_travels_with_its_state(tmp_path):
     """The restart point is read from the state file, so a kill between the state file's rename and
     checkpoint.json's leaves a consistent checkpoint."""

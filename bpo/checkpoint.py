@@ -22,7 +22,7 @@ import numpy as np
 from flax import serialization
 
 from bpo import results
-from bpo.config import to_dict
+from bpo.config import ConfigError, to_dict
 
 STATE_FILE, INFO_FILE = "checkpoint.msgpack", "checkpoint.json"
 
@@ -30,6 +30,23 @@ STATE_FILE, INFO_FILE = "checkpoint.msgpack", "checkpoint.json"
 class CheckpointWriteError(OSError):
     """A checkpoint could not be written (disk full, permissions changed mid-run); the one before
     it, if any, is still in place."""
+
+
+class UnreadableCheckpoint(ConfigError):
+    """A checkpoint that cannot be used as it is (truncated, garbage, written by something else,
+    missing what a checkpoint holds); the message names the file and what is wrong."""
+
+    def __init__(self, path: Path, what: str):
+        super().__init__("checkpoint", f"{str(path)!r} cannot be used ({what}); remove the checkpoint folder to "
+                                       "start the run again")
+
+
+def _read(path: Path, parse):
+    """``parse(path)``, any failure an ``UnreadableCheckpoint`` naming ``path``."""
+    try:
+        return parse(path)
+    except Exception as e:  # noqa: BLE001 -- whatever a damaged file makes a parser raise
+        raise UnreadableCheckpoint(path, f"{type(e).__name__}: {e}") from e
 
 
 class NonFiniteError(RuntimeError):
@@ -56,13 +73,20 @@ def save(directory: Path, state, extra: dict, info: dict, config) -> None:
 
 
 def _info(raw: dict, directory: Path) -> dict:
-    """The info saved inside the state file; older checkpoints kept it only in checkpoint.json."""
-    return json.loads(raw["info"]) if "info" in raw else json.loads((Path(directory) / INFO_FILE).read_text())
+    """The info saved inside the state file (older checkpoints kept it only in checkpoint.json),
+    with the keys every checkpoint has."""
+    path = Path(directory) / (STATE_FILE if "info" in raw else INFO_FILE)
+    info = _read(path, lambda p: json.loads(raw["info"] if "info" in raw else p.read_text()))
+    missing = [k for k in ("iterations_done", "config") if not isinstance(info, dict) or k not in info]
+    if missing:
+        raise UnreadableCheckpoint(path, f"its progress has no {', '.join(missing)}")
+    return info
 
 
 def read_info(directory: Path) -> dict:
     """The progress and config saved with the checkpoint's state (``save``)."""
-    return _info(serialization.msgpack_restore((Path(directory) / STATE_FILE).read_bytes()), directory)
+    raw = _read(Path(directory) / STATE_FILE, lambda p: serialization.msgpack_restore(p.read_bytes()))
+    return _info(raw if isinstance(raw, dict) else {}, directory)
 
 
 def mismatch(directory: Path, config, seed_chunk: int | None = None) -> str | None:
@@ -84,9 +108,12 @@ def load(directory: Path, template):
     """(state shaped like ``template``, extra, info) of the checkpoint in ``directory``; the info
     is the one saved with the state (``save``)."""
     directory = Path(directory)
-    raw = serialization.msgpack_restore((directory / STATE_FILE).read_bytes())
-    state = serialization.from_state_dict(template, raw["state"])
-    return state, raw["extra"], _info(raw, directory)
+    raw = _read(directory / STATE_FILE, lambda p: serialization.msgpack_restore(p.read_bytes()))
+    if not isinstance(raw, dict) or not {"state", "extra"} <= set(raw):
+        raise UnreadableCheckpoint(directory / STATE_FILE, "not a bpo checkpoint: no state and extra in it")
+    info = _info(raw, directory)
+    state = _read(directory / STATE_FILE, lambda _: serialization.from_state_dict(template, raw["state"]))
+    return state, raw["extra"], info
 
 
 def remove(directory: Path) -> None:

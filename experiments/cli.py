@@ -15,7 +15,6 @@ does the same.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from dataclasses import dataclass, field
@@ -164,7 +163,10 @@ def resume_main(argv: list[str]) -> int:
     if not ckpt.exists(directory / "checkpoint"):
         return _fail(f"resume: no checkpoint in {str(directory / 'checkpoint')!r}; allowed: the OUT folder of a "
                      "`bpo train ... --checkpoint-every N` run")
-    info = json.loads((directory / "checkpoint" / ckpt.INFO_FILE).read_text())
+    try:
+        info = ckpt.read_info(directory / "checkpoint")
+    except ckpt.UnreadableCheckpoint as e:
+        return _fail(f"resume: {e}")
     try:
         cfg = validate(from_dict(info["config"]))
     except (ConfigError, TypeError) as e:
@@ -173,9 +175,12 @@ def resume_main(argv: list[str]) -> int:
                   "--resume")
 
 
-def check_outputs(out_dir: Path, tensorboard: bool, checkpoint_every: int, flag: str = "--out") -> None:
+def check_outputs(out_dir: Path, tensorboard: bool, checkpoint_every: int, flag: str = "--out", cfg=None) -> None:
     """Every folder the run will write, created and proven writable before anything compiles; a
-    ``ConfigError`` names the option that asked for the folder that cannot be."""
+    ``ConfigError`` names the option that asked for the folder that cannot be. A new run (``cfg``
+    given, ``--out``) may not start over another run's checkpoint (``check_no_unfinished_run``)."""
+    if cfg is not None and flag == "--out":
+        check_no_unfinished_run(out_dir, cfg, checkpoint_every)
     ensure_writable_dir(out_dir, flag)
     if tensorboard:
         ensure_writable_dir(out_dir / "tb", "--tensorboard")
@@ -183,10 +188,24 @@ def check_outputs(out_dir: Path, tensorboard: bool, checkpoint_every: int, flag:
         ensure_writable_dir(out_dir / "checkpoint", "--checkpoint-every")
 
 
+def check_no_unfinished_run(out_dir: Path, cfg, checkpoint_every: int) -> None:
+    """A new run in a folder that holds another run's checkpoint: refused, so that a later
+    ``--resume`` never replaces this run's results with the other's. The same run's checkpoint
+    (same config, checkpointing on) is continued, as ``drive`` does."""
+    directory = out_dir / "checkpoint"
+    if not ckpt.exists(directory):
+        return
+    why = "this run does not checkpoint" if checkpoint_every == 0 else ckpt.mismatch(directory, cfg)
+    if why:
+        raise ConfigError("--out", f"{str(out_dir)!r} holds the checkpoint of an unfinished run ({why}): continue it "
+                                   f"with `bpo train --resume {out_dir}`, or remove {str(directory)!r} to start a new "
+                                   "run there")
+
+
 def _train(cfg, out_dir: Path, show_progress: bool, seed_chunk, tensorboard: bool, checkpoint_every: int,
            flag: str = "--out") -> int:
     try:
-        check_outputs(out_dir, tensorboard, checkpoint_every, flag)
+        check_outputs(out_dir, tensorboard, checkpoint_every, flag, cfg)
     except ConfigError as e:
         return _fail(str(e))
     label = getattr(cfg, "variant", "") or cfg.algo

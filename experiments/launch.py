@@ -99,7 +99,10 @@ def execute(sweep_dir: str | Path, run_id: str, lock: store.Lock | None = None) 
         cfg = spec.build()  # validated by the planner (experiments.sweep.expand) before any worker started
         directory = sweep_dir / store.CHECKPOINTS / run_id
         if ckpt.exists(directory):
-            why = ckpt.mismatch(directory, cfg, default_seed_chunk())
+            try:
+                why = ckpt.mismatch(directory, cfg, default_seed_chunk())
+            except ckpt.UnreadableCheckpoint as e:
+                why = str(e)
             if why:  # the spec, the code or the backend changed since: the checkpoint cannot continue this run
                 print(f"{run_id}: {why} ({directory}): starting over", flush=True)
                 ckpt.remove(directory)

@@ -187,3 +187,48 @@ def test_a_checkpoint_of_another_configuration_is_refused_before_compiling(tmp_p
     other = replace(cfg, seed=7)
     with pytest.raises(ConfigError, match="resume: the checkpoint was written by a different configuration"):
         run(other, checkpoint_dir=tmp_path, checkpoint_every=1)
+
+
+def _unfinished_run(tmp_path) -> tuple[Path, object]:
+    """A run folder holding a real checkpoint, as a run killed mid-way leaves it."""
+    cfg = replace(get_preset("short_corridor"), algo="bpo", episodes=40, eval_every=10, eval_episodes=2, seeds=2)
+    out = tmp_path / "run"
+    run(cfg, checkpoint_dir=out / "checkpoint", checkpoint_every=2)
+    assert ckpt.exists(out / "checkpoint")
+    return out, cfg
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "foreign", "info without progress"])
+def test_a_damaged_checkpoint_is_refused_with_one_line_naming_the_file(tmp_path, damage):
+    out, _ = _unfinished_run(tmp_path)
+    state = out / "checkpoint" / ckpt.STATE_FILE
+    if damage == "garbage":
+        state.write_bytes(b"\x00not msgpack at all\xff" * 10)
+    elif damage == "truncated":
+        state.write_bytes(state.read_bytes()[:1000])
+    elif damage == "foreign":
+        from flax import serialization
+
+        state.write_bytes(serialization.msgpack_serialize({"weights": np.zeros(3)}))
+    else:
+        from flax import serialization
+
+        raw = serialization.msgpack_restore(state.read_bytes())
+        raw["info"] = json.dumps({"config": json.loads(raw["info"])["config"]})  # no iterations_done
+        state.write_bytes(serialization.msgpack_serialize(raw))
+    done = bpo(["train", "--resume", str(out), "--no-progress"])
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert f"checkpoint: '{state}' cannot be used" in done.stderr and "remove the checkpoint folder" in done.stderr
+
+
+def test_a_new_run_may_not_start_over_an_unfinished_run_s_checkpoint(tmp_path):
+    """The checkpoint would otherwise stay beside the new results, and a later --resume would
+    replace them with the old run's."""
+    out, _ = _unfinished_run(tmp_path)
+    args = ["train", "short_corridor", "--algo", "reinforce", "--episodes", "20", "--no-progress", "--out", str(out)]
+    for extra in ([], ["--checkpoint-every", "2"]):  # not checkpointing; checkpointing another config
+        done = bpo([*args, *extra])
+        assert done.returncode == 2 and "holds the checkpoint of an unfinished run" in done.stderr, done.stderr
+        assert f"bpo train --resume {out}" in done.stderr
+    assert not (out / "summary.json").exists() and ckpt.exists(out / "checkpoint")

@@ -5,7 +5,7 @@ first compiled call of a run never returned. Every XLA and Python thread of the 
 futex wait, the main thread in ``CpuPjRtRawLoadedExecutable::Execute`` waiting for a completion
 that no thread would signal, and the process used no CPU for 13 minutes until it was killed; run
 again, the same run went through. It happened with the concurrency-optimised scheduler off
-(``bpo.runtime``), so it is a second lost wake-up in XLA:CPU, rarer than the first.
+(``bpo.runtime``), so it is apparently a second lost wake-up in XLA:CPU, rarer than the first.
 
 Nothing inside the process can end the call, so ``stall_guard`` watches from a thread: when the
 process has used almost no CPU time (all threads together) for ``BPO_STALL_MINUTES`` minutes
@@ -54,7 +54,7 @@ def _watch(stop: threading.Event, minutes: float, advice: Callable[[], str]) -> 
         last = now
         if idle >= needed:
             print(f"error: the run has used no CPU for {minutes:g} minutes inside a compiled call: XLA's CPU "
-                  f"runtime lost a wake-up and the call will never return (bpo.stall). {advice()}",
+                  f"runtime appears to have lost a wake-up and the call will not return (bpo.stall). {advice()}",
                   file=sys.stderr, flush=True)
             os._exit(EXIT_STALLED)
 

@@ -41,6 +41,7 @@ import numpy as np
 
 from envs.functional import EnvSpec, Step
 from envs.mjx import MJX_ENVS
+from envs.mjx.ant import TORSO
 from envs.mjx.base import MAX_EPISODE_STEPS, gymnasium_asset, reset_noise
 
 STATE_SPEC = mujoco.mjtState.mjSTATE_INTEGRATION
@@ -70,7 +71,7 @@ class Task:
         self.contact_forces = self.port.needs_contact_forces
 
     def position(self, data: mujoco.MjData) -> float:
-        return data.xpos[1, 0] if self.env_id == "Ant-v5" else data.qpos[0]
+        return data.xpos[TORSO, 0] if self.env_id == "Ant-v5" else data.qpos[0]
 
     def observation(self, r: Readout) -> np.ndarray:
         if self.env_id == "Ant-v5":

@@ -101,7 +101,9 @@ def mismatch(directory: Path, config, seed_chunk: int | None = None) -> str | No
 
 
 def exists(directory: Path | None) -> bool:
-    return directory is not None and (Path(directory) / STATE_FILE).exists() and (Path(directory) / INFO_FILE).exists()
+    """Whether ``directory`` holds a checkpoint: its state file, which holds the info too (``save``);
+    ``checkpoint.json`` is only for people."""
+    return directory is not None and (Path(directory) / STATE_FILE).exists()
 
 
 def load(directory: Path, template):

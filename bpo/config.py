@@ -534,6 +534,32 @@ def to_dict(cfg) -> dict:
     return clean(dataclasses.asdict(cfg))
 
 
+EXECUTION_ONLY = ("vector_mode", "eval_in_background", "physics_threads")
+"""Fields that change how a run executes, never what it computes (sync or async vector envs,
+evaluation inline or in a worker, physics threads give identical results: tests/test_host_runner.py,
+tests/test_mujoco_threads.py)."""
+COMPATIBLE_ADDITIONS = ("mjx_iterations", "mjx_ls_iterations", "physics_threads")
+"""Fields added after runs were recorded whose default does what the code did before they existed
+(0: the XML's solver iterations; threads only change speed). A recorded run lacking any other
+field of today's config ran code that did not have it, and may have computed something else: it
+is stale (``missing_fields``). A new field joins this list only when that is true of it."""
+
+
+def missing_fields(data: dict) -> list[str]:
+    """The dotted names of today's config fields that ``data`` (a recorded config.json) lacks,
+    after the sections that moved (``from_dict``)."""
+    def names(d: dict, prefix: str = "") -> set[str]:
+        out = set()
+        for k, v in d.items():
+            out |= names(v, f"{prefix}{k}.") if isinstance(v, dict) else {prefix + k}
+        return out
+
+    recorded = names(data)
+    if "returns" not in data and isinstance(data.get("bpo"), dict):  # the returns section moved out of bpo
+        recorded |= {"returns." + n.removeprefix("bpo.") for n in recorded if n.startswith("bpo.")}
+    return sorted(names(to_dict(from_dict(data))) - recorded)
+
+
 def from_dict(data: dict):
     """The config ``to_dict`` wrote (a run's config.json or a checkpoint): episodic or on-policy,
     decided by its fields; lists become tuples and 'inf' strings floats again. Files written

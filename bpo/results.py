@@ -8,11 +8,15 @@ sees half a file; ``summary.json`` is written last and marks the run as complete
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import csv
 import io
 import json
 import os
+import resource
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from bpo.config import ConfigError, to_dict
@@ -28,11 +32,41 @@ def atomic_write_text(path: Path, text: str) -> None:
     atomic_write_bytes(path, text.encode())
 
 
+_IN_PARTS = contextvars.ContextVar("oversize_in_parts", default=False)
+
+
+@contextlib.contextmanager
+def oversize_in_parts() -> Iterator[None]:
+    """Inside: a file over this process's size limit (``ulimit -f``) is written as NAME.part000,
+    NAME.part001, ... each under the limit (``cat NAME.part* > NAME`` joins them), not refused. For
+    rescuing results (``bpo.publish``), where a readable file in parts beats none."""
+    token = _IN_PARTS.set(True)
+    try:
+        yield
+    finally:
+        _IN_PARTS.reset(token)
+
+
+def file_size_limit() -> int | None:
+    """This process's limit on the size of a file it writes (``ulimit -f``), or None."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
+    return None if soft == resource.RLIM_INFINITY else int(soft)
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write ``data`` to a temporary file of its own beside ``path``, sync it, and rename it into
     place: readers see the old file or the new one, and concurrent writers never share a file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    limit = file_size_limit()
+    if _IN_PARTS.get() and limit is not None and len(data) > limit:
+        for i, start in enumerate(range(0, len(data), limit)):
+            _write_one(path.with_name(f"{path.name}.part{i:03d}"), data[start:start + limit])
+        return
+    _write_one(path, data)
+
+
+def _write_one(path: Path, data: bytes) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
@@ -59,12 +93,6 @@ def ensure_writable_dir(path: Path, field: str = "--out") -> Path:
         raise ConfigError(field, f"cannot write to {str(path)!r} ({e.strerror or e}); allowed: a folder this user "
                           "can create and write") from None
     return path
-
-
-def rescue_dir(run_dir: Path) -> Path:
-    """Where results go when ``run_dir`` stopped being writable after the run started: a new
-    folder in the system's temporary directory, named after the run directory."""
-    return Path(tempfile.mkdtemp(prefix=f"bpo-rescued-{Path(run_dir).name or 'run'}-"))
 
 
 def atomic_write_json(path: Path, obj) -> None:

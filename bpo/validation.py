@@ -18,8 +18,11 @@ import sys
 import typing
 from typing import Literal
 
+from bpo import publish
 from bpo.config import BehaviourConfig, ConfigError, OnPolicyTrainConfig, ReturnConfig
 from bpo.presets import VARIANTS
+from bpo.runtime import cpu_threads
+from bpo.stall import stall_minutes
 from envs import FUNCTIONAL_ENVS, JAX_ENVS, make_env
 from envs.gymnasium_envs import GYMNASIUM_ENVS, MUJOCO_ENVS, gym_spec
 
@@ -244,3 +247,17 @@ def _validate_onpolicy(cfg: OnPolicyTrainConfig) -> OnPolicyTrainConfig:
         raise ConfigError("returns.trust_region_delta", "masks segments by pi/mu, which is 1 in plain PPO; use algo "
                           "bpo or leave it inf")
     return cfg
+
+
+def validate_environment() -> None:
+    """The ``BPO_*`` environment variables a run reads only later (``BPO_THREADS``,
+    ``BPO_STALL_MINUTES``, ``BPO_WRITE_RETRIES``, ``BPO_WRITE_RETRY_S``), checked before any work:
+    a bad one is a ``ConfigError`` naming it, not a traceback an hour in."""
+    for check in (cpu_threads, stall_minutes, publish.check_environment):
+        try:
+            check()
+        except ConfigError:
+            raise
+        except ValueError as e:  # "NAME: what is wrong" from modules that cannot import bpo.config
+            name, _, what = str(e).partition(": ")
+            raise ConfigError(name, what) from None

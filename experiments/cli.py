@@ -15,6 +15,7 @@ does the same.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from dataclasses import dataclass, field
@@ -29,11 +30,12 @@ from bpo.config import ConfigError, EpisodicTrainConfig, OnPolicyTrainConfig, fr
 from bpo.presets import PRESETS, VARIANTS, apply_variant, get_preset
 from bpo.processes import Interrupted, stop_requests
 from bpo.progress import EvalProgress
-from bpo.results import ensure_writable_dir, rescue_dir
+from bpo.publish import check_publishable, publish_run_dir, save_or_rescue
+from bpo.results import ensure_writable_dir
 from bpo.runtime import enable_compile_cache
 from bpo.tensorboard import TensorBoardLogger
-from bpo.training import progress_totals, run_validated, write
-from bpo.validation import validate
+from bpo.training import progress_totals, run_validated, summarize, write
+from bpo.validation import validate, validate_environment
 
 USAGE = """usage: bpo {{train,sweep,plot,table,reproduce,verify-variance,report}} ...
 
@@ -155,7 +157,8 @@ def train_main(argv: list[str]) -> int:
 
 
 def resume_main(argv: list[str]) -> int:
-    """``bpo train --resume DIR [--no-progress]``: continue the run whose checkpoint is in DIR/checkpoint."""
+    """``bpo train --resume DIR [--no-progress]``: continue the run whose checkpoint is in DIR/checkpoint,
+    with the output options it was started with (``--tensorboard``)."""
     directory = Path(_preparse(argv, "--resume") or "")
     rest = [a for a in argv if a not in ("--resume", str(directory)) and not a.startswith("--resume=")]
     if rest not in ([], ["--no-progress"], ["--progress"]):
@@ -167,21 +170,28 @@ def resume_main(argv: list[str]) -> int:
         info = ckpt.read_info(directory / "checkpoint")
     except ckpt.UnreadableCheckpoint as e:
         return _fail(f"resume: {e}")
+    if not isinstance(info.get("checkpoint_every"), int) or info["checkpoint_every"] < 1:
+        return _fail(f"resume: {str(directory / 'checkpoint')!r} does not say how often it checkpoints "
+                     "(checkpoint_every); remove it to start the run again")
     try:
         cfg = validate(from_dict(info["config"]))
     except (ConfigError, TypeError) as e:
         return _fail(f"resume: the checkpoint's config is not valid for this version: {e}")
-    return _train(cfg, directory, rest != ["--no-progress"], info.get("seed_chunk"), False, info["checkpoint_every"],
-                  "--resume")
+    # The run's output options come back with it (older checkpoints did not keep them: none).
+    tensorboard = bool((info.get("options") or {}).get("tensorboard", False))
+    return _train(cfg, directory, rest != ["--no-progress"], info.get("seed_chunk"), tensorboard,
+                  info["checkpoint_every"], "--resume")
 
 
 def check_outputs(out_dir: Path, tensorboard: bool, checkpoint_every: int, flag: str = "--out", cfg=None) -> None:
     """Every folder the run will write, created and proven writable before anything compiles; a
     ``ConfigError`` names the option that asked for the folder that cannot be. A new run (``cfg``
     given, ``--out``) may not start over another run's checkpoint (``check_no_unfinished_run``)."""
+    validate_environment()
     if cfg is not None and flag == "--out":
         check_no_unfinished_run(out_dir, cfg, checkpoint_every)
     ensure_writable_dir(out_dir, flag)
+    check_publishable(out_dir, flag)
     if tensorboard:
         ensure_writable_dir(out_dir / "tb", "--tensorboard")
     if checkpoint_every > 0:
@@ -216,7 +226,8 @@ def _train(cfg, out_dir: Path, show_progress: bool, seed_chunk, tensorboard: boo
         with stop_requests(), EvalProgress(f"{cfg.preset}/{cfg.env}/{label}", calls, show_progress, steps) as bar:
             # Without a progress bar the program has no host callback, so it can be kept in the compile cache.
             out = run_validated(cfg, progress=bar.update if show_progress else None, seed_chunk=seed_chunk,
-                                logger=logger, checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every)
+                                logger=logger, checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every,
+                                options={"tensorboard": tensorboard})
         if logger is not None and cfg.backend != "gymnasium":
             logger.log_run(out.metrics, cfg.ppo.n_steps * cfg.ppo.n_envs)
     except (NonFiniteError, ConfigError) as e:  # ConfigError: a checkpoint of another run in the way
@@ -234,16 +245,19 @@ def _train(cfg, out_dir: Path, show_progress: bool, seed_chunk, tensorboard: boo
     finally:
         if logger is not None:
             logger.close()
-    try:
-        summary = write(out, out_dir)
-    except OSError as e:  # the folder was writable when the run started: keep the results elsewhere
-        rescued = rescue_dir(out_dir)
-        summary = write(out, rescued)
-        print(f"error: {flag}: writing {str(out_dir)!r} failed after training ({e}); the results are in "
-              f"{str(rescued)!r}"
-              + (f" and the checkpoint is kept in {str(checkpoint_dir)!r}" if checkpoint_dir else ""), file=sys.stderr)
+    return _publish(cfg, out, out_dir, checkpoint_dir, flag)
+
+
+def _publish(cfg, out, out_dir: Path, checkpoint_dir: Path | None, flag: str) -> int:
+    """Write the run directory whole (``bpo.publish``: rescued elsewhere if it cannot be), then
+    drop the checkpoint that has served its purpose; the exit code."""
+    summary, rescued = save_or_rescue(out_dir, lambda folder: publish_run_dir(folder, lambda d: write(out, d)),
+                                      flag, last_resort=lambda: final_returns_line(out))
+    if rescued is not None or summary is None:
+        if ckpt.exists(checkpoint_dir):
+            print(f"error: {flag}: the checkpoint is kept in {str(checkpoint_dir)!r}", file=sys.stderr)
         return 1
-    if checkpoint_dir is not None:  # the results are written: the checkpoint has served its purpose
+    if checkpoint_dir is not None:
         ckpt.remove(checkpoint_dir)
     for warning in summary.get("warnings", []):
         print(f"warning: {warning}", file=sys.stderr)
@@ -253,6 +267,13 @@ def _train(cfg, out_dir: Path, show_progress: bool, seed_chunk, tensorboard: boo
         f"{summary['train_steps_per_s']:.0f} env steps/s -> {out_dir}"
     )
     return 0
+
+
+def final_returns_line(out) -> str:
+    """What a run found, on one line, for when no file could hold it."""
+    summary = summarize(out)
+    return json.dumps({k: summary[k] for k in ("preset", "env", "algo", "seeds", "final_eval_returns", "final_mean",
+                                               "final_se")})
 
 
 def _preparse(argv: list[str], flag: str) -> str | None:

@@ -21,6 +21,7 @@ import tyro
 
 from bpo.config import ConfigError
 from bpo.results import ensure_writable_dir
+from bpo.validation import validate_environment
 from experiments import launch, store
 from experiments.plotting import plot_results
 from experiments.sweep import Grid, RunSpec, Sweep, expand, load_sweep, parse_assignment
@@ -93,7 +94,7 @@ def build_sweep(args: SweepArgs) -> Sweep:
                     grid=tuple(parse_assignment(g, many=True) for g in args.grid), seeds=args.seeds or 1)
         sweep = Sweep(name=args.name or f"sweep-{args.preset}", grids=(grid,))
     fixed = tuple(parse_assignment(s, many=False) for s in args.set)
-    grids = tuple(replace(g, fixed=g.fixed + fixed, seeds=args.seeds or g.seeds) for g in sweep.grids)
+    grids = tuple(replace(g, set_values=g.set_values + fixed, seeds=args.seeds or g.seeds) for g in sweep.grids)
     slurm = sweep.slurm
     if args.slurm_partition is not None:
         slurm = replace(slurm, partition=args.slurm_partition)
@@ -145,6 +146,7 @@ def _plan_sweep(args: SweepArgs) -> tuple[Sweep, Path, list[RunSpec]] | None:
     created: list[Path] = []
     try:
         _check_sweep_flags(args)
+        validate_environment()
         sweep = build_sweep(args)
         sweep_dir = args.out or RUNS_DIR / sweep.name
         if not args.dry_run:  # a dry run writes nothing

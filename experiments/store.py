@@ -35,7 +35,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from bpo import results
-from bpo.config import from_dict, to_dict
+from bpo.config import COMPATIBLE_ADDITIONS, EXECUTION_ONLY, from_dict, missing_fields, to_dict
+from bpo.publish import replace_dir
 from experiments.sweep import RunSpec
 
 STAGING = ".staging"
@@ -175,8 +176,19 @@ def folder_lock(sweep_dir: Path) -> Iterator[None]:
 
 
 def write_sweep_file(sweep_dir: Path, name: str, specs: list[RunSpec]) -> None:
-    results.atomic_write_json(Path(sweep_dir) / "sweep.json",
-                              {"sweep": name, "runs": [s.to_json() for s in specs]})
+    """``sweep.json``: this sweep's runs, after those of earlier sweeps of the folder that it does
+    not redo (other ids: other ``--set`` values, another grid), so the file describes every run the
+    folder holds or was asked for. An unreadable old file is replaced, with a warning."""
+    with folder_lock(sweep_dir):
+        try:
+            earlier = read_specs(sweep_dir)
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            print(f"warning: {Path(sweep_dir) / 'sweep.json'} could not be read ({type(e).__name__}: {e}); "
+                  "replaced by this sweep's", file=sys.stderr)
+            earlier = []
+        ids = {s.run_id for s in specs}
+        runs = [s for s in earlier if s.run_id not in ids] + list(specs)
+        results.atomic_write_json(Path(sweep_dir) / "sweep.json", {"sweep": name, "runs": [s.to_json() for s in runs]})
 
 
 def read_specs(sweep_dir: Path) -> list[RunSpec]:
@@ -187,30 +199,29 @@ def read_specs(sweep_dir: Path) -> list[RunSpec]:
 
 
 def is_finished(sweep_dir: Path, spec: RunSpec) -> bool:
-    """A complete run directory (summary.json exists) holding the same configuration."""
+    """A complete run directory (summary.json exists) holding the same configuration, recorded by
+    code that had every field of today's config (or only lacked ``COMPATIBLE_ADDITIONS``)."""
     run_dir = Path(sweep_dir) / spec.run_id
     try:
+        raw = json.loads((run_dir / "config.json").read_text())
+        if set(missing_fields(raw)) - set(COMPATIBLE_ADDITIONS):
+            return False  # stale: recorded before a field existed whose default may change the results
         # Read through the config classes: a run written before a field moved section is compared
         # in today's layout (bpo.config.from_dict).
-        stored = json.loads(json.dumps(to_dict(from_dict(json.loads((run_dir / "config.json").read_text())))))
+        stored = json.loads(json.dumps(to_dict(from_dict(raw))))
         expected = json.loads(json.dumps(to_dict(spec.config())))
         return (run_dir / "summary.json").exists() and same_result_config(stored, expected)
-    except (OSError, ValueError, TypeError):
+    except (OSError, ValueError, TypeError, AttributeError):
         return False
 
 
-EXECUTION_ONLY = ("vector_mode", "eval_in_background", "physics_threads")
-
-
 def same_result_config(stored: dict, expected: dict) -> bool:
-    """Whether a stored run computed what ``expected`` asks for. Fields that only change how a run
-    executes are ignored (sync or async vector envs, evaluation inline or in a worker give identical
-    results, tests/test_host_runner.py), and so are fields added to the code after the run was
-    written (they did not exist, so the run used the behaviour they default to)."""
+    """Whether a stored run computed what ``expected`` asks for: equal but for the fields that only
+    change how a run executes (``bpo.config.EXECUTION_ONLY``)."""
     for key, want in expected.items():
-        if key in EXECUTION_ONLY or key not in stored:
+        if key in EXECUTION_ONLY:
             continue
-        have = stored[key]
+        have = stored.get(key)
         if isinstance(want, dict) and isinstance(have, dict):
             if not same_result_config(have, want):
                 return False
@@ -267,24 +278,17 @@ def remove_empty_staging(sweep_dir: Path) -> None:
 
 
 def publish(sweep_dir: Path, spec: RunSpec, write_run) -> dict:
-    """Write a run with ``write_run(staging_dir) -> summary`` and move it into place in one rename.
+    """Write a run with ``write_run(staging_dir) -> summary`` and move it into place whole
+    (``bpo.publish.replace_dir``: an older run under the same id is replaced, never mixed with it).
     The caller holds the run's lock (``try_lock_run``)."""
     sweep_dir = Path(sweep_dir)
     staging = sweep_dir / STAGING / spec.run_id / f"{socket.gethostname()}.{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
     summary = write_run(staging)
     results.atomic_write_json(staging / "spec.json", spec.to_json())
-    final = sweep_dir / spec.run_id
-    if final.exists():  # an older configuration under the same id: replaced by the one just run
-        shutil.rmtree(final)
-    os.replace(staging, final)
+    replace_dir(staging, sweep_dir / spec.run_id, trash=staging.with_name(staging.name + ".replaced"))
     with contextlib.suppress(OSError):
         staging.parent.rmdir()
-    fd = os.open(sweep_dir, os.O_RDONLY)
-    try:
-        os.fsync(fd)  # the rename itself survives a crash
-    finally:
-        os.close(fd)
     return summary
 
 

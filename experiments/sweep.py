@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bpo.config import ConfigError, EpisodicTrainConfig, replace
+from bpo.config import EXECUTION_ONLY, ConfigError, EpisodicTrainConfig, replace
 from bpo.presets import apply_variant, get_preset
 from bpo.validation import validate
 
@@ -59,6 +59,10 @@ class Grid:
     """(dotted field, values) pairs swept as a product; they are part of each run's id."""
     fixed: tuple[tuple[str, Any], ...] = ()
     """(dotted field, value) pairs applied to every run of this block (budgets, backend, ...)."""
+    set_values: tuple[tuple[str, Any], ...] = ()
+    """Values given on the command line (``--set``), applied after ``fixed``. Those that change a
+    run's results are part of its id, so sweeps of one folder with different ``--set`` values
+    never claim each other's runs."""
     seeds: int = 10
     """Independent runs per configuration, vmapped in one process."""
 
@@ -211,6 +215,34 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._=+-]+", "_", text)
 
 
+NOT_SETTABLE = {"seeds": "--seeds (or the grid's seeds)", "preset": "--preset or the sweep file's grids",
+                "env": "--envs, which also applies the preset's per-environment settings",
+                "variant": "--variants", "algo": "--variants"}
+"""Fields a sweep sets itself: an override of them would be ignored or would skip what the proper
+option does."""
+
+
+def check_settable(pairs, option: str) -> None:
+    for name, _ in pairs:
+        if name in NOT_SETTABLE:
+            raise ConfigError(option, f"{name} cannot be set this way; use {NOT_SETTABLE[name]}")
+
+
+def get_field(cfg, name: str):
+    """A dotted field of a config."""
+    for part in name.split("."):
+        cfg = getattr(cfg, part)
+    return cfg
+
+
+def _run_id(cfg, grid: Grid, variant, label, without_set) -> str:
+    """ENV-PRESET-VARIANT, the grid values, then the ``--set`` values that change the run."""
+    changed = [(k, get_field(cfg, k)) for k, _ in grid.set_values
+               if k.split(".")[-1] not in EXECUTION_ONLY and get_field(cfg, k) != get_field(without_set, k)]
+    parts = [cfg.env, grid.preset, variant or cfg.algo] + [f"{k}={_fmt(v)}" for k, v in (*label, *changed)]
+    return _slug("-".join(parts))
+
+
 def expand(sweep: Sweep) -> list[RunSpec]:
     """Every run of the sweep, in a fixed order; each config is built and validated here, so a bad
     value fails before any process starts or anything compiles."""
@@ -218,15 +250,17 @@ def expand(sweep: Sweep) -> list[RunSpec]:
     for grid in sweep.grids:
         if grid.seeds < 1:
             raise ConfigError("seeds", f"must be an integer >= 1, got {grid.seeds!r}")
+        for pairs, option in ((grid.grid, "grid"), (grid.fixed, "fixed"), (grid.set_values, "set")):
+            check_settable(pairs, option)
         names = [k for k, _ in grid.grid]
         for env, variant, values in itertools.product(grid.envs or (None,), grid.variants or (None,),
                                                        itertools.product(*(v for _, v in grid.grid))):
             label = tuple(zip(names, values, strict=True))
             spec = RunSpec(run_id="", preset=grid.preset, env=env, variant=variant,
                            overrides=label + tuple(grid.fixed), label_overrides=label, seeds=grid.seeds)
-            cfg = spec.config()
-            parts = [cfg.env, grid.preset, variant or cfg.algo] + [f"{k}={_fmt(v)}" for k, v in label]
-            run_id = _slug("-".join(parts))
+            without_set = spec.build()
+            spec = dataclasses.replace(spec, overrides=spec.overrides + tuple(grid.set_values))
+            run_id = _run_id(spec.config(), grid, variant, label, without_set)
             if run_id in seen:
                 raise ConfigError("grids", f"two runs share the id {run_id!r}; make their grid values differ")
             seen[run_id] = True

@@ -12,6 +12,7 @@ and variance.png/pdf to ``--out``; both JSON files carry the provenance.
 
 from __future__ import annotations
 
+import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,8 +25,10 @@ from bpo import variance as V
 from bpo.config import ConfigError, replace
 from bpo.presets import get_preset
 from bpo.provenance import provenance
-from bpo.results import atomic_write_json, atomic_write_text, ensure_writable_dir, rescue_dir
+from bpo.publish import save_or_rescue
+from bpo.results import atomic_write_json, atomic_write_text, ensure_writable_dir
 from bpo.training import run
+from bpo.validation import validate_environment
 from experiments.common import save_figure
 
 Z_AGREE = 4.0  # |MC - exact| / SE below this counts as agreement
@@ -263,17 +266,14 @@ def verify_variance_main(argv: list[str]) -> int:
     try:
         validate_args(args, preset.eval_every)
         ensure_writable_dir(args.out, "--out")
+        validate_environment()
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     summary, learned = run_verification(args, preset.reinforce.gamma)
-    try:
-        write_outputs(args, args.out, summary, learned)
-    except OSError as e:  # the folder was writable when the work started: keep the results elsewhere
-        rescued = rescue_dir(args.out)
-        write_outputs(args, rescued, summary, learned)
-        print(f"error: --out: writing {str(args.out)!r} failed after the work ({e}); the results are in "
-              f"{str(rescued)!r}", file=sys.stderr)
+    written, rescued = save_or_rescue(args.out, lambda folder: write_outputs(args, folder, summary, learned) or True,
+                                      "--out", last_resort=lambda: json.dumps(summary, default=str))
+    if rescued is not None or written is None:
         return 1
     print(format_table(summary, learned))
     n_ok = sum(r["theorem2_holds"] for r in summary.values())

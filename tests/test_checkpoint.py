@@ -85,7 +85,7 @@ def test_sweep_continues_an_interrupted_run_from_its_checkpoint(tmp_path):
              "eval_episodes=3", "--seeds", "2", "--no-progress", "--workers", "1"]
     whole, killed = tmp_path / "whole", tmp_path / "killed"
     assert bpo([*sweep, "--out", str(whole)]).returncode == 0
-    run_id = "ShortCorridor-v0-short_corridor-bpo"
+    run_id = "ShortCorridor-v0-short_corridor-bpo-episodes=200-eval_episodes=3"  # the --set values that change the run
     proc = subprocess.Popen([sys.executable, "-m", "experiments.cli", *sweep, "--out", str(killed)],
                             start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     info, deadline = killed / ".checkpoints" / run_id / ckpt.INFO_FILE, time.monotonic() + 300
@@ -232,3 +232,40 @@ def test_a_new_run_may_not_start_over_an_unfinished_run_s_checkpoint(tmp_path):
         assert done.returncode == 2 and "holds the checkpoint of an unfinished run" in done.stderr, done.stderr
         assert f"bpo train --resume {out}" in done.stderr
     assert not (out / "summary.json").exists() and ckpt.exists(out / "checkpoint")
+
+
+def event_records(folder: Path) -> int:
+    """Records in a folder's TensorBoard event files (TFRecord: length, its CRC, data, its CRC),
+    read without TensorBoard: one per file is the file-version header, every other one is data."""
+    count = 0
+    for path in folder.glob("events.out.tfevents.*"):
+        data, at = path.read_bytes(), 0
+        while at + 12 <= len(data):
+            at += 12 + int.from_bytes(data[at:at + 8], "little") + 4
+            count += 1
+    return count - len(list(folder.glob("events.out.tfevents.*")))
+
+
+@pytest.mark.slow
+def test_resume_keeps_tensorboard_and_counts_the_time_of_every_segment(tmp_path):
+    """``--resume`` continues with the output options the run started with, and the summary's
+    times are those of all its segments: at least the killed segment's up to its checkpoint."""
+    out = tmp_path / "run"
+    args = ["train", "cartpole_ppo", "--algo", "bpo", "--total-timesteps", "8192", "--eval-every", "1024",
+            "--eval-episodes", "2", "--seeds", "2", "--checkpoint-every", "1", "--tensorboard", "--no-progress",
+            "--out", str(out)]
+    kill_after_checkpoint(args, out)
+    before = ckpt.read_info(out / "checkpoint")
+    assert before["options"] == {"tensorboard": True}
+    earlier = before["elapsed"]
+    start = time.monotonic()
+    resumed = bpo(["train", "--resume", str(out), "--no-progress"])
+    segment = time.monotonic() - start
+    assert resumed.returncode == 0, resumed.stderr
+    assert event_records(out / "tb") >= 8  # the run's evaluations at least, logged when it ended
+    summary = json.loads((out / "summary.json").read_text())
+    assert earlier["wall_time_s"] < summary["wall_time_s"] < earlier["wall_time_s"] + segment
+    assert summary["compile_time_s"] > earlier["compile_time_s"]  # compiled in both segments
+    steps = summary["env_steps"]
+    assert summary["train_steps_per_s"] == pytest.approx(
+        steps / (summary["wall_time_s"] - summary["compile_time_s"] - summary["eval_time_s"]))

@@ -62,7 +62,8 @@ def test_a_run_lock_keeps_other_processes_out_and_dies_with_its_holder(tmp_path)
     assert store.clear_staging(tmp_path) == [busy] and not (tmp_path / store.STAGING).exists()
 
 
-RUN_IDS = [f"ShortCorridor-v0-short_corridor-reinforce-reinforce.lr_start={lr}" for lr in (0.1, 0.05, 0.02, 0.01)]
+RUN_IDS = [f"ShortCorridor-v0-short_corridor-reinforce-reinforce.lr_start={lr}-episodes=40-eval_episodes=2"
+           for lr in (0.1, 0.05, 0.02, 0.01)]  # grid values, then the --set values that change the run
 
 
 @pytest.mark.slow

@@ -62,7 +62,7 @@ def test_a_grouped_sweep_writes_one_run_directory_per_cell(tmp_path):
     index = json.loads((out / "index.json").read_text())
     assert sorted(e["status"] for e in index["runs"]) == ["finished"] * 4
     for variant in ("ppo", *ROWS):
-        run_dir = out / f"CartPole-v1-cartpole_ppo-{variant}"
+        run_dir = out / f"CartPole-v1-cartpole_ppo-{variant}-total_timesteps=1024-eval_every=512-eval_episodes=2"
         summary = json.loads((run_dir / "summary.json").read_text())
         assert summary["configs_in_program"] == (1 if variant == "ppo" else 3)
         alone = run(tiny(variant))

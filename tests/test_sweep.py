@@ -18,6 +18,7 @@ from bpo.config import ConfigError, replace
 from bpo.presets import TABLE1_ROWS, get_preset
 from experiments import store
 from experiments.cli import main
+from experiments.commands import SweepArgs, build_sweep
 from experiments.sweep import Grid, RunSpec, Sweep, apply_overrides, expand, load_sweep, parse_assignment
 from experiments.verify_variance import VerifyVarianceArgs
 
@@ -134,7 +135,7 @@ def test_cli_rejects_bad_sweeps_before_running(tmp_path, capsys):
         "--group-rows: 25 runs in 15 programs (5 of them shared by rows that differ only in traced hyperparameters)")
 
 
-def test_publish_is_all_or_nothing_and_finished_means_same_config(tmp_path):
+def test_publish_is_all_or_nothing_and_finished_means_same_config(tmp_path, monkeypatch):
     spec = expand(Sweep(name="s", grids=(Grid(preset="short_corridor", variants=("bpo",), fixed=TINY_SC,
                                                 seeds=2),)))[0]
     store.write_sweep_file(tmp_path, "s", [spec])
@@ -155,12 +156,19 @@ def test_publish_is_all_or_nothing_and_finished_means_same_config(tmp_path):
     assert store.is_finished(tmp_path, spec)
     changed = RunSpec.from_json({**spec.to_json(), "overrides": [["episodes", 30]]})
     assert not store.is_finished(tmp_path, changed)
-    # A field the code gained after the run was stored does not make it stale; an execution-only one neither.
+    # An execution-only field does not change what a run computed; any other does.
     config = json.loads((tmp_path / spec.run_id / "config.json").read_text())
-    del config["returns"]["c_bar"]
-    assert store.same_result_config(config, {**config, "returns": {**config["returns"], "c_bar": 2.0},
-                                             "vector_mode": "x"})
+    assert store.same_result_config(config, {**config, "vector_mode": "x"})
     assert not store.same_result_config(config, {**config, "returns": {**config["returns"], "rho_bar": 2.0}})
+    # A run recorded before a field existed is stale, unless the field's default is the old behaviour.
+    path = tmp_path / spec.run_id / "config.json"
+    recorded = json.loads(json.dumps(config))
+    del recorded["bpo"]["q_init"]
+    path.write_text(json.dumps(recorded))
+    assert not store.is_finished(tmp_path, spec)
+    monkeypatch.setattr(store, "COMPATIBLE_ADDITIONS", ("bpo.q_init",))
+    assert store.is_finished(tmp_path, spec)
+    path.write_text(json.dumps(config))
     index = store.refresh_index(tmp_path)
     assert [(e["run_id"], e["status"], e["row"]) for e in index["runs"]] == [(spec.run_id, "finished", "bpo")]
     assert json.loads((tmp_path / "index.json").read_text()) == index
@@ -256,7 +264,7 @@ def test_a_sweep_killed_with_sigkill_takes_its_worker_with_it(tmp_path):
     out = tmp_path / "sweep"
     proc = subprocess.Popen(_sweep_cmd(out, "3000"), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        log = out / "logs" / "ShortCorridor-v0-short_corridor-bpo-episodes=3000.log"
+        log = out / "logs" / "ShortCorridor-v0-short_corridor-bpo-episodes=3000-eval_episodes=2.log"
         _wait_for(lambda: log.exists() and "training in process" in log.read_text(), proc, 120, "training worker")
         workers = _children(proc.pid)
         assert len(workers) == 1 and _alive(workers[0])
@@ -276,7 +284,7 @@ def test_a_sweep_killed_with_sigkill_takes_its_worker_with_it(tmp_path):
 def test_a_signal_stops_a_sweep_with_checkpoints_and_a_rerun_completes_it(tmp_path, sig):
     out = tmp_path / "sweep"
     cmd = _sweep_cmd(out, "2000,40")
-    long_run, short_run = (f"ShortCorridor-v0-short_corridor-bpo-episodes={n}" for n in (2000, 40))
+    long_run, short_run = (f"ShortCorridor-v0-short_corridor-bpo-episodes={n}-eval_episodes=2" for n in (2000, 40))
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         # The signal comes once the first run has written a checkpoint (201 loop iterations, a checkpoint every 20).
@@ -409,3 +417,37 @@ def test_reproduce_rejects_bad_arguments_before_running(tmp_path, monkeypatch, c
     assert main(["reproduce", "fig2", "--set", "episodes=7"]) == 2
     assert "eval_every: must divide" in capsys.readouterr().err
     assert not any(tmp_path.iterdir())
+
+
+def test_set_values_that_change_a_run_are_part_of_its_id(capsys):
+    """Two sweeps of one folder with different --set values never claim each other's runs; a value
+    equal to the preset's, or one that only changes how a run executes, leaves the id alone."""
+    def ids(*values):
+        sweep = build_sweep(SweepArgs(preset="cartpole_ppo", variants=("ppo",), set=values))
+        return [s.run_id for s in expand(sweep)]
+
+    assert ids() == ["CartPole-v1-cartpole_ppo-ppo"]
+    assert ids("total_timesteps=50000") == ["CartPole-v1-cartpole_ppo-ppo-total_timesteps=50000"]
+    assert ids("total_timesteps=100000", "vector_mode=async") == ids()  # the preset's budget; execution only
+    assert ids("returns.c_bar=2") == ["CartPole-v1-cartpole_ppo-ppo-returns.c_bar=2.0"]
+
+
+@pytest.mark.parametrize(("value", "use"), [("seeds=3", "--seeds"), ("env=Acrobot-v1", "--envs"),
+                                            ("preset=pendulum_ppo", "--preset"), ("algo=bpo", "--variants")])
+def test_fields_a_sweep_sets_itself_cannot_be_set(value, use, tmp_path, capsys):
+    assert main(["sweep", "--preset", "cartpole_ppo", "--set", value, "--out", str(tmp_path / "s")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: set: {value.split('=')[0]} cannot be set this way; use {use}"), err
+    assert not (tmp_path / "s").exists()
+
+
+def test_sweep_json_keeps_the_runs_of_earlier_sweeps_of_the_folder(tmp_path):
+    first = expand(build_sweep(SweepArgs(preset="cartpole_ppo", variants=("ppo",), set=("total_timesteps=50000",))))
+    second = expand(build_sweep(SweepArgs(preset="cartpole_ppo", variants=("ppo",), set=("total_timesteps=60000",))))
+    store.write_sweep_file(tmp_path, "a", first)
+    store.write_sweep_file(tmp_path, "b", second)
+    store.write_sweep_file(tmp_path, "b", second)  # again: no duplicates
+    assert [s.run_id for s in store.read_specs(tmp_path)] == [first[0].run_id, second[0].run_id]
+    (tmp_path / "sweep.json").write_text("{not json")
+    store.write_sweep_file(tmp_path, "b", second)  # a damaged file is replaced (with a warning)
+    assert [s.run_id for s in store.read_specs(tmp_path)] == [second[0].run_id]

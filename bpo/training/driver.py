@@ -72,25 +72,42 @@ class Runner(Protocol):
     def close(self) -> None: ...
 
 
-def resume_point(runner: Runner, cfg: TrainConfig, directory: Path | None) -> int:
+TIMES = ("wall_time_s", "compile_time_s", "eval_time_s", "eval_worker_time_s")
+"""The times a run reports, summed over its segments: a resumed run's checkpoint carries those of
+the segments before it (the work between its last checkpoint and a stop is redone, so not counted)."""
+
+
+def resume_point(runner: Runner, cfg: TrainConfig, directory: Path | None) -> tuple[int, dict[str, float]]:
     """Restore ``runner`` from the checkpoint in ``directory`` and return the iterations it had
-    done, or initialise it and return 0. A checkpoint of another configuration is refused."""
+    done and the times of the segments before (``TIMES``), or initialise it and return 0 and
+    zeros. A checkpoint of another configuration is refused."""
     if not ckpt.exists(directory):
         runner.init()
-        return 0
+        return 0, dict.fromkeys(TIMES, 0.0)
     if why := ckpt.mismatch(directory, cfg, runner.checkpoint_info.get("seed_chunk")):
         raise ConfigError("resume", why)
     state, extra, info = ckpt.load(directory, runner.template())
     runner.restore(state, extra)
-    return int(info["iterations_done"])
+    before = info.get("elapsed") or {}
+    return int(info["iterations_done"]), {k: float(before.get(k, 0.0)) for k in TIMES}
 
 
-def save(runner: Runner, cfg: TrainConfig, directory: Path, done: int, checkpoint_every: int) -> None:
+def elapsed(runner: Runner, before: dict[str, float], segment_wall_s: float) -> dict[str, float]:
+    """The run's times so far: the segments before plus this one."""
+    now = {"wall_time_s": segment_wall_s, "compile_time_s": runner.compile_time_s,
+           "eval_time_s": runner.eval_time_s, "eval_worker_time_s": runner.eval_worker_time_s}
+    return {k: before[k] + now[k] for k in TIMES}
+
+
+def save(runner: Runner, cfg: TrainConfig, directory: Path, done: int, checkpoint_every: int,
+         extra_info: dict | None = None) -> None:
+    """A checkpoint after ``done`` iterations; ``extra_info`` (times, the command's output options)
+    is kept in its info for the next segment."""
     state, extra, check = runner.snapshot(done)
     # Parameters are checked where they are saved: a checkpoint never holds a NaN.
     ckpt.raise_if_non_finite({}, 0, runner.unit, directory, check, state_at=done)
     info = {"iterations_done": done, "iterations": runner.n_iterations, "checkpoint_every": checkpoint_every,
-            "unit": runner.unit, **runner.checkpoint_info}
+            "unit": runner.unit, **runner.checkpoint_info, **(extra_info or {})}
     ckpt.save(directory, state, extra, info, cfg)
 
 
@@ -103,18 +120,20 @@ def _stall_advice(directory: Path | None) -> str:
     return "It had not written a checkpoint yet: run it again."
 
 
-def drive(runner: Runner, cfg: TrainConfig, directory: Path | None = None, checkpoint_every: int = 0) -> RunOutput:
+def drive(runner: Runner, cfg: TrainConfig, directory: Path | None = None, checkpoint_every: int = 0,
+          options: dict | None = None) -> RunOutput:
     """Run every remaining loop iteration of ``runner`` (module docstring) and return the run's
     output. With ``directory`` and ``checkpoint_every = N > 0`` a checkpoint is saved every N
     iterations, at the end and when stopped, and the run continues from the checkpoint in
-    ``directory`` when there is one."""
+    ``directory`` when there is one; ``options`` (the command's output options, e.g. TensorBoard)
+    are saved with it, for ``bpo train --resume``. Times count every segment of the run."""
     start = time.perf_counter()
     saving = directory is not None and checkpoint_every > 0
     directory = Path(directory) if saving else None
     try:
         with stall_guard(lambda: _stall_advice(directory), cpu=jax.default_backend() == "cpu"):
             runner.compile()
-            done = resume_point(runner, cfg, directory)
+            done, before = resume_point(runner, cfg, directory)
             n = runner.n_iterations
             while done < n:
                 metrics, first_unit = runner.iterate(done)
@@ -123,15 +142,16 @@ def drive(runner: Runner, cfg: TrainConfig, directory: Path | None = None, check
                 done += 1
                 stop = processes.requested() if done < n else None
                 if saving and (done % checkpoint_every == 0 or done == n or stop):
-                    save(runner, cfg, directory, done, checkpoint_every)
+                    times = elapsed(runner, before, time.perf_counter() - start)
+                    save(runner, cfg, directory, done, checkpoint_every, {"elapsed": times, "options": options or {}})
                 if stop is not None:
                     raise processes.Interrupted(stop, f"after {runner.iteration_name} {done} of {n}", directory)
         # Outside the guard: the host runner may wait here, idle, for its evaluation worker process.
         metrics = jax.tree.map(np.asarray, runner.finish())
     finally:
         runner.close()
-    wall = time.perf_counter() - start
-    return RunOutput(config=cfg, metrics=metrics, compile_time_s=runner.compile_time_s, wall_time_s=wall,
-                     run_time_s=wall - runner.compile_time_s, seed_chunk=runner.seed_chunk, backend=runner.backend,
-                     eval_time_s=runner.eval_time_s, eval_worker_time_s=runner.eval_worker_time_s,
+    t = elapsed(runner, before, time.perf_counter() - start)
+    return RunOutput(config=cfg, metrics=metrics, compile_time_s=t["compile_time_s"], wall_time_s=t["wall_time_s"],
+                     run_time_s=t["wall_time_s"] - t["compile_time_s"], seed_chunk=runner.seed_chunk,
+                     backend=runner.backend, eval_time_s=t["eval_time_s"], eval_worker_time_s=t["eval_worker_time_s"],
                      threads=runner.threads)

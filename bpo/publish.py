@@ -1,0 +1,203 @@
+"""Getting finished results onto disk whole, or somewhere the user is told about: the one mechanism
+of ``bpo train``, the sweeps and ``bpo verify-variance``.
+
+* **Whole or not at all.** A run directory is written into a staging folder and swapped into place
+  (``replace_dir``): a rewrite that fails half-way leaves the old run as it was, and a reader never
+  sees new files beside an old ``summary.json``.
+* **Kept when the disk fails** (``save_or_rescue``). The results live in memory until they are
+  written. A write that failed for want of space is retried (``BPO_WRITE_RETRIES`` more times,
+  ``BPO_WRITE_RETRY_S`` seconds apart: the disk may be freed meanwhile); then they are written to a rescue folder,
+  preferring other file systems than the run's (``BPO_RESCUE_DIR``, ``~/bpo-rescued``, the system's
+  temporary folder, ``/dev/shm``, which is memory); a file over the process's file-size limit is
+  written there in parts under the limit (``cat NAME.part* > NAME``). As a last resort the summary
+  is printed. The message names where the results are.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import shutil
+import socket
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+from bpo import results
+from bpo.config import ConfigError
+
+T = TypeVar("T")
+RUN_FILES = ("config.json", "curve.csv", "train_metrics.csv", "summary.json", "spec.json")
+"""A run's own files: replaced together. Anything else in a run directory (``tb/``, ``checkpoint/``,
+the user's files) is kept by ``publish_run_dir``."""
+RESCUE_ENV = "BPO_RESCUE_DIR"
+PASSING = (errno.ENOSPC, errno.EDQUOT)
+"""Write errors that may pass if the write is retried later (space freed meanwhile)."""
+
+
+def _tag() -> str:
+    return f"{socket.gethostname()}.{os.getpid()}"
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)  # the renames themselves survive a crash
+    finally:
+        os.close(fd)
+
+
+def replace_dir(staging: Path, final: Path, trash: Path, keep_others: bool = False) -> None:
+    """Put the complete folder ``staging`` at ``final``. An existing ``final`` is first renamed to
+    ``trash`` (same file system), then deleted; with ``keep_others`` what it held besides the run's
+    own files (``RUN_FILES``) moves into the new folder first. Between the two renames ``final`` is
+    absent, never half-written; a failed second rename puts the old folder back."""
+    staging, final, trash = Path(staging), Path(final), Path(trash)
+    if final.exists() and not final.is_dir():  # not ours to replace (a user's file where the folder was)
+        raise NotADirectoryError(errno.ENOTDIR, "not a folder", str(final))
+    if final.exists():
+        shutil.rmtree(trash, ignore_errors=True)
+        os.replace(final, trash)
+        try:
+            os.replace(staging, final)
+        except BaseException:
+            os.replace(trash, final)
+            raise
+        if keep_others:
+            for entry in sorted(trash.iterdir()):
+                if entry.name not in RUN_FILES and not (final / entry.name).exists():
+                    os.replace(entry, final / entry.name)
+        shutil.rmtree(trash, ignore_errors=True)
+    else:
+        os.replace(staging, final)
+    _fsync_dir(final.parent)
+
+
+def staging_for(out_dir: Path) -> tuple[Path, Path]:
+    """The staging and trash folders of a single run directory: hidden siblings of it, on its file
+    system, named after it, this host and this process."""
+    out_dir = Path(out_dir)
+    return (out_dir.parent / f".{out_dir.name}.staging.{_tag()}",
+            out_dir.parent / f".{out_dir.name}.replaced.{_tag()}")
+
+
+def publish_run_dir(out_dir: Path, write_files: Callable[[Path], T]) -> T:
+    """``write_files(folder)`` into a staging folder beside ``out_dir``, then swapped into place,
+    keeping what ``out_dir`` held besides an older run's files (``tb/``, ``checkpoint/``)."""
+    staging, trash = staging_for(out_dir)
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        value = write_files(staging)
+        replace_dir(staging, out_dir, trash, keep_others=True)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return value
+
+
+def check_publishable(out_dir: Path, field: str = "--out") -> None:
+    """Before any work: the folder that will receive ``out_dir``'s staging sibling can be written."""
+    parent = Path(out_dir).absolute().parent
+    try:
+        with tempfile.TemporaryFile(dir=parent, prefix=".bpo-write-check-"):
+            pass
+    except OSError as e:
+        raise ConfigError(field, f"cannot write beside {str(out_dir)!r} in {str(parent)!r} ({e.strerror or e}): a "
+                                 "run is written beside its folder and renamed into place; allowed: a folder whose "
+                                 "parent this user can write") from None
+
+
+def _env_number(name: str, default: float, minimum: float) -> float:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = None
+    if value is None or not value >= minimum:
+        raise ConfigError(name, f"must be a number >= {minimum:g}, got {raw!r}")
+    return value
+
+
+def check_environment() -> None:
+    """The variables read after the work, checked before it (a ``ConfigError`` naming one)."""
+    _env_number("BPO_WRITE_RETRIES", 2, 0)
+    _env_number("BPO_WRITE_RETRY_S", 30, 0)
+
+
+def rescue_candidates(out_dir: Path) -> list[Path]:
+    """Folders to rescue results into: ``BPO_RESCUE_DIR`` when set, then the others, those on another
+    file system than ``out_dir``'s first."""
+    given = [Path(os.environ[RESCUE_ENV]).absolute()] if os.environ.get(RESCUE_ENV) else []
+    places = [Path.home() / "bpo-rescued", Path(tempfile.gettempdir()), Path("/dev/shm")]
+    unique = [p for p in dict.fromkeys(p.absolute() for p in places) if p not in given]
+
+    def device(path: Path) -> int | None:
+        for p in (path, *path.parents):
+            with contextlib.suppress(OSError):
+                return os.stat(p).st_dev
+        return None
+
+    here = device(Path(out_dir).absolute())
+    return given + sorted(unique, key=lambda p: device(p) == here)  # stable: other file systems first
+
+
+def _write_with_retries(out_dir: Path, write_files: Callable[[Path], T], say: Callable[[str], None]) -> T:
+    retries = int(_env_number("BPO_WRITE_RETRIES", 2, 0))
+    wait = _env_number("BPO_WRITE_RETRY_S", 30, 0)
+    for attempt in range(retries + 1):
+        try:
+            return write_files(out_dir)
+        except OSError as e:
+            if attempt == retries or e.errno not in PASSING:
+                raise
+            say(f"writing {str(out_dir)!r} failed ({e.strerror or e}); the results are kept in memory: "
+                f"retrying in {wait:g} s ({retries - attempt} more tries)")
+            time.sleep(wait)
+    raise AssertionError("unreachable")
+
+
+def _rescue(out_dir: Path, write_files: Callable[[Path], T], say) -> tuple[T, Path] | None:
+    name = Path(out_dir).name or "run"
+    for place in rescue_candidates(out_dir):
+        try:
+            place.mkdir(parents=True, exist_ok=True)
+            folder = Path(tempfile.mkdtemp(prefix=f"bpo-rescued-{name}-", dir=place))
+        except OSError:
+            continue
+        try:
+            with results.oversize_in_parts():
+                return write_files(folder), folder
+        except OSError as e:
+            say(f"rescue into {str(folder)!r} failed too ({e.strerror or e})")
+            shutil.rmtree(folder, ignore_errors=True)
+    return None
+
+
+def save_or_rescue(out_dir: Path, write_files: Callable[[Path], T], field: str = "--out",
+                   last_resort: Callable[[], str] | None = None) -> tuple[T | None, Path | None]:
+    """Write the results with ``write_files(folder)`` into ``out_dir`` (module docstring: retried,
+    then rescued elsewhere, then ``last_resort()`` printed). Returns (its value, None) when
+    ``out_dir`` was written, (value, rescue folder) when rescued, (None, None) when nothing could
+    be written; every failure is reported on stderr, one line each, prefixed with ``field``."""
+    def say(message: str) -> None:
+        print(f"error: {field}: {message}", file=sys.stderr, flush=True)
+
+    try:
+        return _write_with_retries(out_dir, write_files, say), None
+    except OSError as e:
+        say(f"writing {str(out_dir)!r} failed after the work ({e.strerror or e})")
+    rescued = _rescue(out_dir, write_files, say)
+    if rescued is not None:
+        value, folder = rescued
+        parts = sorted(p.name for p in folder.glob("*.part000"))
+        joined = (f"; files over this process's size limit are in parts: `cat NAME.part* > NAME` for "
+                  f"{', '.join(p.removesuffix('.part000') for p in parts)}") if parts else ""
+        say(f"the results are in {str(folder)!r}{joined}")
+        return value, folder
+    say("no rescue folder could be written either" + (f"; the results: {last_resort()}" if last_resort else ""))
+    return None, None

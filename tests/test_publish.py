@@ -1,0 +1,129 @@
+"""Results reach the disk whole or are kept somewhere the user is told about (``bpo.publish``): a
+rewrite that fails half-way leaves the old run as it was, a run over a file-size limit (a real
+``ulimit -f`` on a real process) is rescued in parts that join back to the very files an unlimited
+run writes, and a sweep's run is replaced whole."""
+
+from __future__ import annotations
+
+import filecmp
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bpo import publish, results
+from bpo.presets import get_preset
+from experiments.cli import main
+
+TRAIN = ["train", "cartpole_ppo", "--algo", "bpo", "--total-timesteps", "8192", "--no-progress"]
+
+
+def _old_run(folder: Path) -> dict[str, bytes]:
+    """A finished run directory written by the real writer, with a user's file beside it."""
+    curve = [{"step": 1, "seed": 0, "eval_return": 1.0}]
+    results.write_run_dir(folder, get_preset("cartpole_ppo"), curve, {"final_mean": 1.0})
+    (folder / "notes.txt").write_text("mine")
+    return {p.name: p.read_bytes() for p in folder.iterdir()}
+
+
+def test_a_rewrite_that_fails_half_way_leaves_the_old_run_as_it_was(tmp_path):
+    out = tmp_path / "run"
+    before = _old_run(out)
+
+    def half(folder: Path) -> None:
+        results.atomic_write_json(folder / "config.json", {"new": True})
+        results.atomic_write_text(folder / "curve.csv", "step,seed,eval_return\n")
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError):
+        publish.publish_run_dir(out, half)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]  # no staging or trash left behind
+
+
+def test_a_rewrite_replaces_the_run_files_and_keeps_the_others(tmp_path):
+    out = tmp_path / "run"
+    _old_run(out)
+    (out / "tb").mkdir()
+    (out / "tb" / "events").write_text("e")
+
+    def new(folder: Path) -> str:
+        results.atomic_write_json(folder / "config.json", {"new": True})
+        results.atomic_write_json(folder / "summary.json", {"final_mean": 2.0})
+        return "done"
+
+    assert publish.publish_run_dir(out, new) == "done"
+    assert sorted(p.name for p in out.iterdir()) == ["config.json", "notes.txt", "summary.json", "tb"]
+    assert json.loads((out / "summary.json").read_text()) == {"final_mean": 2.0}  # no old curve.csv beside it
+    assert (out / "tb" / "events").read_text() == "e"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+
+
+def test_a_file_where_the_folder_was_is_not_replaced(tmp_path):
+    out = tmp_path / "run"
+    out.write_text("a user's file")
+    with pytest.raises(NotADirectoryError):
+        publish.publish_run_dir(out, lambda folder: results.atomic_write_json(folder / "summary.json", {}))
+    assert out.read_text() == "a user's file"
+
+
+def test_rescue_places_prefer_other_file_systems(tmp_path, monkeypatch):
+    monkeypatch.setenv(publish.RESCUE_ENV, str(tmp_path / "mine"))
+    places = publish.rescue_candidates(tmp_path / "run")
+    assert places[0] == (tmp_path / "mine").absolute()  # the user's choice first
+    places = places[1:]
+    if Path("/dev/shm").is_dir() and os.stat("/dev/shm").st_dev != os.stat(tmp_path).st_dev:
+        same = [p for p in places if p.exists() and os.stat(p).st_dev == os.stat(tmp_path).st_dev]
+        assert places.index(Path("/dev/shm")) < min((places.index(p) for p in same), default=len(places))
+
+
+@pytest.mark.parametrize(("name", "value", "allowed"), [
+    ("BPO_WRITE_RETRY_S", "-1", "must be a number >= 0"), ("BPO_WRITE_RETRIES", "soon", "must be a number >= 0"),
+    ("BPO_STALL_MINUTES", "ten", "must be a number of minutes >= 0"), ("BPO_THREADS", "0", "must be an integer >= 1")])
+@pytest.mark.parametrize("command", ["train", "sweep"])
+def test_a_bad_setting_in_the_environment_stops_the_command_before_any_work(tmp_path, monkeypatch, capsys, name,
+                                                                            value, allowed, command):
+    monkeypatch.setenv(name, value)
+    argv = ([*TRAIN, "--out", str(tmp_path / "run")] if command == "train" else
+            ["sweep", "--preset", "cartpole_ppo", "--out", str(tmp_path / "run")])
+    assert main(argv) == 2
+    assert capsys.readouterr().err.startswith(f"error: {name}: {allowed}")
+    assert not (tmp_path / "run").exists()
+
+
+def test_results_over_a_file_size_limit_are_rescued_in_parts_and_the_old_run_is_kept(tmp_path):
+    """A real process under ``ulimit -f``: its rewrite of a finished run fails at the first file over
+    the limit; the old run stays whole, and the new results land in the rescue folder, the large
+    files in parts that join to exactly what an unlimited run writes."""
+    reference = tmp_path / "reference"
+    assert main([*TRAIN, "--out", str(reference)]) == 0
+    sizes = {p.name: p.stat().st_size for p in reference.iterdir()}
+    blocks = sizes["config.json"] // 1024 + 1  # `ulimit -f` counts 1024-byte blocks: the config fits...
+    limit = blocks * 1024
+    assert sizes["train_metrics.csv"] > limit  # ...the training metrics do not
+    out = tmp_path / "run"
+    before = _old_run(out)
+    env = {**os.environ, publish.RESCUE_ENV: str(tmp_path / "rescue"), "BPO_WRITE_RETRY_S": "0",
+           "BPO_COMPILE_CACHE": ""}
+    command = shlex.join([sys.executable, "-m", "experiments.cli", *TRAIN, "--out", str(out)])
+    proc = subprocess.run(["bash", "-c", f"ulimit -f {blocks} && exec {command}"], env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    found = re.search(r"the results are in '([^']+)'", proc.stderr)
+    assert found and "cat NAME.part* > NAME" in proc.stderr, proc.stderr
+    rescued = Path(found.group(1))
+    assert rescued.parent == (tmp_path / "rescue").absolute()
+    for name in ("curve.csv", "train_metrics.csv"):
+        parts = sorted(rescued.glob(f"{name}.part*")) or [rescued / name]
+        assert all(p.stat().st_size <= limit for p in parts)
+        assert b"".join(p.read_bytes() for p in parts) == (reference / name).read_bytes(), name
+    assert filecmp.cmp(rescued / "config.json", reference / "config.json", shallow=False)
+    summary = json.loads(b"".join(p.read_bytes() for p in sorted(rescued.glob("summary.json*"))))
+    assert summary["final_eval_returns"] == json.loads((reference / "summary.json").read_text())["final_eval_returns"]

@@ -3,7 +3,9 @@
 A run directory holds ``config.json`` (the resolved config), ``curve.csv`` (``step, seed,
 eval_return`` and extra columns; one row per evaluation per seed) and ``summary.json``.
 Each file is written to a temporary name in the same directory and renamed, so a reader never
-sees half a file; ``summary.json`` is written last and marks the run as complete.
+sees half a file; ``summary.json`` is written last and marks the run as complete. A whole run
+directory is written into a staging folder and swapped into place by ``bpo.publish``, so it is
+never a mix of two runs.
 """
 
 from __future__ import annotations

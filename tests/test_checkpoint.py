@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -15,7 +16,7 @@ import pytest
 from bpo import checkpoint as ckpt
 from bpo.config import ConfigError, replace
 from bpo.presets import get_preset
-from bpo.training import run
+from bpo.training import driver, run
 from envs.gymnasium_envs import make_vector_env
 
 SHORT_CORRIDOR = ["train", "short_corridor", "--algo", "bpo", "--episodes", "200", "--eval-every", "10",
@@ -269,3 +270,15 @@ def test_resume_keeps_tensorboard_and_counts_the_time_of_every_segment(tmp_path)
     steps = summary["env_steps"]
     assert summary["train_steps_per_s"] == pytest.approx(
         steps / (summary["wall_time_s"] - summary["compile_time_s"] - summary["eval_time_s"]))
+
+
+def test_a_nan_before_any_checkpoint_names_no_checkpoint(tmp_path):
+    """The state is checked where it would be saved: with no checkpoint written yet, the message
+    does not point at one."""
+    poisoned = {"theta": np.array([1.0, np.nan])}
+    runner = SimpleNamespace(snapshot=lambda done: (poisoned, {}, poisoned), unit="update", n_iterations=4,
+                             checkpoint_info={})
+    with pytest.raises(ckpt.NonFiniteError) as err:
+        driver.save(runner, get_preset("short_corridor"), tmp_path, 1, 1)
+    assert str(err.value) == "state['theta'] is not finite at update 1"
+    assert not ckpt.exists(tmp_path)

@@ -105,7 +105,8 @@ def save(runner: Runner, cfg: TrainConfig, directory: Path, done: int, checkpoin
     is kept in its info for the next segment."""
     state, extra, check = runner.snapshot(done)
     # Parameters are checked where they are saved: a checkpoint never holds a NaN.
-    ckpt.raise_if_non_finite({}, 0, runner.unit, directory, check, state_at=done)
+    ckpt.raise_if_non_finite({}, 0, runner.unit, directory if ckpt.exists(directory) else None, check,
+                             state_at=done)
     info = {"iterations_done": done, "iterations": runner.n_iterations, "checkpoint_every": checkpoint_every,
             "unit": runner.unit, **runner.checkpoint_info, **(extra_info or {})}
     ckpt.save(directory, state, extra, info, cfg)

@@ -163,6 +163,15 @@ class Learner:
         """Parameters of the collecting policy: mu for bpo, pi for ppo."""
         return state.behaviour.mu_params if self.behaviour is not None else state.ppo.actor_params
 
+    def final_params(self, state: LearnerState) -> dict:
+        """What a finished run keeps of its learner (``bpo.training.policies``): pi's and the
+        critic's parameters, the observation statistics and, for BPO, mu's parameters."""
+        out = {"actor_params": state.ppo.actor_params, "critic_params": state.ppo.critic_params,
+               "obs_stats": state.stats}
+        if self.behaviour is not None:
+            out["mu_params"] = state.behaviour.mu_params
+        return out
+
     def normalize(self, stats: RunningStats, obs) -> jax.Array:
         """The networks' input for raw observations ``obs``."""
         return normalize_obs(stats, obs) if self.cfg.ppo.normalize_observations else obs

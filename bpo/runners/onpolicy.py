@@ -38,6 +38,31 @@ class OnPolicyCarry(NamedTuple):
     episode_return: jnp.ndarray  # running return of the current episode of each env
 
 
+def run_episodes(env: FunctionalEnv, act: Callable, keys) -> tuple[jax.Array, jax.Array]:
+    """One episode from each key, all at once: (undiscounted returns, lengths). ``act(key, obs)``
+    chooses the environment action; its key is folded from the step's, so a deterministic policy
+    sees the same episodes whatever ``act`` does with it. The one evaluation of every JAX run
+    (``OnPolicyProgram.evaluate``) and of ``bpo evaluate``."""
+    def episode(k):
+        state, obs = env.reset(k)
+
+        def cond(c):
+            return ~c[3] & (c[4] < env.spec.max_episode_steps)
+
+        def body(c):
+            k, state, obs, _, t, total = c
+            k, k_step = jax.random.split(k)
+            action = act(jax.random.fold_in(k_step, 1), obs)
+            state, obs, reward, terminated, truncated = env.step_env(k_step, state, action)
+            return k, state, obs, terminated | truncated, t + 1, total + reward
+
+        init = (k, state, obs, jnp.array(False), jnp.zeros((), jnp.int32), jnp.zeros(()))
+        out = jax.lax.while_loop(cond, body, init)
+        return out[-1], out[-2]
+
+    return jax.vmap(episode)(keys)
+
+
 def evaluations_before(cfg: OnPolicyTrainConfig) -> np.ndarray:
     """Boolean per loop iteration: evaluate before it (iteration ``n_updates`` is the last, with
     no update)."""
@@ -107,26 +132,9 @@ class OnPolicyProgram:
 
     def evaluate(self, carry: OnPolicyCarry) -> dict:
         """pi's mean undiscounted return over ``eval_episodes`` greedy episodes."""
-        env, learner = self.env, self.learner
         keys = jax.random.split(jax.random.fold_in(carry.key, 7), self.cfg.eval_episodes)
-
-        def episode(k):
-            state, obs = env.reset(k)
-
-            def cond(c):
-                return ~c[3] & (c[4] < env.spec.max_episode_steps)
-
-            def body(c):
-                k, state, obs, _, t, total = c
-                k, k_step = jax.random.split(k)
-                action = learner.greedy_action(carry.learner, obs)
-                state, obs, reward, terminated, truncated = env.step_env(k_step, state, action)
-                return k, state, obs, terminated | truncated, t + 1, total + reward
-
-            init = (k, state, obs, jnp.array(False), jnp.zeros((), jnp.int32), jnp.zeros(()))
-            return jax.lax.while_loop(cond, body, init)[-1]
-
-        out = {"eval_return": jnp.mean(jax.vmap(episode)(keys)),
+        returns, _ = run_episodes(self.env, lambda _, obs: self.learner.greedy_action(carry.learner, obs), keys)
+        out = {"eval_return": jnp.mean(returns),
                "eval_step": carry.learner.update * self.cfg.rollout_size}
         if self.progress is not None:
             jax.debug.callback(self.progress, out["eval_step"], out["eval_return"])
@@ -161,8 +169,9 @@ class OnPolicyProgram:
         evals, train_metrics = outputs
         evals = jax.tree.map(lambda x: x[np.flatnonzero(evaluations_before(self.cfg))], evals)
         train_metrics = jax.tree.map(lambda x: x[:self.cfg.n_updates], train_metrics)
-        final = {"actor_params": carry.learner.ppo.actor_params, "critic_params": carry.learner.ppo.critic_params,
-                 "obs_stats": carry.learner.stats}
+        # The key too: the last iteration does not update, so it is the key of the final evaluation,
+        # which `bpo.training.policies` users can repeat episode for episode.
+        final = {**self.learner.final_params(carry.learner), "key": carry.key}
         return {"eval": evals, "train": train_metrics, "final": final}
 
     def unit_metrics(self, train_outputs: dict, start: int) -> dict:

@@ -11,6 +11,7 @@ from bpo import diagnostics as dg
 from bpo import results
 from bpo.config import OnPolicyTrainConfig
 from bpo.provenance import provenance
+from bpo.training.policies import write_policies
 from bpo.training.run_output import RunOutput
 
 
@@ -140,7 +141,9 @@ def train_metric_rows(out: RunOutput) -> list[dict]:
 
 
 def write(out: RunOutput, run_dir: Path) -> dict:
-    """Write the run directory (config, curve, training metrics, summary last); the summary."""
+    """Write the run directory (config, curve, training metrics, the trained policies
+    (``bpo.training.policies``), summary last); the summary."""
     summary = summarize(out)
+    write_policies(run_dir, out.metrics, not isinstance(out.config, OnPolicyTrainConfig))
     results.write_run_dir(run_dir, out.config, curve_rows(out), summary, train_metric_rows(out))
     return summary

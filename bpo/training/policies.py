@@ -1,0 +1,152 @@
+"""Trained policies as artefacts: written into every run directory, loaded back in one line.
+
+``policies.msgpack`` (flax's msgpack; restored as plain dicts and arrays, never unpickled code)
+holds ``{"format": FORMAT, "kind": "onpolicy" | "episodic", "final": {...}}`` where ``final`` has
+a leading seed axis on every array:
+
+* on-policy runs (PPO, BPO-PPO): ``actor_params`` (pi), ``critic_params`` (the value network),
+  ``obs_stats`` (the observation normaliser's mean, var, count), for BPO ``mu_params``, and on
+  the JAX and MJX backends ``key``, the run's random key at its final evaluation (which draws its
+  episodes' keys from ``fold_in(key, 7)``, ``bpo.runners.onpolicy.OnPolicyProgram.evaluate``);
+* episodic runs (REINFORCE, BPO-REINFORCE on ShortCorridor): ``pi_params`` and, for BPO, ``mu_params``.
+
+The networks are rebuilt from the run's ``config.json``. ``load_policy(run_dir, seed)`` returns
+a callable ``obs -> action`` with the normaliser applied::
+
+    from bpo.training.policies import load_policy
+    act = load_policy("results/classic/CartPole-v1-cartpole_ppo-ppo", seed=0)
+    action = act(obs)          # deterministic (argmax or the Gaussian mean), pi
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import serialization
+
+from bpo import distributions, results
+from bpo.config import ConfigError, EpisodicTrainConfig, from_dict
+from bpo.learner import make_learner
+from bpo.normalization import RunningStats
+from bpo.runners import episodic
+from envs import make_env
+from envs.gymnasium_envs import GYMNASIUM_ENVS, gym_spec
+
+FILE = "policies.msgpack"
+FORMAT = "bpo-policies/1"
+
+
+def _plain(tree):
+    """Arrays as NumPy, named tuples (the normaliser's statistics) as dicts: what msgpack keeps."""
+    if isinstance(tree, RunningStats):
+        tree = tree._asdict()
+    if isinstance(tree, dict):
+        return {k: _plain(v) for k, v in tree.items()}
+    return np.asarray(tree)
+
+
+def write_policies(run_dir: Path, metrics: dict, episodic_run: bool) -> bool:
+    """Write ``policies.msgpack`` from a finished run's ``metrics["final"]``; False if it has none."""
+    if "final" not in metrics:
+        return False
+    payload = {"format": FORMAT, "kind": "episodic" if episodic_run else "onpolicy", "final": _plain(metrics["final"])}
+    results.atomic_write_bytes(Path(run_dir) / FILE, serialization.msgpack_serialize(payload))
+    return True
+
+
+class NoPolicies(ConfigError):
+    """A run directory without usable policies; the message names the file and why."""
+
+    def __init__(self, path: Path, what: str):
+        super().__init__("run", f"{str(path)!r}: {what}")
+
+
+@dataclass(frozen=True)
+class SavedPolicies:
+    config: object
+    kind: str
+    final: dict  # arrays with a leading seed axis
+
+    @property
+    def seeds(self) -> int:
+        return int(jax.tree.leaves(self.final)[0].shape[0])
+
+
+def load_policies(run_dir: Path) -> SavedPolicies:
+    """A run directory's config and saved policies, checked (``NoPolicies`` naming what is wrong)."""
+    run_dir = Path(run_dir)
+    path = run_dir / FILE
+    if not path.exists():
+        raise NoPolicies(path, "no saved policies (runs written before policies were saved have none; "
+                               "train the run again)")
+    try:
+        payload = serialization.msgpack_restore(path.read_bytes())
+        config = from_dict(json.loads((run_dir / "config.json").read_text()))
+    except Exception as e:  # noqa: BLE001 -- whatever a damaged file makes a parser raise
+        raise NoPolicies(path, f"cannot be read ({type(e).__name__}: {e})") from None
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT or not isinstance(payload.get("final"), dict):
+        raise NoPolicies(path, f"not a {FORMAT} file")
+    return SavedPolicies(config, payload["kind"], payload["final"])
+
+
+def _seed(tree: dict, seed: int) -> dict:
+    return jax.tree.map(lambda x: jnp.asarray(x[seed]), tree)
+
+
+def _onpolicy_act(saved: SavedPolicies, params: dict, which: str, deterministic: bool):
+    cfg = saved.config
+    spec = gym_spec(cfg.env) if cfg.env in GYMNASIUM_ENVS else make_env(cfg.env).spec
+    learner = make_learner(cfg, spec)
+    if not deterministic and learner.use_sde:
+        raise ConfigError("deterministic", "stochastic actions of a gSDE policy need its exploration matrices, "
+                                           "which are not saved; allowed: deterministic")
+    stats = RunningStats(**params["obs_stats"])
+    net = params["actor_params" if which == "pi" else "mu_params"]
+
+    def act(key, obs):
+        dist = learner.dist_fn(net)(learner.normalize(stats, obs))
+        action = (distributions.mode(dist, spec.discrete) if deterministic
+                  else distributions.sample(key, dist, spec.discrete))
+        return distributions.clip_action(action, learner.action_low, learner.action_high)
+
+    return act
+
+
+def _episodic_act(saved: SavedPolicies, params: dict, which: str, deterministic: bool):
+    program = episodic.make_program(saved.config)
+
+    def act(key, obs):
+        logits = (program.policy.apply(params["pi_params"], obs) if which == "pi"
+                  else program.behaviour.mu_apply(params["mu_params"], obs).loc)
+        return jnp.argmax(logits, -1) if deterministic else jax.random.categorical(key, logits)
+
+    return act
+
+
+def load_policy(run_dir: Path, seed: int = 0, which: Literal["pi", "mu"] = "pi", deterministic: bool = True,
+                key: int = 0):
+    """The policy of seed ``seed`` of a run directory as a function ``obs -> action`` (NumPy in and
+    out, one observation or a batch), with the observation normaliser applied: pi or, for BPO runs,
+    mu; deterministic (argmax or the Gaussian mean, as the run's evaluations) or sampled (with a
+    key stream seeded by ``key``)."""
+    saved = load_policies(run_dir)
+    if not 0 <= seed < saved.seeds:
+        raise ConfigError("seed", f"must be in [0, {saved.seeds - 1}] for {str(run_dir)!r}, got {seed}")
+    params = _seed(saved.final, seed)
+    if which == "mu" and "mu_params" not in params:
+        raise ConfigError("which", f"{str(run_dir)!r} is not a BPO run: it has no mu; allowed: pi")
+    build = _episodic_act if isinstance(saved.config, EpisodicTrainConfig) else _onpolicy_act
+    act = jax.jit(build(saved, params, which, deterministic))
+    keys = [jax.random.PRNGKey(key)]
+
+    def policy(obs):
+        keys[0], k = jax.random.split(keys[0])
+        return np.asarray(act(k, jnp.asarray(obs, jnp.float32)))
+
+    return policy

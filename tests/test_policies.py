@@ -1,0 +1,75 @@
+"""Trained policies saved with every run and loaded back in one line (``bpo.training.policies``):
+each seed's pi and mu, saved and loaded, act as the run's own parameters do; damaged or missing
+files are refused with a message naming them."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import jax
+import numpy as np
+import pytest
+
+from bpo.config import replace
+from bpo.learner import make_learner
+from bpo.presets import get_preset
+from bpo.training import run, write
+from bpo.training.policies import FILE, NoPolicies, load_policies, load_policy
+from envs.gymnasium_envs import gym_spec
+
+
+@pytest.fixture(scope="module")
+def cartpole_run(tmp_path_factory):
+    cfg = replace(get_preset("cartpole_ppo"), algo="bpo", total_timesteps=4096, eval_every=1024, eval_episodes=3,
+                  seeds=2)
+    out_dir = tmp_path_factory.mktemp("runs") / "cartpole"
+    out = run(cfg)
+    write(out, out_dir)
+    return cfg, out_dir, out.metrics["final"]
+
+
+def test_a_loaded_policy_acts_as_the_trained_one(cartpole_run):
+    """Saved and loaded, each seed's pi (and mu) chooses the actions the run's own parameters
+    choose, on observations of real Gymnasium episodes, with the normaliser applied."""
+    cfg, out_dir, final = cartpole_run
+    saved = load_policies(out_dir)
+    assert saved.seeds == 2 and {"actor_params", "critic_params", "obs_stats", "mu_params", "key"} <= set(saved.final)
+    learner = make_learner(cfg, gym_spec(cfg.env))
+    env = gym.make(cfg.env)
+    obs = np.stack([env.reset(seed=i)[0] for i in range(64)]).astype(np.float32)
+    for seed in range(2):
+        own = jax.tree.map(lambda x, s=seed: x[s], final)
+        stats = own["obs_stats"]
+        for which, params in (("pi", own["actor_params"]), ("mu", own["mu_params"])):
+            want = np.asarray(learner.greedy_with(params, stats, obs))
+            np.testing.assert_array_equal(load_policy(out_dir, seed=seed, which=which)(obs), want)
+    act, total = load_policy(out_dir, seed=0), 0.0
+    obs, _ = env.reset(seed=0)
+    for _ in range(500):  # the README's loop: a loaded policy drives a Gymnasium environment
+        obs, reward, terminated, truncated, _ = env.step(int(act(obs)))
+        total += reward
+        if terminated or truncated:
+            break
+    assert total >= 1.0
+
+
+def test_mu_and_sampled_actions_are_available(cartpole_run):
+    _, out_dir, _ = cartpole_run
+    obs = np.zeros((5, 4), np.float32)
+    assert load_policy(out_dir, which="mu")(obs).shape == (5,)
+    sampled = load_policy(out_dir, deterministic=False, key=3)
+    draws = np.stack([sampled(obs) for _ in range(20)])
+    assert set(np.unique(draws)) <= {0, 1} and len(np.unique(draws)) == 2  # a stochastic policy, both actions
+
+
+def test_missing_or_damaged_policies_are_refused_naming_the_file(cartpole_run, tmp_path):
+    _, out_dir, _ = cartpole_run
+    with pytest.raises(NoPolicies, match="no saved policies"):
+        load_policy(tmp_path)
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    (copy / "config.json").write_text((out_dir / "config.json").read_text())
+    (copy / FILE).write_bytes((out_dir / FILE).read_bytes()[:100])
+    with pytest.raises(NoPolicies, match=f"{FILE}.*cannot be read"):
+        load_policy(copy)
+    with pytest.raises(ValueError, match="seed: must be in"):
+        load_policy(out_dir, seed=2)

@@ -2,10 +2,12 @@
 normalised final returns with stratified-bootstrap 95% intervals, and the probability that a row
 improves on the baseline, with their plots.
 
-A task is one (environment, preset) column. Scores are normalised per task by min-max over every
-final return in that column (0 = the worst run of any row, 1 = the best), which works for negative
-returns too and keeps tasks with large returns from dominating. The probability of improvement
-does not depend on this choice: it compares runs within a task.
+A task is one (environment, preset) column; the caller passes the columns tested against one
+baseline row, with finite final returns only (``experiments.table.aggregate_cells``). Scores are
+normalised per task by min-max over every final return in that column (0 = the worst run of any
+row, 1 = the best), which works for negative returns too and keeps tasks with large returns from
+dominating. The probability of improvement does not depend on this choice: it compares runs
+within a task.
 
 With few runs per task the stratified bootstrap understates uncertainty, and can give an interval
 of zero width: when each task's comparison is certain in the sample (every run of the row above
@@ -21,6 +23,8 @@ small gaps.
 
 from __future__ import annotations
 
+import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -36,6 +40,26 @@ RELIABLE_RUNS = 10
 """Fewer runs per task than this and the figures carry a note that their intervals are unreliable."""
 CONFIDENCE = 0.95
 TASK_MARKERS = "os^Dv<>PXh*p"
+
+
+def json_safe(obj):
+    """``obj`` with every NaN or infinite float replaced by None (JSON null), in dicts, lists and
+    tuples at any depth."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    return obj
+
+
+def strict_json(obj) -> str:
+    """JSON text that strict parsers accept. Python's json writes a NaN as a bare ``NaN``, which is
+    not JSON (JavaScript's JSON.parse, jq and most other languages' parsers refuse the whole file):
+    the table's and the aggregates' files hold null there instead (``json_safe``), and the writer
+    is told to refuse any that is left."""
+    return json.dumps(json_safe(obj), indent=2, allow_nan=False) + "\n"
 
 
 def normalised_runs(cells: dict, baseline: str, rows: list[str]) -> tuple[list, dict[str, list[np.ndarray]]]:
@@ -170,7 +194,7 @@ def write_aggregates(cells: dict, baseline: str, out: Path, reps: int = 2000, se
         "probability_of_improvement": improvement,
     }
     out = Path(out)
-    results.atomic_write_json(out / "aggregates.json", summary)
+    results.atomic_write_text(out / "aggregates.json", strict_json(summary))
     paths = [out / "aggregates.json"]
     paths += _save(iqm_figure(summary, baseline), out, "iqm")
     if others:

@@ -6,7 +6,14 @@ and experiments.table. ``bpo reproduce NAME`` is ``bpo sweep NAME`` followed by 
 Outputs go to ``runs/NAME`` (git-ignored) unless ``--out`` says otherwise: the committed results
 under ``results/`` are only rewritten on request (``--out results/NAME``). Every command first
 creates its output folder and proves it can write there (``bpo.results.ensure_writable_dir``),
-before anything is planned, compiled, launched or drawn."""
+before anything is planned, compiled, launched or drawn.
+
+``bpo plot`` and ``bpo table`` (and ``bpo reproduce``'s drawing step) read every run directory
+through ``experiments.reader``: a run whose files cannot be used is listed on stderr, one line
+each, the outputs are made from the other runs, and the exit code is 1 unless
+``--allow-skipped`` (a damaged run must not vanish from a table with exit code 0). What cannot be
+made at all (no usable run, a damaged ``sweep.json``, a table cell that would pool different
+configurations) is an error with exit code 2 (1 in ``bpo reproduce``, whose runs are done)."""
 
 from __future__ import annotations
 
@@ -24,8 +31,9 @@ from bpo.results import ensure_writable_dir
 from bpo.validation import validate_environment
 from experiments import launch, store
 from experiments.plotting import plot_results
+from experiments.reader import BadFile, Run, Skipped
 from experiments.sweep import Grid, RunSpec, Sweep, expand, load_sweep, parse_assignment
-from experiments.table import write_tables
+from experiments.table import MixedRuns, write_tables
 
 RUNS_DIR = Path("runs")
 """Where sweeps and reproductions write by default: git-ignored, so the committed results/ stay as they are."""
@@ -253,6 +261,50 @@ class ReproduceArgs:
     """Fields fixed for every run, KEY=VALUE, e.g. total_timesteps=100000 or episodes=50."""
     progress: bool = True
     """Show the sweep's progress bar."""
+    allow_skipped: bool = False
+    """Exit with 0 even when the plot or the table skipped a run directory whose files could not be
+    used (each is listed on stderr all the same)."""
+
+
+ANALYSIS_ERRORS = (ConfigError, FileNotFoundError, BadFile, MixedRuns)
+"""What stops ``bpo plot`` or ``bpo table`` with a one-line message: a bad argument, no usable run,
+a damaged sweep.json, a table cell that would pool different configurations."""
+
+
+def _print_skipped(command: str, skipped: list[Skipped]) -> None:
+    for s in skipped:
+        print(f"{command}: skipped {s.line()}", file=sys.stderr)
+
+
+def _load_runs(results_dir: Path, command: str) -> tuple[list[Run], list[Skipped]]:
+    """The usable runs of a results folder (``store.load_runs``), each run directory skipped listed
+    on stderr, one line each (also when no run is left to use)."""
+    try:
+        runs, skipped = store.load_runs(results_dir)
+    except store.NoRuns as e:
+        _print_skipped(command, e.skipped)
+        raise
+    _print_skipped(command, skipped)
+    return runs, skipped
+
+
+def _skipped_exit(command: str, skipped: list[Skipped], allow: bool) -> int:
+    """0, or 1 when run directories were skipped and ``--allow-skipped`` was not given; says which."""
+    if not skipped:
+        return 0
+    n = len(skipped)
+    print(f"{command}: {n} run director{'y' if n == 1 else 'ies'} skipped (listed above); the outputs are made from "
+          "the other runs" + ("" if allow else "; exit code 1 (--allow-skipped: 0)"), file=sys.stderr)
+    return 0 if allow else 1
+
+
+def _plot(runs: list[Run], results_dir: Path, out: Path, command: str) -> tuple[list[Path], list[Skipped]]:
+    """``plot_results``, its skipped runs listed; a ``FileNotFoundError`` when no curve could be used."""
+    paths, skipped = plot_results(runs, out)
+    _print_skipped(command, skipped)
+    if not paths:
+        raise FileNotFoundError(f"no run under {results_dir} has a curve.csv that can be used")
+    return paths, skipped
 
 
 def reproduce_main(argv: list[str]) -> int:
@@ -261,16 +313,18 @@ def reproduce_main(argv: list[str]) -> int:
                                           out=args.out, progress=args.progress, set=args.set, seeds=args.seeds))
     if code != 0:
         return code
-    paths = plot_results(sweep_dir, sweep_dir)
     sweep = load_sweep(args.name)
-    try:
-        paths += write_tables(sweep_dir, sweep_dir, baseline=sweep.baseline, alternative=sweep.alternative)
-    except FileNotFoundError as e:  # e.g. no baseline row: the runs and the plot are there all the same
-        print(f"error: table: {e}; see `bpo table --help`", file=sys.stderr)
+    try:  # the runs are there whatever goes wrong here: exit code 1
+        runs, skipped = _load_runs(sweep_dir, "bpo reproduce")
+        paths, no_curve = _plot(runs, sweep_dir, sweep_dir, "bpo reproduce")
+        paths += write_tables(runs, sweep_dir, baseline=sweep.baseline, alternative=sweep.alternative,
+                              skipped=skipped)
+    except ANALYSIS_ERRORS as e:
+        print(f"error: {e}; see `bpo table --help`", file=sys.stderr)
         return 1
     print((sweep_dir / "table1.md").read_text())
     print("wrote " + ", ".join(str(p) for p in paths))
-    return 0
+    return _skipped_exit("bpo reproduce", skipped + no_curve, args.allow_skipped)
 
 
 @dataclass(frozen=True)
@@ -279,6 +333,10 @@ class AnalysisArgs:
     """A sweep's results folder (or any folder of run directories)."""
     out: Path | None = None
     """Output folder; default RESULTS_DIR."""
+    allow_skipped: bool = False
+    """Exit with 0 even when run directories were skipped because a file in them could not be used
+    (a damaged or foreign summary.json, config.json, spec.json or curve.csv). Each is listed on
+    stderr either way, and the outputs are made from the other runs; without it the exit code is 1."""
 
 
 @dataclass(frozen=True)
@@ -318,14 +376,15 @@ def table_main(argv: list[str]) -> int:
         if args.bootstrap_reps < 100:
             raise ConfigError("bootstrap_reps", f"must be an integer >= 100, got {args.bootstrap_reps}")
         ensure_writable_dir(args.out or args.results_dir, "--out")
-        paths = write_tables(args.results_dir, args.out or args.results_dir, baseline=args.baseline,
-                             alpha=args.alpha, alternative=args.alternative, reps=args.bootstrap_reps)
-    except (ConfigError, FileNotFoundError) as e:
+        runs, skipped = _load_runs(args.results_dir, "bpo table")
+        paths = write_tables(runs, args.out or args.results_dir, baseline=args.baseline, alpha=args.alpha,
+                             alternative=args.alternative, reps=args.bootstrap_reps, skipped=skipped)
+    except ANALYSIS_ERRORS as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print((args.out or args.results_dir).joinpath("table1.md").read_text())
     print("wrote " + ", ".join(str(p) for p in paths))
-    return 0
+    return _skipped_exit("bpo table", skipped, args.allow_skipped)
 
 
 def plot_main(argv: list[str]) -> int:
@@ -333,9 +392,10 @@ def plot_main(argv: list[str]) -> int:
     try:
         _check_results_dir(args.results_dir)
         ensure_writable_dir(args.out or args.results_dir, "--out")
-        paths = plot_results(args.results_dir, args.out or args.results_dir)
-    except (ConfigError, FileNotFoundError) as e:
+        runs, skipped = _load_runs(args.results_dir, "bpo plot")
+        paths, no_curve = _plot(runs, args.results_dir, args.out or args.results_dir, "bpo plot")
+    except ANALYSIS_ERRORS as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print("wrote " + ", ".join(str(p) for p in paths))
-    return 0
+    return _skipped_exit("bpo plot", skipped + no_curve, args.allow_skipped)

@@ -2,16 +2,21 @@
 per row with the mean over seeds and a standard-error band (the style of the paper's Figures 2-5),
 and a dashed reference line where the environment's optimal return is known. Like ``bpo table``, it
 warns (on stderr) when the runs come from different code or MuJoCo versions
-(``experiments.common.provenance_notes``)."""
+(``experiments.common.provenance_notes``).
+
+Each run's ``curve.csv`` is read and checked by ``experiments.reader.read_curve``: a run whose
+curve is damaged (cut off, a row of NaNs, not a CSV) is left out and returned as skipped. A NaN
+evaluation return is data (a seed that diverged): the mean and SE at that step are over the other
+seeds, the run's legend entry counts its NaN evaluations, and a note on stderr says so."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
 from matplotlib.figure import Figure
 
-from bpo import results
 from experiments.common import (
     OPTIMAL_RETURNS,
     report_provenance,
@@ -21,13 +26,16 @@ from experiments.common import (
     sort_rows,
     sort_settings,
 )
-from experiments.store import finished_runs
+from experiments.reader import BadFile, Run, Skipped, read_curve
 
 STEP_LABELS = {"env_step": "environment steps", "episode": "episodes"}
 
 
 def mean_se_by_step(rows: list[dict], column: str = "eval_return"):
-    """Mean and standard error over seeds of ``column`` at each step of a curve (``bpo.results.read_curve``)."""
+    """Mean and standard error over seeds of ``column`` at each step of a curve (``read_curve``),
+    over the seeds whose value there is finite: a NaN evaluation of a diverged seed is left out
+    rather than making the whole step NaN. SE = SD / sqrt(k) with k those seeds; 0 where k < 2,
+    NaN mean where k = 0 (a gap in the line)."""
     steps = np.array(sorted({r["step"] for r in rows}))
     index = {s: i for i, s in enumerate(steps)}
     seeds = sorted({r["seed"] for r in rows})
@@ -35,40 +43,70 @@ def mean_se_by_step(rows: list[dict], column: str = "eval_return"):
     seed_index = {s: i for i, s in enumerate(seeds)}
     for r in rows:
         values[seed_index[r["seed"]], index[r["step"]]] = r[column]
-    mean = np.nanmean(values, axis=0)
-    se = np.nanstd(values, axis=0, ddof=1) / np.sqrt(len(seeds)) if len(seeds) > 1 else np.zeros_like(mean)
+    ok = np.isfinite(values)
+    k = ok.sum(axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.where(ok, values, 0.0).sum(axis=0) / k
+        var = (np.where(ok, values - mean, 0.0) ** 2).sum(axis=0) / (k - 1)
+        se = np.where(k > 1, np.sqrt(var / k), 0.0)
     return steps, mean, se
 
 
-def plot_results(results_dir: Path, out: Path) -> list[Path]:
-    """Learning curves of every finished run under ``results_dir``: one panel per (environment,
+def read_curves(runs: list[Run]) -> tuple[dict[str, list[dict]], list[Skipped]]:
+    """{run id: its curve} for the runs whose ``curve.csv`` passes ``read_curve`` (checked against
+    the run's seeds), and the others as skipped, each with the reason."""
+    curves, skipped = {}, []
+    for r in runs:
+        try:
+            curves[r.run_id] = read_curve(r.path, r.seeds)
+        except BadFile as e:
+            skipped.append(r.skipped(e))
+    return curves, skipped
+
+
+def _label(run: Run, curve: list[dict]) -> str:
+    """The legend entry of a run: its row and seeds, and its NaN evaluations if it has any (also
+    said on stderr)."""
+    lost = sum(not np.isfinite(r["eval_return"]) for r in curve)
+    if lost:
+        print(f"bpo plot: {run.path / 'curve.csv'}: {lost} of {len(curve)} evaluation returns are NaN or infinite; "
+              "the mean and SE at those steps are over the other seeds", file=sys.stderr)
+    return f"{row_label(run.row)} ({run.seeds} seeds" + (f", {lost} NaN evaluations)" if lost else ")")
+
+
+def plot_results(runs: list[Run], out: Path) -> tuple[list[Path], list[Skipped]]:
+    """Learning curves of ``runs`` (``experiments.store.load_runs``): one panel per (environment,
     preset), one line per row (variant and grid values) with the same colour in every panel;
-    ``OUT/curves.png`` and ``OUT/curves.pdf``."""
-    runs = finished_runs(results_dir)
-    report_provenance([results.read_summary(Path(results_dir) / r["run_id"]) for r in runs], "bpo plot")
+    ``OUT/curves.png`` and ``OUT/curves.pdf``. Returns them and the runs left out because their
+    curve could not be used; no file when no curve could."""
+    curves, skipped = read_curves(runs)
+    runs = [r for r in runs if r.run_id in curves]
+    if not runs:
+        return [], skipped
+    report_provenance([r.summary for r in runs], "bpo plot")
     by_setting: dict = {}
     for r in runs:
-        by_setting.setdefault((r["env"], r["preset"]), []).append(r)
+        by_setting.setdefault((r.env, r.preset), []).append(r)
     settings = sort_settings(by_setting)
-    order = sort_rows(r["row"] for r in runs)
+    order = sort_rows(r.row for r in runs)
     colours = {row: f"C{i}" for i, row in enumerate(order)}
     ncols = min(len(settings), 3)
     nrows = -(-len(settings) // ncols)
     fig = Figure(figsize=(5.2 * ncols, 3.8 * nrows))
     axes = fig.subplots(nrows, ncols, squeeze=False)
     for ax, setting in zip(axes.flat, settings, strict=False):  # the last row may have spare axes
-        for r in sorted(by_setting[setting], key=lambda r: order.index(r["row"])):
-            steps, mean, se = mean_se_by_step(results.read_curve(Path(results_dir) / r["run_id"]))
-            ax.plot(steps, mean, color=colours[r["row"]], label=f"{row_label(r['row'])} ({r['seeds']} seeds)")
-            ax.fill_between(steps, mean - se, mean + se, color=colours[r["row"]], alpha=0.2)
+        for r in sorted(by_setting[setting], key=lambda r: order.index(r.row)):
+            steps, mean, se = mean_se_by_step(curves[r.run_id])
+            ax.plot(steps, mean, color=colours[r.row], label=_label(r, curves[r.run_id]))
+            ax.fill_between(steps, mean - se, mean + se, color=colours[r.row], alpha=0.2)
         if setting[0] in OPTIMAL_RETURNS:
             value = OPTIMAL_RETURNS[setting[0]]
             ax.axhline(value, color="k", linestyle="--", linewidth=1, label=f"optimum ({value:.2f})")
         ax.set_title(setting_label(setting))
-        ax.set_xlabel(STEP_LABELS.get(by_setting[setting][0]["step_unit"], "steps"))
+        ax.set_xlabel(STEP_LABELS.get(by_setting[setting][0].summary["step_unit"], "steps"))
         ax.set_ylabel("evaluation return (mean ± SE)")
         ax.legend(fontsize=7)
     for ax in list(axes.flat)[len(settings):]:
         ax.set_visible(False)
     fig.tight_layout()
-    return save_figure(fig, Path(out), "curves", dpi=130)
+    return save_figure(fig, Path(out), "curves", dpi=130), skipped

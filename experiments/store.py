@@ -1,5 +1,7 @@
 """The results store of a sweep: ``RESULTS/<run-id>/`` run directories, ``sweep.json`` (the
-expanded runs) and ``index.json`` (one entry per run, what the analysis commands read).
+expanded runs) and ``index.json`` (one entry per run, for people and other tools: rebuilt from
+the run directories, each read and checked by ``experiments.reader``, whenever a command looks, and
+never read back).
 
 A run is first written whole to ``.staging/`` and then renamed to its final name, so a run
 directory either is complete or does not exist: a sweep killed at any moment leaves no
@@ -37,6 +39,7 @@ from pathlib import Path
 from bpo import results
 from bpo.config import COMPATIBLE_ADDITIONS, EXECUTION_ONLY, from_dict, missing_fields, to_dict
 from bpo.publish import replace_dir
+from experiments import reader
 from experiments.sweep import RunSpec
 
 STAGING = ".staging"
@@ -192,17 +195,19 @@ def write_sweep_file(sweep_dir: Path, name: str, specs: list[RunSpec]) -> None:
 
 
 def read_specs(sweep_dir: Path) -> list[RunSpec]:
-    path = Path(sweep_dir) / "sweep.json"
-    if not path.exists():
-        return []
-    return [RunSpec.from_json(d) for d in json.loads(path.read_text())["runs"]]
+    """The runs of a sweep folder's ``sweep.json`` ([] where there is none); a damaged one is a
+    ``reader.BadFile`` naming it."""
+    found = reader.read_sweep_file(sweep_dir)
+    return [] if found is None else found[1]
 
 
 def is_finished(sweep_dir: Path, spec: RunSpec) -> bool:
-    """A complete run directory (summary.json exists) holding the same configuration, recorded by
-    code that had every field of today's config (or only lacked ``COMPATIBLE_ADDITIONS``)."""
+    """A complete run directory (a summary.json that ``reader.read_summary`` accepts: a damaged
+    one would be skipped by every table, so the run is done again) holding the same configuration,
+    recorded by code that had every field of today's config (or only lacked ``COMPATIBLE_ADDITIONS``)."""
     run_dir = Path(sweep_dir) / spec.run_id
     try:
+        reader.read_summary(run_dir)
         raw = json.loads((run_dir / "config.json").read_text())
         if set(missing_fields(raw)) - set(COMPATIBLE_ADDITIONS):
             return False  # stale: recorded before a field existed whose default may change the results
@@ -210,7 +215,7 @@ def is_finished(sweep_dir: Path, spec: RunSpec) -> bool:
         # in today's layout (bpo.config.from_dict).
         stored = json.loads(json.dumps(to_dict(from_dict(raw))))
         expected = json.loads(json.dumps(to_dict(spec.config())))
-        return (run_dir / "summary.json").exists() and same_result_config(stored, expected)
+        return same_result_config(stored, expected)
     except (OSError, ValueError, TypeError, AttributeError):
         return False
 
@@ -292,75 +297,57 @@ def publish(sweep_dir: Path, spec: RunSpec, write_run) -> dict:
     return summary
 
 
-def _entry(run_dir: Path, root: Path) -> dict | None:
-    try:
-        summary = results.read_summary(run_dir)
-        config = json.loads((run_dir / "config.json").read_text())
-    except (OSError, ValueError):
-        return None
-    spec_path = run_dir / "spec.json"
-    row = None
-    if spec_path.exists():
-        row = RunSpec.from_json(json.loads(spec_path.read_text())).row
-    variant = config.get("variant") or ""
-    return {
-        "run_id": str(run_dir.relative_to(root)),
-        "status": "finished",
-        "preset": config["preset"],
-        "env": config["env"],
-        "algo": config["algo"],
-        "variant": variant,
-        "row": row or variant or config["algo"],
-        "seeds": summary["seeds"],
-        "step_unit": summary["step_unit"],
-        "final_mean": summary["final_mean"],
-        "final_se": summary["final_se"],
-        "final_eval_returns": summary["final_eval_returns"],
-        "wall_time_s": summary["wall_time_s"],
-    }
-
-
-def build_index(results_dir: Path, failed: dict[str, str] | None = None) -> dict:
-    """Index every finished run under ``results_dir`` (sweep runs, and any other run directories such
-    as ``bpo reproduce`` writes), plus the sweep's runs not finished yet: running (a process holds
-    its lock), failed (in ``failed``) or pending."""
-    root = Path(results_dir)
-    entries = []
-    for summary_path in sorted(root.rglob("summary.json")):
-        run_dir = summary_path.parent
-        parts = run_dir.relative_to(root).parts
-        if STAGING in parts or CHECKPOINTS in parts or LOCKS in parts or not (run_dir / "config.json").exists():
-            continue
-        entry = _entry(run_dir, root)
-        if entry is not None:
-            entries.append(entry)
+def _index(root: Path, sweep: tuple[str, list[RunSpec]] | None, runs: list[reader.Run],
+           skipped: list[reader.Skipped], failed: dict[str, str] | None) -> dict:
+    """The index: the finished runs, the run directories skipped (status ``skipped``, with the file
+    and the reason), then the sweep's runs not finished yet: running (a process holds its lock),
+    failed (in ``failed``) or pending."""
+    entries = [r.entry() for r in runs]
+    entries += [{"run_id": s.run_id, "status": "skipped", "file": s.file, "error": s.reason} for s in skipped]
     done = {e["run_id"] for e in entries}
-    for spec in read_specs(root):
+    for spec in sweep[1] if sweep is not None else []:
         if spec.run_id not in done:
             status = ("running" if run_is_locked(root, spec.run_id) else
                       "failed" if failed and spec.run_id in failed else "pending")
-            entries.append({"run_id": spec.run_id, "status": status, "preset": spec.preset, "row": spec.row,
+            entries.append({"run_id": spec.run_id, "status": status, "preset": spec.preset,
+                            "row": reader.spec_row(spec, root / "sweep.json"),
                             **({"error": failed[spec.run_id]} if status == "failed" else {})})
-    name = json.loads((root / "sweep.json").read_text())["sweep"] if (root / "sweep.json").exists() else root.name
-    return {"sweep": name, "runs": entries}
+    return {"sweep": sweep[0] if sweep is not None else root.name, "runs": entries}
+
+
+def build_index(results_dir: Path, failed: dict[str, str] | None = None) -> dict:
+    """Index every run directory under ``results_dir`` (sweep runs, and any other run directories
+    such as ``bpo reproduce`` writes), each read and checked by ``experiments.reader``, plus the
+    sweep's runs not finished yet. A damaged ``sweep.json`` is a ``reader.BadFile``."""
+    root = Path(results_dir)
+    return _index(root, reader.read_sweep_file(root), *reader.scan(root), failed)
+
+
+def _refresh(results_dir: Path, failed: dict[str, str] | None) -> tuple[dict, list[reader.Run], list[reader.Skipped]]:
+    """``refresh_index``, also returning the runs it read and the run directories it skipped."""
+    root = Path(results_dir)
+    sweep = reader.read_sweep_file(root)
+    if sweep is None:
+        runs, skipped = reader.scan(root)
+        return _nonempty(_index(root, None, runs, skipped, failed), root), runs, skipped
+    with folder_lock(root):
+        runs, skipped = reader.scan(root)
+        index = _nonempty(_index(root, sweep, runs, skipped, failed), root)
+        try:
+            results.atomic_write_json(root / "index.json", index)
+        except OSError:
+            pass
+    return index, runs, skipped
 
 
 def refresh_index(results_dir: Path, failed: dict[str, str] | None = None) -> dict:
     """Rebuild ``index.json`` from the run directories (cheap: a few small files per run) and write
     it when the folder is writable; the analysis commands call this, so the index is never stale
-    (Slurm jobs finish after the submitting command has exited). Rebuilt and written under the
-    folder's index lock, so concurrent sweeps never interleave their reads and writes: whichever
-    writes last writes what the folder holds then. A folder that is not a sweep's (no sweep.json:
-    run directories gathered by hand) is only read."""
-    if not (Path(results_dir) / "sweep.json").exists():
-        return _nonempty(build_index(results_dir, failed), results_dir)
-    with folder_lock(results_dir):
-        index = _nonempty(build_index(results_dir, failed), results_dir)
-        try:
-            results.atomic_write_json(Path(results_dir) / "index.json", index)
-        except OSError:
-            pass
-    return index
+    (Slurm jobs finish after the submitting command has exited), and it is never read: a damaged
+    one is replaced. Rebuilt and written under the folder's index lock, so concurrent sweeps never
+    interleave their reads and writes: whichever writes last writes what the folder holds then. A
+    folder that is not a sweep's (no sweep.json: run directories gathered by hand) is only read."""
+    return _refresh(results_dir, failed)[0]
 
 
 def _nonempty(index: dict, results_dir: Path) -> dict:
@@ -369,5 +356,21 @@ def _nonempty(index: dict, results_dir: Path) -> dict:
     return index
 
 
-def finished_runs(results_dir: Path) -> list[dict]:
-    return [e for e in refresh_index(results_dir)["runs"] if e["status"] == "finished"]
+class NoRuns(FileNotFoundError):
+    """No run directory of a results folder can be used; ``skipped`` says why for each one found."""
+
+    def __init__(self, message: str, skipped: list[reader.Skipped]):
+        super().__init__(message)
+        self.skipped = skipped
+
+
+def load_runs(results_dir: Path) -> tuple[list[reader.Run], list[reader.Skipped]]:
+    """What ``bpo table`` and ``bpo plot`` read: the finished runs of ``results_dir``, each read and
+    checked once (``experiments.reader``), and the run directories skipped, each with its file and
+    reason, for the commands to list (refreshing ``index.json`` on the way). ``NoRuns`` when there is
+    no run to use; ``reader.BadFile`` for a damaged ``sweep.json``."""
+    _, runs, skipped = _refresh(results_dir, None)
+    if not runs:
+        raise NoRuns(f"no finished runs (summary.json + config.json) under {results_dir}"
+                     + (f" that can be read ({len(skipped)} skipped)" if skipped else ""), skipped)
+    return runs, skipped

@@ -11,8 +11,19 @@ test in that direction is significant (a loss).
 Under the table: the p-values (one-sided and two-sided), Holm's adjustment over all tested cells
 and the number of significant cells expected by chance, a plain warning when there are few seeds,
 the paper's own numbers for the same cells (its ± read as a standard deviation over 10 runs, see
-docs/choices.md, and tested as such), and warnings when the runs come from different code or
-MuJoCo versions.
+docs/choices.md, and tested as such), warnings when the runs come from different code or MuJoCo
+versions, and notes on what the numbers leave out: columns without a baseline row, seeds whose
+final return is not finite, run directories skipped.
+
+What a cell may hold, so that no number in the table is silently wrong:
+
+* one configuration (``check_cells``): runs of one (environment, preset, row) that differ in their
+  budget, backend, evaluation protocol or any other field that changes the results are refused,
+  and so are two runs with the same seeds;
+* each column is tested against its own baseline row (``column_baselines``), so a run of another
+  preset cannot change another column's baseline; a column without one is shown untested;
+* a seed whose final return is NaN or infinite (a run that diverged) is shown in its cell and
+  left out of the statistics; the JSON files hold null for it, and stay valid for strict parsers.
 """
 
 from __future__ import annotations
@@ -23,8 +34,9 @@ from pathlib import Path
 import numpy as np
 
 from bpo import results
+from bpo.config import to_dict
 from bpo.presets import PAPER_TABLE1, paper_setting
-from experiments.aggregates import normalised_runs, runs_used_note, write_aggregates
+from experiments.aggregates import normalised_runs, runs_used_note, strict_json, write_aggregates
 from experiments.common import (
     OPTIMAL_RETURNS,
     SETTING_NAMES,
@@ -38,7 +50,8 @@ from experiments.common import (
     welch_p,
     welch_p_from_stats,
 )
-from experiments.store import finished_runs
+from experiments.reader import Run, Skipped
+from experiments.store import EXECUTION_ONLY
 
 PAPER_RUNS = 10
 """Runs per cell of the paper's Table 1; its ± is their standard deviation (docs/choices.md)."""
@@ -58,26 +71,122 @@ def mark(mean: float, baseline_mean: float, p: float, alpha: float, p_worse: flo
     return ""
 
 
-def default_baseline(rows) -> str:
-    for candidate in ("ppo", "reinforce"):
-        if candidate in rows:
-            return candidate
-    raise FileNotFoundError(f"no baseline row ('ppo' or 'reinforce') among {sorted(rows)}; pass --baseline")
+DEFAULT_BASELINES = ("ppo", "reinforce")
+"""Without --baseline, each column is tested against its own PPO row, or else its REINFORCE row."""
+PROTOCOL = ("total_timesteps", "episodes", "backend", "eval_every", "eval_episodes", "eval_deterministic",
+            "max_episode_steps")
+"""The config fields that decide what a final return measures, beside the preset (part of the
+column) and the row: the budget, the backend and the evaluation protocol. Checked first, so that a
+refusal names them; every other field that changes the results must agree too."""
+POOLED = ("seed", "seeds", *EXECUTION_ONLY)
+"""What may differ between runs pooled in one cell: their seeds (more seeds of one configuration),
+and the fields that only change how a run executes, not its results."""
 
 
-def collect(runs: list[dict]) -> dict[tuple[str, str], dict[str, list[float]]]:
-    """{(env, preset): {row: final evaluation returns, one per seed}}."""
+class MixedRuns(ValueError):
+    """Runs that would share a cell but are not one configuration; one line naming them."""
+
+
+def configuration(cfg) -> dict:
+    """A run's config as {dotted field: value}, without the ``POOLED`` fields: what must be the
+    same for two runs to share a cell."""
+    flat = {}
+
+    def walk(section: dict, prefix: str) -> None:
+        for name, value in section.items():
+            if isinstance(value, dict):
+                walk(value, f"{prefix}{name}.")
+            elif prefix or name not in POOLED:
+                flat[prefix + name] = value
+
+    walk(to_dict(cfg), "")
+    return flat
+
+
+def _same_configuration(first: Run, other: Run, where: str) -> None:
+    mine, theirs = configuration(first.config), configuration(other.config)
+    names = [n for n in PROTOCOL if n in mine or n in theirs] + [n for n in {**mine, **theirs} if n not in PROTOCOL]
+    for name in names:
+        if mine.get(name, "absent") != theirs.get(name, "absent"):
+            raise MixedRuns(f"{where}: runs {first.run_id!r} and {other.run_id!r} differ in {name} "
+                            f"({mine.get(name, 'absent')} vs {theirs.get(name, 'absent')}); a cell pools the seeds of "
+                            "one configuration: move one of them to another results folder")
+
+
+def check_cells(runs: list[Run]) -> None:
+    """One cell is one configuration. Runs of one (environment, preset, row) that differ in a
+    ``PROTOCOL`` field (their budget, backend or evaluation protocol) or in any other field that
+    changes the results, or that share their base seed (so their seeds are the same random
+    streams, counted twice), are a ``MixedRuns`` naming the runs and the field.
+
+    Refused rather than split into cells of their own: a row of the table is one row of the
+    paper's, tested against one baseline cell, and cells labelled by whatever field happened to
+    differ would leave it unclear which cell to test against which. Runs that differ on purpose
+    belong in separate folders, or in rows of their own (a swept value is part of the row)."""
+    by_cell: dict = {}
+    for r in runs:
+        by_cell.setdefault((r.env, r.preset, r.row), []).append(r)
+    for (env, preset, row), group in by_cell.items():
+        where = f"{setting_label((env, preset))} {row_label(row)}"
+        seeds: dict[int, Run] = {}
+        for r in group:
+            _same_configuration(group[0], r, where)
+            if r.config.seed in seeds:
+                raise MixedRuns(f"{where}: runs {seeds[r.config.seed].run_id!r} and {r.run_id!r} have the same seed "
+                                f"({r.config.seed}), so the same seeds: pooled, each would count twice")
+            seeds[r.config.seed] = r
+
+
+def collect(runs: list[Run]) -> dict[tuple[str, str], dict[str, list[float]]]:
+    """{(env, preset): {row: final evaluation returns, one per seed}}, once ``check_cells`` has
+    made sure each cell holds one configuration."""
+    check_cells(runs)
     cells: dict = {}
     for r in runs:
-        cells.setdefault((r["env"], r["preset"]), {}).setdefault(r["row"], []).extend(r["final_eval_returns"])
+        cells.setdefault((r.env, r.preset), {}).setdefault(r.row, []).extend(r.summary["final_eval_returns"])
     return cells
 
 
+def column_baselines(cells: dict, baseline: str | None = None) -> dict:
+    """{(env, preset): the row its cells are tested against, or None}. ``baseline`` where the
+    column has it; without one, the column's own PPO row, else its REINFORCE row. Per column, so a
+    run of another preset (an episodic column beside PPO ones) cannot change the other columns'
+    baseline; a column without its baseline row stays untested (``untested_note``)."""
+    candidates = (baseline,) if baseline else DEFAULT_BASELINES
+    return {s: next((c for c in candidates if c in rows), None) for s, rows in cells.items()}
+
+
+def main_baseline(baselines: dict) -> str | None:
+    """The baseline of the most columns (the first in the paper's row order on a tie): the one the
+    JSON names, the paper's table is tested against and rliable's aggregates use."""
+    named = [b for b in baselines.values() if b is not None]
+    return max(sort_rows(named), key=named.count) if named else None
+
+
+def _per_column(baseline, settings) -> dict:
+    """A baseline given as one row for every column, or already per column."""
+    return dict(baseline) if isinstance(baseline, dict) else {s: baseline for s in settings}
+
+
+def _main(baseline: str | dict | None) -> str | None:
+    return main_baseline(baseline) if isinstance(baseline, dict) else baseline
+
+
+def finite(values) -> list[float]:
+    return [float(x) for x in values if math.isfinite(x)]
+
+
 def describe(values) -> dict:
-    """Mean, sample SD (ddof 1), SE = SD / sqrt(n), n and the values themselves."""
+    """Mean, sample SD (ddof 1), SE = SD / sqrt(n) and n over the finite values; ``not_finite``
+    counts the seeds whose final return is NaN or infinite (a diverged run: it has no return to
+    average, and one NaN would make every statistic NaN), and ``values`` keeps every seed, None for
+    those."""
     v = np.asarray(values, dtype=float)
-    sd = float(v.std(ddof=1)) if len(v) > 1 else math.nan
-    return {"mean": float(v.mean()), "sd": sd, "se": sd / math.sqrt(len(v)), "n": len(v), "values": v.tolist()}
+    ok = v[np.isfinite(v)]
+    n = len(ok)
+    sd = float(ok.std(ddof=1)) if n > 1 else math.nan
+    return {"mean": float(ok.mean()) if n else math.nan, "sd": sd, "se": sd / math.sqrt(n) if n else math.nan,
+            "n": n, "not_finite": len(v) - n, "values": [float(x) if math.isfinite(x) else None for x in v]}
 
 
 def _tests(p_greater: float, p_less: float, p_two: float, alternative: str) -> dict:
@@ -102,18 +211,22 @@ def _adjust(table: dict) -> dict:
     return table
 
 
-def compute_table(cells: dict, baseline: str, alpha: float = 0.05, alternative: str = "greater") -> dict:
-    """Every cell's mean, SD, SE, n and values; against the baseline of its column, its p-values
-    (one-sided both ways, two-sided, and their Holm adjustments) and its mark."""
-    table = {}
+def compute_table(cells: dict, baseline: str | dict, alpha: float = 0.05, alternative: str = "greater") -> dict:
+    """Every cell's mean, SD, SE, n and values; against the baseline of its column (``baseline``:
+    one row for all, or {column: row or None}), its p-values (one-sided both ways, two-sided, and
+    their Holm adjustments) and its mark. Only finite final returns enter the tests."""
+    baselines, table = _per_column(baseline, cells), {}
     for setting, rows in cells.items():
-        base = rows.get(baseline)
+        base_row = baselines.get(setting)
+        base = finite(rows[base_row]) if base_row in rows else None
         for row, values in rows.items():
             cell = {**describe(values), **_UNTESTED}
-            if base is not None and row != baseline:
-                cell.update(_tests(welch_p(values, base, "greater"), welch_p(values, base, "less"),
-                                   welch_p(values, base, "two-sided"), alternative))
-                cell["mark"] = mark(cell["mean"], float(np.mean(base)), cell["p"], alpha, cell["p_worse"])
+            if base is not None and row != base_row:
+                ok = finite(values)
+                cell.update(_tests(welch_p(ok, base, "greater"), welch_p(ok, base, "less"),
+                                   welch_p(ok, base, "two-sided"), alternative))
+                base_mean = float(np.mean(base)) if base else math.nan
+                cell["mark"] = mark(cell["mean"], base_mean, cell["p"], alpha, cell["p_worse"])
             table[(setting, row)] = cell
     return _adjust(table)
 
@@ -156,6 +269,18 @@ def _cell_text(cell: dict | None, latex: bool, paper: bool = False) -> str:
     mean (and SE), † after the cell."""
     if cell is None:
         return "–" if not latex else "--"
+    if cell["n"] == 0:
+        return f"all {cell['not_finite']} seeds NaN"
+    return _marked_text(cell, latex, paper) + _not_finite_text(cell)
+
+
+def _not_finite_text(cell: dict) -> str:
+    """' [k of n seeds NaN]' after a cell with seeds whose final return is not finite."""
+    lost = cell.get("not_finite", 0)
+    return f" [{lost} of {cell['n'] + lost} seeds NaN]" if lost else ""
+
+
+def _marked_text(cell: dict, latex: bool, paper: bool) -> str:
     mean, se, sd = cell["mean"], cell["se"], cell["sd"]
     if math.isnan(sd):
         text, extra = format_number(mean), ""
@@ -187,13 +312,37 @@ def _grid(table: dict, settings, rows, text) -> list[str]:
     return lines
 
 
-def legend(baseline: str, alpha: float, alternative: str, markdown: bool = True) -> str:
+def against(baseline: str | dict) -> str:
+    """What the rows are tested against: the baseline row's name, or, when columns have different
+    baseline rows, each with its columns."""
+    if not isinstance(baseline, dict):
+        return row_label(baseline)
+    columns: dict = {}
+    for setting, row in baseline.items():
+        if row is not None:
+            columns.setdefault(row, []).append(setting)
+    if not columns:
+        return "its column's baseline row (none here: see the notes)"
+    if len(columns) == 1:
+        return row_label(next(iter(columns)))
+    return "the baseline row of its column (" + "; ".join(
+        f"{row_label(row)} in {', '.join(setting_label(s) for s in sort_settings(columns[row]))}"
+        for row in sort_rows(columns)) + ")"
+
+
+def _compared(table: dict, settings, rows, baseline: str | dict) -> list[str]:
+    """The rows that are not the baseline of every column they are in: the rows of the p-value grids."""
+    baselines = _per_column(baseline, settings)
+    return [r for r in rows if any((s, r) in table and baselines.get(s) != r for s in settings)]
+
+
+def legend(baseline: str | dict, alpha: float, alternative: str, markdown: bool = True) -> str:
     """What the cells and the marks mean."""
     bold, italic = ("**bold**", "*italic*") if markdown else ("bold", "italic")
     side = "one-sided" if alternative == "greater" else "two-sided"
     loss = f"one-sided test for a lower mean, p < {alpha}" if alternative == "greater" else f"p < {alpha}"
     return (f"Mean ± SE of the final evaluation return over seeds (SE = SD / √n), with the SD over seeds in "
-            f"parentheses. Welch's t-test ({side}) of each row against {row_label(baseline)}: {bold} = higher mean "
+            f"parentheses. Welch's t-test ({side}) of each row against {against(baseline)}: {bold} = higher mean "
             f"with p < {alpha}, {italic} = higher mean with p ≥ {alpha}, {WORSE} = lower mean, significantly "
             f"({loss}).")
 
@@ -210,22 +359,23 @@ def multiple_comparisons(table: dict, alpha: float, alternative: str) -> dict:
             "worse": len(worse), "worse_after_holm": sum(c["p_worse_holm"] < alpha for c in worse)}
 
 
-def _multiple_comparison_lines(table: dict, settings, rows, baseline: str, alpha: float, alternative: str) -> list:
+def _multiple_comparison_lines(table: dict, settings, rows, baseline: str | dict, alpha: float,
+                               alternative: str) -> list:
     mc = multiple_comparisons(table, alpha, alternative)
     m = mc["tests"]
     if m == 0:
         return []
     expected = f"{alpha} × {m} = {mc['expected_false_positives']:.2f}"
     chance = (f"about {expected} cells would be marked bold by chance alone if no row differed from "
-              f"{row_label(baseline)}, and as many †" if alternative == "greater" else
+              f"{against(baseline)}, and as many †" if alternative == "greater" else
               f"about {expected} cells would be marked bold or † by chance alone if no row differed from "
-              f"{row_label(baseline)}")
+              f"{against(baseline)}")
     holm_text = ("Holm's step-down correction over all {m} tested cells, which keeps the chance of any false "
                  "positive at α" if m > 1 else "with a single test Holm's correction changes nothing").format(m=m)
     lines = ["", f"Multiple comparisons: {_count(m, 'test')} at α = {alpha}, so {chance}. Holm-adjusted p-values "
              f"({holm_text}):", ""]
-    lines += _grid(table, settings, [r for r in rows if r != baseline],
-                   lambda c: "–" if c is None else format_p(c["p_holm"]))
+    lines += _grid(table, settings, _compared(table, settings, rows, baseline),
+                   lambda c: "–" if c is None or c["p_holm"] is None else format_p(c["p_holm"]))
     after = []
     if mc["bold"]:
         after.append(f"bold cells {mc['bold_after_holm']} of {mc['bold']}")
@@ -247,16 +397,16 @@ def few_seeds_note(ns) -> str | None:
             "is no evidence of no difference.")
 
 
-def to_markdown(table: dict, settings, rows, baseline: str, alpha: float, alternative: str,
-                runs: list[dict] = (), notes: list[str] = ()) -> str:
+def to_markdown(table: dict, settings, rows, baseline: str | dict, alpha: float, alternative: str,
+                runs: list[Run] = (), notes: list[str] = ()) -> str:
     """The table with its p-values and the multiple-comparison note; then, where they apply, the
     few-seeds warning, the optimal return of a column's environment, the paper's Table 1 for the
     same cells, ``notes`` (the provenance warnings) and ``runs`` (``run_lines``)."""
     lines = _grid(table, settings, rows, lambda c: _cell_text(c, False))
     side = "one-sided p for a higher mean than" if alternative == "greater" else "two-sided p against"
     lines += ["", legend(baseline, alpha, alternative), "",
-              f"p-values ({side} {row_label(baseline)}; two-sided p in parentheses):", ""]
-    lines += _grid(table, settings, [r for r in rows if r != baseline],
+              f"p-values ({side} {against(baseline)}; two-sided p in parentheses):", ""]
+    lines += _grid(table, settings, _compared(table, settings, rows, baseline),
                    lambda c: "–" if c is None or c["p"] is None else
                    f"{format_p(c['p'])} ({format_p(c['p_two_sided'])})")
     lines += _multiple_comparison_lines(table, settings, rows, baseline, alpha, alternative)
@@ -270,7 +420,7 @@ def to_markdown(table: dict, settings, rows, baseline: str, alpha: float, altern
         lines += ["", f"Optimal expected return: {', '.join(optima)}."]
     paper = paper_columns(settings)
     if paper:
-        paper_table = compute_paper_table(paper, baseline, alpha, alternative)
+        paper_table = compute_paper_table(paper, _main(baseline), alpha, alternative)
         paper_rows = [r for r in rows if any((s, r) in paper_table for s in paper)]
         lines += ["", f"The paper's Table 1 for the same cells (1.5M/2M steps): mean (SD) over {PAPER_RUNS} runs. "
                   "The paper prints mean ± SD without saying which; its bold and italic marks show it is the SD "
@@ -286,20 +436,20 @@ def to_markdown(table: dict, settings, rows, baseline: str, alpha: float, altern
     return "\n".join(lines)
 
 
-def run_lines(runs: list[dict]) -> list[str]:
+def run_lines(runs: list[Run]) -> list[str]:
     """One Markdown line per run: its budget, wall time and training throughput (from its summary)."""
     lines = []
-    for r in sorted(runs, key=lambda r: r["run_id"]):
-        s = r["summary"]
+    for r in sorted(runs, key=lambda r: r.run_id):
+        s = r.summary
         budget = (f"{s['total_timesteps']:.0f} steps" if "total_timesteps" in s else
                   f"{s['episodes']} episodes" if "episodes" in s else "–")
         steps_per_s = s.get("train_steps_per_s")
-        lines.append(f"| {r['run_id']} | {row_label(r['row'])} | {r['seeds']} | {budget} | {s['wall_time_s']:.0f} "
+        lines.append(f"| {r.run_id} | {row_label(r.row)} | {r.seeds} | {budget} | {s['wall_time_s']:.0f} "
                      f"| {'–' if steps_per_s is None else f'{steps_per_s:.0f}'} |")
     return lines
 
 
-def to_latex(table: dict, settings, rows, baseline: str = "ppo", alpha: float = 0.05,
+def to_latex(table: dict, settings, rows, baseline: str | dict = "ppo", alpha: float = 0.05,
              alternative: str = "greater") -> str:
     """A booktabs tabular, then the legend as a footnote-size paragraph."""
     envs = " & ".join(s[0] for s in settings)
@@ -321,40 +471,105 @@ def _json_cells(table: dict) -> list[dict]:
     return [{"env": s[0], "preset": s[1], "row": r, **c} for (s, r), c in sorted(table.items())]
 
 
-def write_tables(results_dir: Path, out: Path, baseline: str | None = None, alpha: float = 0.05,
-                 alternative: str = "greater", reps: int = 2000) -> list[Path]:
-    out = Path(out)
-    runs = finished_runs(results_dir)
-    cells = collect(runs)
-    all_rows = {row for rows in cells.values() for row in rows}
-    baseline = baseline or default_baseline(all_rows)
-    if baseline not in all_rows:
-        raise FileNotFoundError(f"baseline row {baseline!r} not found; rows: {sort_rows(all_rows)}")
-    table = compute_table(cells, baseline, alpha, alternative)
-    settings, rows = sort_settings(cells), sort_rows(all_rows)
-    details = [{**r, "summary": results.read_summary(Path(results_dir) / r["run_id"])} for r in runs]
-    summaries = [d["summary"] for d in details]
-    notes = report_provenance(summaries, "bpo table")
-    used = runs_used_note(*normalised_runs(cells, baseline, rows))
-    notes = notes + ([used] if used else [])
-    results.atomic_write_text(out / "table1.md", to_markdown(table, settings, rows, baseline, alpha, alternative,
-                                                             details, notes) + "\n")
-    results.atomic_write_text(out / "table1.tex", to_latex(table, settings, rows, baseline, alpha, alternative) + "\n")
-    paper = paper_columns(settings)
-    few = few_seeds_note(c["n"] for c in table.values())
-    results.atomic_write_json(out / "table1.json", {
-        "baseline": baseline, "alpha": alpha, "alternative": alternative,
+def untested_note(settings, baselines: dict, baseline: str | None) -> str | None:
+    """Which columns have no baseline row, so that their cells carry no test."""
+    missing = [s for s in settings if baselines.get(s) is None]
+    if not missing:
+        return None
+    wanted = row_label(baseline) if baseline else " or ".join(row_label(b) for b in DEFAULT_BASELINES)
+    return (f"Not tested: no {wanted} row in {', '.join(setting_label(s) for s in missing)}, so "
+            f"{'its cells carry' if len(missing) == 1 else 'the cells of these columns carry'} no p-value and no mark.")
+
+
+def left_out_note(settings, baselines: dict, primary: str | None) -> str | None:
+    """The columns rliable's aggregates leave out: those tested against another row, or untested."""
+    out = [s for s in settings if baselines.get(s) != primary]
+    if primary is None or not out:
+        return None
+    why = [f"{setting_label(s)} (" + ("no baseline row" if baselines.get(s) is None else
+                                      f"tested against {row_label(baselines[s])}") + ")" for s in out]
+    return (f"rliable's IQM and probability of improvement compare rows with {row_label(primary)} across the columns "
+            f"tested against it; left out: {', '.join(why)}.")
+
+
+def not_finite_note(table: dict) -> str | None:
+    """The cells with seeds whose final return is NaN or infinite, and what was done with them."""
+    bad = [(k, c) for k, c in sorted(table.items()) if c.get("not_finite")]
+    if not bad:
+        return None
+    listed = "; ".join(f"{setting_label(s)} {row_label(r)}: {c['not_finite']} of {c['n'] + c['not_finite']}"
+                       for (s, r), c in bad)
+    return ("Seeds whose final return is NaN or infinite (a run that diverged) are counted in their cells and left "
+            f"out of the means, SDs, SEs, tests and rliable's aggregates (n counts the other seeds): {listed}.")
+
+
+def skipped_note(skipped: list[Skipped]) -> str | None:
+    if not skipped:
+        return None
+    return (f"Skipped: {len(skipped)} run director{'y' if len(skipped) == 1 else 'ies'} whose files could not be "
+            "used: " + "; ".join(f"{s.run_id} ({s.file}: {s.reason})" for s in skipped) + ".")
+
+
+def aggregate_cells(cells: dict, baselines: dict, primary: str | None) -> dict:
+    """What rliable's aggregates are computed from: the columns tested against ``primary``, with
+    each cell's finite final returns only (a row left with none is dropped from its column)."""
+    return {s: {r: ok for r, v in rows.items() if (ok := finite(v))}
+            for s, rows in cells.items() if primary is not None and baselines[s] == primary}
+
+
+def _notes(table, settings, rows, cells, baselines, baseline, skipped) -> list[str]:
+    """The notes under the table beside the provenance warnings, in the order they are printed."""
+    primary = main_baseline(baselines)
+    used = runs_used_note(*normalised_runs(aggregate_cells(cells, baselines, primary), primary, rows))
+    return [n for n in (used, untested_note(settings, baselines, baseline), left_out_note(settings, baselines, primary),
+                        not_finite_note(table), skipped_note(skipped)) if n]
+
+
+def _json(table, baselines, alpha, alternative, notes, runs, skipped, paper) -> dict:
+    primary = main_baseline(baselines)
+    return {
+        "baseline": primary, "alpha": alpha, "alternative": alternative,
+        "baselines": [{"env": s[0], "preset": s[1], "baseline": b} for s, b in sorted(baselines.items())],
         "dispersion": "mean ± SE over seeds (SE = SD / sqrt(n)); each cell also holds sd, n and the per-seed values",
+        "null": "not tested, or no value: a p-value without a baseline row or with fewer than two finite values (or "
+                "none of them spread); an SD of a single value; a seed's final return that is NaN or infinite",
         "marks": {"bold": "higher mean than the baseline, p < alpha", "italic": "higher mean, p >= alpha",
                   "worse": f"lower mean, p_worse < alpha ({WORSE} in Markdown and LaTeX)",
                   "p": "one-sided (higher mean) when alternative is greater, else two-sided",
                   "p_worse": "one-sided (lower mean) when alternative is greater, else two-sided",
-                  "p_holm": "p adjusted by Holm over all tested cells; p_worse_holm likewise"},
+                  "p_holm": "p adjusted by Holm over all tested cells; p_worse_holm likewise",
+                  "not_finite": "seeds whose final return is NaN or infinite, left out of n and the statistics"},
         "multiple_comparisons": multiple_comparisons(table, alpha, alternative),
-        "notes": ([few] if few else []) + notes,
-        "provenance": provenance_counts(summaries),
+        "notes": notes, "skipped": [s.to_json() for s in skipped],
+        "provenance": provenance_counts([r.summary for r in runs]),
         "cells": _json_cells(table),
         "paper_table1": {"dispersion": f"mean ± SD over {PAPER_RUNS} runs (the paper's ±, read as SD)",
-                         "cells": _json_cells(compute_paper_table(paper, baseline, alpha, alternative))}})
+                         "cells": _json_cells(compute_paper_table(paper, primary, alpha, alternative))}}
+
+
+def write_tables(runs: list[Run], out: Path, baseline: str | None = None, alpha: float = 0.05,
+                 alternative: str = "greater", reps: int = 2000, skipped: list[Skipped] = ()) -> list[Path]:
+    """table1.md, table1.tex and table1.json of ``runs`` (``experiments.store.load_runs``), and
+    rliable's aggregates beside them, in ``out``; ``skipped``, the run directories left out, are
+    listed in the notes. A ``MixedRuns`` when a cell would pool different configurations, a
+    ``FileNotFoundError`` for a ``baseline`` that no column has (a typo, not a missing column)."""
+    out = Path(out)
+    cells = collect(runs)
+    all_rows = {row for rows in cells.values() for row in rows}
+    if baseline is not None and baseline not in all_rows:
+        raise FileNotFoundError(f"baseline row {baseline!r} not found; rows: {sort_rows(all_rows)}")
+    baselines = column_baselines(cells, baseline)
+    table = compute_table(cells, baselines, alpha, alternative)
+    settings, rows = sort_settings(cells), sort_rows(all_rows)
+    few = few_seeds_note(c["n"] for c in table.values())
+    notes = report_provenance([r.summary for r in runs], "bpo table") + _notes(table, settings, rows, cells,
+                                                                              baselines, baseline, list(skipped))
+    results.atomic_write_text(out / "table1.md", to_markdown(table, settings, rows, baselines, alpha, alternative,
+                                                             runs, notes) + "\n")
+    results.atomic_write_text(out / "table1.tex", to_latex(table, settings, rows, baselines, alpha, alternative) + "\n")
+    data = _json(table, baselines, alpha, alternative, ([few] if few else []) + notes, runs, list(skipped),
+                 paper_columns(settings))
+    results.atomic_write_text(out / "table1.json", strict_json(data))
     paths = [out / "table1.md", out / "table1.tex", out / "table1.json"]
-    return paths + write_aggregates(cells, baseline, out, reps)
+    primary = main_baseline(baselines)
+    return paths + write_aggregates(aggregate_cells(cells, baselines, primary), primary, out, reps)

@@ -1,0 +1,390 @@
+"""Nothing lost and nothing silently wrong in ``bpo table`` and ``bpo plot`` (docs/runs.md, "What is
+refused, and why"):
+
+* every file of a run directory they read is checked where it is read (``experiments.reader``):
+  each kind damaged in a copy of a real results folder (``results/classic``, four runs made by
+  ``bpo reproduce classic``) is skipped with one line naming the run directory, the file and the
+  reason, the outputs are made from the other runs, and the exit code is 1 (0 with
+  ``--allow-skipped``); a damaged ``sweep.json`` is a one-line error, exit code 2;
+* a table cell is one configuration: runs of one row that differ in budget, backend or
+  evaluation protocol, or that share their seeds, are refused with exit code 2;
+* each column is tested against its own baseline row, and a column without one is untested;
+* a NaN final return is counted in its cell and left out of the statistics, and the JSON files
+  hold null for it and stay valid for strict parsers.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bpo.config import replace
+from bpo.presets import apply_variant, get_preset
+from experiments import store
+from experiments.cli import main
+from experiments.common import welch_p
+from experiments.plotting import mean_se_by_step
+from experiments.sweep import RunSpec
+
+from synthetic_results import fake_run, synthetic_results
+
+ROOT = Path(__file__).resolve().parents[1]
+CLASSIC = ROOT / "results" / "classic"
+VICTIM = "Pendulum-v1-pendulum_ppo-bpo"
+OTHER = "CartPole-v1-cartpole_ppo-bpo"
+
+
+def strict_load(path: Path):
+    """JSON as a strict parser reads it: a bare NaN or Infinity is an error."""
+    def refuse(constant):
+        raise ValueError(f"{path}: {constant} is not JSON")
+    return json.loads(path.read_text(), parse_constant=refuse)
+
+
+@pytest.fixture
+def classic(tmp_path) -> Path:
+    """A copy of the committed results/classic run directories and sweep.json (not its outputs)."""
+    folder = tmp_path / "classic"
+    folder.mkdir()
+    shutil.copy(CLASSIC / "sweep.json", folder / "sweep.json")
+    for run in CLASSIC.glob("*/summary.json"):
+        shutil.copytree(run.parent, folder / run.parent.name)
+    return folder
+
+
+def edit_json(path: Path, change) -> None:
+    data = json.loads(path.read_text())
+    change(data)
+    path.write_text(json.dumps(data))
+
+
+def cut_mid_row(path: Path) -> None:
+    text = path.read_text()
+    last = text.rstrip("\n").rfind("\n")
+    path.write_text(text[:last + (len(text) - last) // 2])
+
+
+def drop_last_row(path: Path) -> None:
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text("".join(lines[:-1]))
+
+
+def replace_row(path: Path, number: int, make) -> None:
+    """Line ``number`` (1 = the header) replaced by ``make(fields)``."""
+    lines = path.read_text().splitlines()
+    lines[number - 1] = ",".join(make(lines[number - 1].split(",")))
+    path.write_text("\n".join(lines) + "\n")
+
+
+# file, what is done to it in the victim run directory, the reason printed.
+DAMAGE = {
+    "summary-empty": ("summary.json", lambda p: p.write_text(""), "empty"),
+    "summary-truncated": ("summary.json", lambda p: p.write_text(p.read_text()[:200]), "not valid JSON"),
+    "summary-array": ("summary.json", lambda p: p.write_text("[1, 2]"), "holds a JSON array, not an object"),
+    "summary-missing-field": ("summary.json", lambda p: edit_json(p, lambda d: d.pop("final_eval_returns")),
+                              "final_eval_returns is missing"),
+    "summary-wrong-type": ("summary.json", lambda p: edit_json(p, lambda d: d.update(final_mean="high")),
+                           'final_mean must be a number or null, got "high"'),
+    "summary-no-returns": ("summary.json", lambda p: edit_json(p, lambda d: d.update(final_eval_returns=[])),
+                           "final_eval_returns is empty"),
+    "summary-foreign": ("summary.json", lambda p: shutil.copy(p.parents[1] / OTHER / "summary.json", p),
+                        'preset is "cartpole_ppo" but config.json says "pendulum_ppo": the summary of another run?'),
+    "config-missing": ("config.json", lambda p: p.unlink(), "missing"),
+    "config-garbage": ("config.json", lambda p: p.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00"),
+                       "not text (not UTF-8): not a JSON file"),
+    "config-truncated": ("config.json", lambda p: p.write_text(p.read_text()[:100]), "not valid JSON"),
+    "config-invalid": ("config.json", lambda p: p.write_text('{"preset": "pendulum_ppo"}'), "env is missing"),
+    "config-wrong-budget": ("config.json", lambda p: edit_json(p, lambda d: d.update(total_timesteps="lots")),
+                            'total_timesteps must be an integer >= 1, got "lots"'),
+    "spec-garbage": ("spec.json", lambda p: p.write_text("run_id = 3"), "not valid JSON"),
+    "spec-missing-field": ("spec.json", lambda p: edit_json(p, lambda d: d.pop("run_id")), "run_id is missing"),
+    "spec-foreign": ("spec.json", lambda p: shutil.copy(p.parents[1] / OTHER / "spec.json", p),
+                     'preset is "cartpole_ppo" but config.json says "pendulum_ppo": the spec of another run?'),
+}
+CURVE_DAMAGE = {
+    "curve-missing": (lambda p: p.unlink(), "missing"),
+    "curve-empty": (lambda p: p.write_text(""), "empty"),
+    "curve-cut-mid-row": (cut_mid_row, "line 261 has"),
+    "curve-cut-at-a-line-end": (drop_last_row, "seed 9 has 25 evaluations, seed 0 26 (cut off?)"),
+    "curve-row-of-nans": (lambda p: replace_row(p, 5, lambda f: ["nan"] * len(f)),
+                          'line 5: step is "nan", not a whole number >= 0'),
+    "curve-not-a-number": (lambda p: replace_row(p, 7, lambda f: [f[0], f[1], "oops", *f[3:]]),
+                           'line 7: eval_return is "oops", not a number'),
+    "curve-foreign": (lambda p: p.write_text("update,loss\n0,1.5\n"), "no column step, seed, eval_return"),
+}
+
+
+def analyse(command: str, folder: Path, capsys, *flags: str) -> tuple[int, list[str]]:
+    """(exit code, stderr lines) of ``bpo table`` or ``bpo plot`` on ``folder``."""
+    capsys.readouterr()
+    extra = ["--bootstrap-reps", "100"] if command == "table" else []
+    code = main([command, str(folder), *extra, *flags])
+    return code, capsys.readouterr().err.splitlines()
+
+
+@pytest.mark.parametrize("case", list(DAMAGE))
+def test_a_damaged_run_file_is_skipped_by_name_and_the_rest_is_used(classic, capsys, case):
+    name, damage, reason = DAMAGE[case]
+    damage(classic / VICTIM / name)
+    line = f"skipped {classic / VICTIM}: {name}: {reason}"
+    for command in ("table", "plot"):
+        code, err = analyse(command, classic, capsys)
+        assert code == 1, err
+        skipped = [e for e in err if " skipped " in e and ": " in e and "(listed above)" not in e]
+        assert len(skipped) == 1 and skipped[0].startswith(f"bpo {command}: {line}"), err
+        assert not any("Traceback" in e for e in err)
+        assert err[-1] == (f"bpo {command}: 1 run directory skipped (listed above); the outputs are made from the "
+                           "other runs; exit code 1 (--allow-skipped: 0)")
+    md = (classic / "table1.md").read_text()
+    assert md.splitlines()[0] == "| | CartPole-v1 (cartpole_ppo) | Pendulum-v1 (pendulum_ppo) |"
+    assert md.splitlines()[2:4] == ["| BPO | 500 ± 0 (SD 0) | – |",  # the victim's cell is empty
+                                    "| PPO | 500 ± 0 (SD 0) | -397 ± 72 (SD 228) |"]  # the others are there
+    data = strict_load(classic / "table1.json")
+    assert [(s["run_id"], s["file"]) for s in data["skipped"]] == [(VICTIM, name)]
+    assert f"Skipped: 1 run directory whose files could not be used: {VICTIM} ({name}: " in md
+    index = strict_load(classic / "index.json")
+    assert {e["run_id"]: e["status"] for e in index["runs"]}[VICTIM] == "skipped"
+    assert (classic / "curves.png").stat().st_size > 5000
+    assert main(["table", str(classic), "--bootstrap-reps", "100", "--allow-skipped"]) == 0
+    assert main(["plot", str(classic), "--allow-skipped"]) == 0
+
+
+@pytest.mark.parametrize("case", list(CURVE_DAMAGE))
+def test_a_damaged_curve_is_skipped_by_the_plot(classic, capsys, case):
+    damage, reason = CURVE_DAMAGE[case]
+    damage(classic / VICTIM / "curve.csv")
+    code, err = analyse("plot", classic, capsys)
+    assert code == 1, err
+    assert err[0].startswith(f"bpo plot: skipped {classic / VICTIM}: curve.csv: {reason}"), err
+    assert len(err) == 2 and (classic / "curves.png").stat().st_size > 5000
+    assert analyse("plot", classic, capsys, "--allow-skipped")[0] == 0
+    code, err = analyse("table", classic, capsys)  # the table reads no curve: the run is in it
+    assert code == 0 and err == [], err
+
+
+def test_a_nan_evaluation_is_data_in_the_plot(classic, capsys):
+    replace_row(classic / VICTIM / "curve.csv", 4, lambda f: [f[0], f[1], "nan", *f[3:]])
+    code, err = analyse("plot", classic, capsys)
+    assert code == 0 and err == [f"bpo plot: {classic / VICTIM / 'curve.csv'}: 1 of 260 evaluation returns are NaN "
+                                 "or infinite; the mean and SE at those steps are over the other seeds"], err
+    # The mean and SE at a step with a NaN seed are those of the other seeds.
+    rows = [{"step": s, "seed": k, "eval_return": v} for s, values in ((0, [1.0, 2.0, 3.0]), (1, [4.0, math.nan, 8.0]))
+            for k, v in enumerate(values)]
+    steps, mean, se = mean_se_by_step(rows)
+    assert list(steps) == [0, 1] and list(mean) == [2.0, 6.0]
+    assert se == pytest.approx([1.0 / 3 ** 0.5, np.std([4.0, 8.0], ddof=1) / 2 ** 0.5])
+
+
+def test_a_damaged_sweep_file_is_one_line_and_exit_2(classic, capsys):
+    (classic / "sweep.json").write_text('{"sweep": "classic", "runs": [')
+    for command in ("table", "plot"):
+        code, err = analyse(command, classic, capsys)
+        assert code == 2 and len(err) == 1, err
+        assert err[0].startswith(f"error: {classic / 'sweep.json'}: not valid JSON (Expecting value at line 1"), err
+    (classic / "sweep.json").write_text('{"sweep": "classic", "runs": [{"run_id": 7}]}')
+    code, err = analyse("table", classic, capsys)
+    assert (code, err) == (2, [f"error: {classic / 'sweep.json'}: runs[0]: run_id must be a non-empty string, got 7"])
+    assert not (classic / "table1.md").exists()
+
+
+def test_a_damaged_index_is_never_read_and_is_replaced(classic, capsys):
+    (classic / "index.json").write_text("\x00garbage")
+    assert analyse("table", classic, capsys) == (0, [])
+    index = strict_load(classic / "index.json")
+    assert sorted(e["status"] for e in index["runs"]) == ["finished"] * 4
+
+
+def test_no_usable_run_lists_each_and_exits_2(classic, capsys):
+    for run in classic.glob("*/summary.json"):
+        run.write_text("")
+    code, err = analyse("table", classic, capsys)
+    assert code == 2 and len(err) == 5, err
+    assert all(e.startswith("bpo table: skipped ") and e.endswith("summary.json: empty") for e in err[:4])
+    assert err[4] == (f"error: no finished runs (summary.json + config.json) under {classic} that can be read "
+                      "(4 skipped)")
+
+
+def test_a_sweep_redoes_a_run_whose_summary_is_damaged(classic):
+    spec = RunSpec.from_json(json.loads((classic / VICTIM / "spec.json").read_text()))
+    assert store.is_finished(classic, spec)
+    (classic / VICTIM / "summary.json").write_text("{}")
+    assert not store.is_finished(classic, spec)  # kept, it would be skipped by every table for good
+
+
+# Mixed configurations in one cell.
+HOPPER = ("Hopper-v5", "mujoco_default")
+
+
+def ppo_run(root: Path, name: str, finals, **changes) -> None:
+    cfg = replace(apply_variant(get_preset("mujoco_default", "Hopper-v5"), "ppo"),
+                  **{"seeds": len(finals), "total_timesteps": 100_000, **changes})
+    fake_run(root / name, cfg, finals)
+
+
+def with_bpo_row(root: Path) -> None:
+    cfg = replace(apply_variant(get_preset("mujoco_default", "Hopper-v5"), "bpo_c1.0_rho1.5"), seeds=3,
+                  total_timesteps=100_000)
+    fake_run(root / "bpo", cfg, [1500.0, 1600.0, 1700.0])
+
+
+@pytest.mark.parametrize(("field", "value", "shown"), [
+    ("total_timesteps", 200_000, "total_timesteps (100000 vs 200000)"),
+    ("backend", "threads", "backend (gymnasium vs threads)"),
+    ("eval_episodes", 5, "eval_episodes (10 vs 5)"),
+    ("eval_every", 20_000, "eval_every (8192 vs 20000)"),
+    ("ppo.learning_rate", 1e-3, "ppo.learning_rate (0.0003 vs 0.001)"),  # any field that changes the results
+])
+def test_runs_of_one_cell_with_different_configurations_are_refused(tmp_path, capsys, field, value, shown):
+    with_bpo_row(tmp_path)
+    ppo_run(tmp_path, "ppo-a", [1000.0, 1100.0, 1200.0])
+    ppo_run(tmp_path, "ppo-b", [900.0, 1000.0, 1100.0], seed=3, **{field: value})
+    code, err = analyse("table", tmp_path, capsys)
+    assert code == 2 and err == [f"error: Hopper-v5 (default) PPO: runs 'ppo-a' and 'ppo-b' differ in {shown}; a cell "
+                                 "pools the seeds of one configuration: move one of them to another results folder"]
+    assert not (tmp_path / "table1.md").exists()
+
+
+def test_runs_of_one_cell_with_the_same_seeds_are_refused_and_other_seeds_pooled(tmp_path, capsys):
+    with_bpo_row(tmp_path)
+    ppo_run(tmp_path, "ppo-a", [1000.0, 1100.0, 1200.0])
+    ppo_run(tmp_path, "ppo-b", [900.0, 1000.0, 1100.0])
+    code, err = analyse("table", tmp_path, capsys)
+    assert code == 2 and err == ["error: Hopper-v5 (default) PPO: runs 'ppo-a' and 'ppo-b' have the same seed (0), so "
+                                 "the same seeds: pooled, each would count twice"]
+    # Seeds 3, 4, 5 (other random streams), evaluated in the training loop (which gives the same results).
+    ppo_run(tmp_path, "ppo-b", [900.0, 1000.0, 1100.0], seed=3, eval_in_background=False)
+    assert analyse("table", tmp_path, capsys)[0] == 0
+    cells = {c["row"]: c for c in strict_load(tmp_path / "table1.json")["cells"]}
+    assert cells["ppo"]["n"] == 6 and cells["ppo"]["mean"] == pytest.approx(1050.0)
+
+
+# Baselines per column.
+SC = ("ShortCorridor-v0", "short_corridor")
+SC_RUNS = {"reinforce": [-13.0, -13.2, -12.8, -13.1], "bpo": [-11.0, -11.2, -11.4, -11.1]}
+HOPPER_RUNS = {"ppo": [1000.0, 1100.0, 1200.0, 1050.0], "bpo_c1.0_rho1.5": [1500.0, 1600.0, 1700.0, 1400.0]}
+
+
+def episodic_results(root: Path, cells: dict) -> None:
+    for algo, finals in cells.items():
+        fake_run(root / "sc" / algo, replace(get_preset("short_corridor"), algo=algo, seeds=len(finals)), finals)
+
+
+def cells_of(path: Path) -> dict:
+    return {((c["env"], c["preset"]), c["row"]): c for c in strict_load(path)["cells"]}
+
+
+def test_each_column_is_tested_against_its_own_baseline(tmp_path, capsys):
+    episodic_results(tmp_path / "alone", SC_RUNS)
+    assert analyse("table", tmp_path / "alone", capsys)[0] == 0
+    alone = cells_of(tmp_path / "alone" / "table1.json")[(SC, "bpo")]
+    # A PPO column beside it (another preset) no longer makes PPO the ShortCorridor column's baseline.
+    episodic_results(tmp_path / "both", SC_RUNS)
+    synthetic_results(tmp_path / "both", {HOPPER: HOPPER_RUNS})
+    assert analyse("table", tmp_path / "both", capsys)[0] == 0
+    data = strict_load(tmp_path / "both" / "table1.json")
+    assert data["baselines"] == [{"env": "Hopper-v5", "preset": "mujoco_default", "baseline": "ppo"},
+                                 {"env": "ShortCorridor-v0", "preset": "short_corridor", "baseline": "reinforce"}]
+    cells = cells_of(tmp_path / "both" / "table1.json")
+    assert cells[(SC, "bpo")]["p"] == alone["p"] == pytest.approx(welch_p(SC_RUNS["bpo"], SC_RUNS["reinforce"]))
+    assert cells[(SC, "bpo")]["mark"] == "bold" and cells[(SC, "reinforce")]["p"] is None
+    assert cells[(HOPPER, "bpo_c1.0_rho1.5")]["p"] == pytest.approx(
+        welch_p(HOPPER_RUNS["bpo_c1.0_rho1.5"], HOPPER_RUNS["ppo"]))
+    md = (tmp_path / "both" / "table1.md").read_text()
+    assert ("Welch's t-test (one-sided) of each row against the baseline row of its column (REINFORCE in "
+            "ShortCorridor-v0 (short_corridor); PPO in Hopper-v5 (default))") in md
+    assert ("rliable's IQM and probability of improvement compare rows with REINFORCE across the columns tested "
+            "against it; left out: Hopper-v5 (default) (tested against PPO).") in md
+    assert strict_load(tmp_path / "both" / "aggregates.json")["tasks"] == [list(SC)]
+
+
+def test_a_column_without_its_baseline_row_is_untested_not_an_error(tmp_path, capsys):
+    synthetic_results(tmp_path / "one", {HOPPER: HOPPER_RUNS})
+    synthetic_results(tmp_path / "two", {HOPPER: HOPPER_RUNS, ("Ant-v5", "mujoco_gsde"): {
+        "bpo_c1.0_rho1.5": [2000.0, 2100.0, 2300.0]}})
+    assert analyse("table", tmp_path / "one", capsys)[0] == 0
+    assert analyse("table", tmp_path / "two", capsys)[0] == 0
+    one, two = cells_of(tmp_path / "one" / "table1.json"), cells_of(tmp_path / "two" / "table1.json")
+    assert two[(HOPPER, "bpo_c1.0_rho1.5")]["p"] == one[(HOPPER, "bpo_c1.0_rho1.5")]["p"]
+    ant = two[(("Ant-v5", "mujoco_gsde"), "bpo_c1.0_rho1.5")]
+    assert ant["p"] is None and ant["mark"] == "" and ant["mean"] == pytest.approx(2133.333333)
+    note = ("Not tested: no PPO or REINFORCE row in Ant-v5 (gSDE), so its cells carry no p-value and no mark.")
+    assert note in strict_load(tmp_path / "two" / "table1.json")["notes"]
+    assert f"**{note}**" in (tmp_path / "two" / "table1.md").read_text()
+    # A --baseline that no column has is a typo: an error, not an untested table.
+    code, err = analyse("table", tmp_path / "two", capsys, "--baseline", "bpo_c9")
+    assert code == 2 and err[0].startswith("error: baseline row 'bpo_c9' not found; rows: ")
+
+
+# A seed whose final return is NaN.
+NAN_RUNS = {"ppo": [1000.0, 1100.0, math.nan, 1200.0, 1050.0], "bpo_c1.0_rho1.5": [1500.0, 1600.0, 1700.0, 1400.0]}
+
+
+def test_a_nan_final_return_is_counted_and_left_out_of_the_statistics(tmp_path, capsys):
+    synthetic_results(tmp_path, {HOPPER: NAN_RUNS, ("Walker2d-v5", "mujoco_default"): HOPPER_RUNS})
+    # A strict writer puts null where the NaN is: the same.
+    edit_json(tmp_path / "Walker2d-v5" / "mujoco_default" / "ppo" / "summary.json",
+              lambda d: d.update(final_eval_returns=[*d["final_eval_returns"][:3], None], seeds=4))
+    code, err = analyse("table", tmp_path, capsys)
+    assert code == 0, err
+    cells = cells_of(tmp_path / "table1.json")
+    finite = [1000.0, 1100.0, 1200.0, 1050.0]
+    ppo = cells[(HOPPER, "ppo")]
+    assert (ppo["n"], ppo["not_finite"], ppo["values"][2]) == (4, 1, None)
+    assert ppo["mean"] == pytest.approx(np.mean(finite)) and ppo["sd"] == pytest.approx(np.std(finite, ddof=1))
+    bpo = cells[(HOPPER, "bpo_c1.0_rho1.5")]
+    assert bpo["p"] == pytest.approx(welch_p(NAN_RUNS["bpo_c1.0_rho1.5"], finite)) and bpo["mark"] == "bold"
+    walker = cells[(("Walker2d-v5", "mujoco_default"), "ppo")]
+    assert (walker["n"], walker["not_finite"]) == (3, 1)
+    md = (tmp_path / "table1.md").read_text()
+    assert "1088 ± 43 (SD 85) [1 of 5 seeds NaN]" in md
+    assert ("left out of the means, SDs, SEs, tests and rliable's aggregates (n counts the other seeds): Hopper-v5 "
+            "(default) PPO: 1 of 5; Walker2d-v5 (default) PPO: 1 of 4.") in md
+    aggregates = strict_load(tmp_path / "aggregates.json")
+    assert all(math.isfinite(v["point"]) for v in aggregates["iqm"].values())
+    assert aggregates["runs_by_task"]["ppo"] == [4, 3]  # Hopper, Walker: the finite seeds
+
+
+def test_a_cell_whose_seeds_are_all_nan_and_undefined_tests_are_null_in_json(tmp_path, capsys):
+    synthetic_results(tmp_path, {HOPPER: {"ppo": [500.0, 500.0, 500.0], "bpo_c1.0_rho1.5": [500.0, 500.0, 500.0],
+                                          "bpo_c1.0_rho1.0": [math.nan, math.nan]}})
+    assert analyse("table", tmp_path, capsys)[0] == 0
+    cells = cells_of(tmp_path / "table1.json")  # strict: no bare NaN anywhere
+    capped = cells[(HOPPER, "bpo_c1.0_rho1.5")]  # every seed at the cap: the test is undefined
+    assert capped["p"] is None and capped["p_holm"] is None and capped["sd"] == 0.0
+    lost = cells[(HOPPER, "bpo_c1.0_rho1.0")]
+    assert (lost["n"], lost["not_finite"], lost["mean"], lost["values"]) == (0, 2, None, [None, None])
+    assert "| BPO (c̄, ρ̄ = 1.0, 1.0) | all 2 seeds NaN |" in (tmp_path / "table1.md").read_text()
+    strict_load(tmp_path / "aggregates.json")
+
+
+def test_reproduce_lists_what_its_plot_and_table_skipped(tmp_path, capsys):
+    """``bpo reproduce`` of a tiny sweep (two runs trained for real), then again with a foreign
+    run directory dropped into its folder and one run's curve cut off: the sweep keeps its finished
+    runs, the plot and the table are made from what can be used, and each skip is one line."""
+    sweep_file = tmp_path / "tiny.py"
+    sweep_file.write_text("from experiments.sweep import Grid, Sweep\n\n"
+                          "SWEEP = Sweep(name='tiny', grids=(Grid(\n"
+                          "    preset='short_corridor', variants=('reinforce', 'bpo'),\n"
+                          "    fixed=(('episodes', 20), ('eval_every', 10), ('eval_episodes', 3)), seeds=2),))\n")
+    out = tmp_path / "tiny"
+    argv = ["reproduce", str(sweep_file), "--out", str(out), "--no-progress", "--workers", "1"]
+    assert main(argv) == 0
+    (out / "by-hand").mkdir()
+    (out / "by-hand" / "summary.json").write_text("")
+    drop_last_row(out / "ShortCorridor-v0-short_corridor-bpo" / "curve.csv")
+    capsys.readouterr()
+    assert main(argv) == 1
+    captured = capsys.readouterr()
+    assert "0 to run" in captured.out and "| REINFORCE |" in captured.out
+    assert captured.err.splitlines() == [
+        f"bpo reproduce: skipped {out / 'by-hand'}: summary.json: empty",
+        f"bpo reproduce: skipped {out / 'ShortCorridor-v0-short_corridor-bpo'}: curve.csv: seed 1 has 2 evaluations, "
+        "seed 0 3 (cut off?)",
+        "bpo reproduce: 2 run directories skipped (listed above); the outputs are made from the other runs; exit "
+        "code 1 (--allow-skipped: 0)"]
+    assert main([*argv, "--allow-skipped"]) == 0

@@ -31,7 +31,8 @@ from bpo import results
 from bpo.config import ConfigError
 
 T = TypeVar("T")
-RUN_FILES = ("config.json", "curve.csv", "train_metrics.csv", "summary.json", "spec.json", "policies.msgpack")
+RUN_FILES = ("config.json", "curve.csv", "train_metrics.csv", "summary.json", "spec.json", "policies.msgpack",
+             "evaluations")
 """A run's own files: replaced together. Anything else in a run directory (``tb/``, ``checkpoint/``,
 the user's files) is kept by ``publish_run_dir``."""
 RESCUE_ENV = "BPO_RESCUE_DIR"

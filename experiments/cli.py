@@ -37,7 +37,7 @@ from bpo.tensorboard import TensorBoardLogger
 from bpo.training import progress_totals, run_validated, summarize, write
 from bpo.validation import validate, validate_environment
 
-USAGE = """usage: bpo {{train,sweep,plot,table,reproduce,verify-variance,report}} ...
+USAGE = """usage: bpo {{train,sweep,plot,table,reproduce,evaluate,verify-variance,report}} ...
 
   bpo train PRESET [--env ENV] [--variant NAME] [--algo ppo|bpo|reinforce] [--seeds N]
                    [--total-timesteps N | --episodes N] [--out DIR] [--tensorboard] [overrides]
@@ -63,6 +63,9 @@ USAGE = """usage: bpo {{train,sweep,plot,table,reproduce,verify-variance,report}
       3 seeds x 300k steps; table1_small; headline: PPO vs BPO (1.0, 1.5) on HalfCheetah-v5 at 1.5M
       steps, mujoco_default (15 seeds) and mujoco_default_authors (10 seeds); table1, ablations. The
       committed results are regenerated with an explicit --out results/NAME.
+  bpo evaluate RUN [--episodes N] [--which pi|mu] [--stochastic] [--backend jax|mjx|threads] [--seed S]
+      Re-evaluate a run's saved policies (every seed); with the defaults the episodes of its final
+      evaluation, so the same number. Writes RUN/evaluations/*.json.
   bpo verify-variance [--out DIR] [--n-random 20] [--episodes N] [--seed S] [--checkpoints ...] [--no-train]
       Theorem 2 by exact DP and Monte Carlo on ShortCorridor and random MDPs; variance under
       BPO-REINFORCE's learned mu at training checkpoints. Default out: runs/variance.
@@ -320,12 +323,16 @@ def _dispatch(argv: list[str]) -> int:
         from experiments.verify_variance import verify_variance_main
 
         return verify_variance_main(rest)
+    if command == "evaluate":
+        from experiments.evaluate import evaluate_main
+
+        return evaluate_main(rest)
     if command == "report":
         from experiments.report import report_main
 
         return report_main(rest)
-    return _fail(f"command: unknown {command!r}; allowed: ['plot', 'report', 'reproduce', 'sweep', 'table', "
-                 "'train', 'verify-variance']")
+    return _fail(f"command: unknown {command!r}; allowed: ['evaluate', 'plot', 'report', 'reproduce', 'sweep', "
+                 "'table', 'train', 'verify-variance']")
 
 
 if __name__ == "__main__":

@@ -4,6 +4,8 @@ files are refused with a message naming them."""
 
 from __future__ import annotations
 
+import json
+
 import gymnasium as gym
 import jax
 import numpy as np
@@ -15,6 +17,7 @@ from bpo.presets import get_preset
 from bpo.training import run, write
 from bpo.training.policies import FILE, NoPolicies, load_policies, load_policy
 from envs.gymnasium_envs import gym_spec
+from experiments.cli import main
 
 
 @pytest.fixture(scope="module")
@@ -73,3 +76,26 @@ def test_missing_or_damaged_policies_are_refused_naming_the_file(cartpole_run, t
         load_policy(copy)
     with pytest.raises(ValueError, match="seed: must be in"):
         load_policy(out_dir, seed=2)
+
+
+def test_bpo_evaluate_repeats_the_recorded_final_returns(cartpole_run, capsys):
+    """With the defaults the episodes are the run's final evaluation's: the same numbers, per seed."""
+    _, out_dir, _ = cartpole_run
+    assert main(["evaluate", str(out_dir)]) == 0
+    written = sorted((out_dir / "evaluations").glob("*.json"))
+    assert len(written) == 1
+    result = json.loads(written[0].read_text())
+    summary = json.loads((out_dir / "summary.json").read_text())
+    assert result["per_seed_mean"] == summary["final_eval_returns"]
+    assert result["mean"] == pytest.approx(summary["final_mean"], rel=1e-12)
+    assert np.shape(result["lengths"]) == (2, 3)
+    assert main(["evaluate", str(out_dir), "--which", "mu", "--stochastic", "--seed", "5", "--episodes", "4"]) == 0
+    other = json.loads((out_dir / "evaluations" / "mu-stochastic-4ep-run-seed5.json").read_text())
+    assert np.shape(other["returns"]) == (2, 4) and other["se"] > 0
+
+
+def test_bpo_evaluate_refuses_a_folder_without_policies(tmp_path, capsys):
+    assert main(["evaluate", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: run: ") and "no saved policies" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "evaluations").exists()

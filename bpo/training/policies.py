@@ -99,32 +99,36 @@ def _seed(tree: dict, seed: int) -> dict:
     return jax.tree.map(lambda x: jnp.asarray(x[seed]), tree)
 
 
-def _onpolicy_act(saved: SavedPolicies, params: dict, which: str, deterministic: bool):
+def acting_function(saved: SavedPolicies, which: str = "pi", deterministic: bool = True):
+    """``act(params, key, obs) -> action`` for one seed's slice of ``saved.final``: pi or mu of the
+    run's networks, the normaliser applied, deterministic (as the run's evaluations: the same
+    operations as ``Learner.greedy_with``) or sampled with ``key``."""
+    if which == "mu" and "mu_params" not in saved.final:
+        raise ConfigError("which", "not a BPO run: it has no mu; allowed: pi")
+    if isinstance(saved.config, EpisodicTrainConfig):
+        program = episodic.make_program(saved.config)
+
+        def act_episodic(params, key, obs):
+            logits = (program.policy.apply(params["pi_params"], obs) if which == "pi"
+                      else program.behaviour.mu_apply(params["mu_params"], obs).loc)
+            return jnp.argmax(logits, -1) if deterministic else jax.random.categorical(key, logits)
+
+        return act_episodic
     cfg = saved.config
     spec = gym_spec(cfg.env) if cfg.env in GYMNASIUM_ENVS else make_env(cfg.env).spec
     learner = make_learner(cfg, spec)
     if not deterministic and learner.use_sde:
         raise ConfigError("deterministic", "stochastic actions of a gSDE policy need its exploration matrices, "
                                            "which are not saved; allowed: deterministic")
-    stats = RunningStats(**params["obs_stats"])
-    net = params["actor_params" if which == "pi" else "mu_params"]
+    name = "actor_params" if which == "pi" else "mu_params"
 
-    def act(key, obs):
-        dist = learner.dist_fn(net)(learner.normalize(stats, obs))
-        action = (distributions.mode(dist, spec.discrete) if deterministic
-                  else distributions.sample(key, dist, spec.discrete))
+    def act(params, key, obs):
+        stats = RunningStats(**params["obs_stats"])
+        if deterministic:
+            return learner.greedy_with(params[name], stats, obs)
+        dist = learner.dist_fn(params[name])(learner.normalize(stats, obs))
+        action = distributions.sample(key, dist, spec.discrete)
         return distributions.clip_action(action, learner.action_low, learner.action_high)
-
-    return act
-
-
-def _episodic_act(saved: SavedPolicies, params: dict, which: str, deterministic: bool):
-    program = episodic.make_program(saved.config)
-
-    def act(key, obs):
-        logits = (program.policy.apply(params["pi_params"], obs) if which == "pi"
-                  else program.behaviour.mu_apply(params["mu_params"], obs).loc)
-        return jnp.argmax(logits, -1) if deterministic else jax.random.categorical(key, logits)
 
     return act
 
@@ -139,14 +143,11 @@ def load_policy(run_dir: Path, seed: int = 0, which: Literal["pi", "mu"] = "pi",
     if not 0 <= seed < saved.seeds:
         raise ConfigError("seed", f"must be in [0, {saved.seeds - 1}] for {str(run_dir)!r}, got {seed}")
     params = _seed(saved.final, seed)
-    if which == "mu" and "mu_params" not in params:
-        raise ConfigError("which", f"{str(run_dir)!r} is not a BPO run: it has no mu; allowed: pi")
-    build = _episodic_act if isinstance(saved.config, EpisodicTrainConfig) else _onpolicy_act
-    act = jax.jit(build(saved, params, which, deterministic))
+    act = jax.jit(acting_function(saved, which, deterministic))
     keys = [jax.random.PRNGKey(key)]
 
     def policy(obs):
         keys[0], k = jax.random.split(keys[0])
-        return np.asarray(act(k, jnp.asarray(obs, jnp.float32)))
+        return np.asarray(act(params, k, jnp.asarray(obs, jnp.float32)))
 
     return policy

@@ -1,0 +1,83 @@
+"""``bpo evaluate``: a saved policy re-evaluated, on any backend that runs its task.
+
+Episodes are run by ``bpo.runners.onpolicy.run_episodes``, the evaluation of every JAX run, all
+seeds at once as the run does. With the run's own settings (pi, deterministic, its number of
+episodes and backend, ``key_from="run"``) the episodes are those of the run's final evaluation,
+drawn from the key saved with the policies, so the mean return repeats the recorded final return
+(``tests/test_policies.py``); other settings give new episodes from ``--seed``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from bpo.config import ConfigError, EpisodicTrainConfig
+from bpo.runners.onpolicy import run_episodes
+from bpo.training.policies import SavedPolicies, acting_function, load_policies
+from envs import make_env
+
+
+@dataclass(frozen=True)
+class EvalRequest:
+    episodes: int | None = None
+    """Episodes per seed; default the run's ``eval_episodes``."""
+    which: str = "pi"
+    deterministic: bool = True
+    backend: str | None = None
+    """jax, mjx or threads; default the run's own (jax for a Gymnasium-backend run of a JAX task)."""
+    seed: int | None = None
+    """Draw new episodes from this seed; default: the run's final-evaluation key when it was saved."""
+
+
+def _backend(saved: SavedPolicies, request: EvalRequest) -> str:
+    backend = request.backend or saved.config.backend
+    if backend == "gymnasium":  # Gymnasium runs evaluated in Gymnasium; here the same task in JAX or MuJoCo
+        from envs.gymnasium_envs import MUJOCO_ENVS
+
+        backend = "threads" if saved.config.env in MUJOCO_ENVS else "jax"
+    return backend
+
+
+def episode_keys(saved: SavedPolicies, request: EvalRequest, episodes: int) -> jax.Array:
+    """[seeds, episodes] keys: the run's final evaluation's (``fold_in(key, 7)``, as
+    ``OnPolicyProgram.evaluate``) or fresh ones from ``request.seed``."""
+    if request.seed is None:
+        if "key" not in saved.final:
+            raise ConfigError("seed", "this run saved no evaluation key (a Gymnasium-backend run): give --seed")
+        base = jnp.asarray(saved.final["key"])
+        return jax.vmap(lambda k: jax.random.split(jax.random.fold_in(k, 7), episodes))(base)
+    return jax.random.split(jax.random.PRNGKey(request.seed), saved.seeds * episodes).reshape(saved.seeds, episodes, -1)
+
+
+def evaluate_saved(run_dir: Path, request: EvalRequest) -> dict:
+    """Every seed's policy for ``episodes`` episodes: per seed the returns and lengths, and the
+    mean, SD and SE over seeds of the per-seed mean return (the statistics of ``summary.json``)."""
+    saved = load_policies(run_dir)
+    if isinstance(saved.config, EpisodicTrainConfig):
+        raise ConfigError("run", "episodic runs (ShortCorridor) are evaluated exactly by `bpo verify-variance`; "
+                                 "allowed here: on-policy runs (PPO, BPO-PPO)")
+    episodes = request.episodes or saved.config.eval_episodes
+    backend = _backend(saved, request)
+    cfg = saved.config
+    env = make_env(cfg.env, backend, cfg.physics_threads, (cfg.mjx_iterations, cfg.mjx_ls_iterations))
+    act = acting_function(saved, request.which, request.deterministic)
+    keys = episode_keys(saved, request, episodes)
+    params = jax.tree.map(jnp.asarray, saved.final)
+    def one_seed(p, k):
+        returns, lengths = run_episodes(env, lambda key, o: act(p, key, o), k)
+        return returns, lengths, jnp.mean(returns)  # float32, as the run's evaluation averages
+
+    returns, lengths, seed_means = jax.jit(jax.vmap(one_seed))(params, keys)
+    means = np.asarray(seed_means, np.float64)
+    sd = float(means.std(ddof=1)) if len(means) > 1 else None
+    return {"run": str(run_dir), "which": request.which, "deterministic": request.deterministic,
+            "backend": backend, "episodes_per_seed": episodes, "key": "run" if request.seed is None else request.seed,
+            "returns": np.asarray(returns).tolist(), "lengths": np.asarray(lengths).tolist(),
+            "per_seed_mean": means.tolist(), "mean": float(means.mean()), "sd": sd,
+            "se": None if sd is None else sd / float(np.sqrt(len(means))),
+            "mean_length": float(np.mean(lengths))}

@@ -1,0 +1,69 @@
+"""``bpo evaluate RUN``: re-evaluate a run's saved policies (``bpo.training.evaluate``) and write
+the result beside the run, in ``RUN/evaluations/`` (replaced with the run when it is redone)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Literal
+
+import tyro
+
+from bpo.config import ConfigError
+from bpo.publish import save_or_rescue
+from bpo.results import atomic_write_json, ensure_writable_dir
+from bpo.training.evaluate import EvalRequest, evaluate_saved
+from bpo.training.policies import load_policies
+
+
+@dataclass(frozen=True)
+class EvaluateArgs:
+    """Re-evaluate the trained policies of a run directory, every seed, and write the returns,
+    episode lengths and their mean, SD and SE over seeds to RUN/evaluations/. With the defaults
+    (pi, deterministic, the run's episodes, backend and evaluation key) the episodes are those of
+    the run's final evaluation, and the mean repeats its recorded final return."""
+
+    run: Annotated[tyro.conf.Positional[Path], tyro.conf.arg(metavar="RUN")]
+    """A run directory with policies.msgpack (every run written since policies are saved)."""
+    episodes: int | None = None
+    """Episodes per seed; default the run's eval_episodes."""
+    which: Literal["pi", "mu"] = "pi"
+    """The target policy pi, or BPO's behaviour policy mu."""
+    stochastic: bool = False
+    """Sample actions instead of taking the mode (the run's evaluations are deterministic)."""
+    backend: Literal["jax", "mjx", "threads"] | None = None
+    """Where the episodes run; default the run's own (threads for a Gymnasium-backend MuJoCo run)."""
+    seed: int | None = None
+    """New episodes from this seed; default the run's final-evaluation key."""
+
+
+def output_name(args: EvaluateArgs) -> str:
+    mode = "stochastic" if args.stochastic else "deterministic"
+    key = "runkey" if args.seed is None else f"seed{args.seed}"
+    return f"{args.which}-{mode}-{args.episodes or 'run'}ep-{args.backend or 'run'}-{key}.json"
+
+
+def evaluate_main(argv: list[str]) -> int:
+    args = tyro.cli(EvaluateArgs, args=argv, prog="bpo evaluate")
+    try:
+        if args.episodes is not None and args.episodes < 1:
+            raise ConfigError("episodes", f"must be an integer >= 1, got {args.episodes}")
+        if args.seed is not None and not 0 <= args.seed < 2**32:
+            raise ConfigError("seed", f"must be in [0, 2**32 - 1], got {args.seed}")
+        load_policies(args.run)  # refuses a folder without policies before anything compiles
+        out_dir = ensure_writable_dir(args.run / "evaluations", "run")
+        result = evaluate_saved(args.run, EvalRequest(args.episodes, args.which, not args.stochastic, args.backend,
+                                                      args.seed))
+    except (ConfigError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    path = out_dir / output_name(args)
+    _, rescued = save_or_rescue(out_dir, lambda folder: atomic_write_json(folder / path.name, result), "run",
+                                last_resort=lambda: json.dumps({k: result[k] for k in ("mean", "sd", "se")}))
+    spread = "" if result["se"] is None else f" ± {result['se']:.2f} (SE over {len(result['per_seed_mean'])} seeds)"
+    print(f"{args.which} on {result['backend']}: mean return {result['mean']:.2f}{spread}, "
+          f"{result['episodes_per_seed']} episodes per seed, mean length {result['mean_length']:.1f} -> "
+          f"{path if rescued is None else rescued / path.name}")
+    return 0 if rescued is None else 1

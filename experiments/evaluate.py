@@ -16,6 +16,7 @@ from bpo.publish import save_or_rescue
 from bpo.results import atomic_write_json, ensure_writable_dir
 from bpo.training.evaluate import EvalRequest, evaluate_saved
 from bpo.training.policies import load_policies
+from experiments.video import check_video, record_video
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,15 @@ class EvaluateArgs:
     """Where the episodes run; default the run's own (threads for a Gymnasium-backend MuJoCo run)."""
     seed: int | None = None
     """New episodes from this seed; default the run's final-evaluation key."""
+    video: Path | None = None
+    """Also render episodes of one seed's policy headless to this file (.gif, or .mp4 with the
+    video extra), in Gymnasium from reset seeds 0, 1, ..."""
+    video_policy_seed: int = 0
+    """--video: which trained seed's policy."""
+    video_episodes: int = 1
+    """--video: episodes to render."""
+    video_frames: int = 1000
+    """--video: at most this many frames in all."""
 
 
 def output_name(args: EvaluateArgs) -> str:
@@ -45,15 +55,26 @@ def output_name(args: EvaluateArgs) -> str:
     return f"{args.which}-{mode}-{args.episodes or 'run'}ep-{args.backend or 'run'}-{key}.json"
 
 
+def check_args(args: EvaluateArgs) -> Path:
+    """Everything checked before any work; the folder the evaluation goes to."""
+    if args.episodes is not None and args.episodes < 1:
+        raise ConfigError("episodes", f"must be an integer >= 1, got {args.episodes}")
+    if args.seed is not None and not 0 <= args.seed < 2**32:
+        raise ConfigError("seed", f"must be in [0, 2**32 - 1], got {args.seed}")
+    saved = load_policies(args.run)  # refuses a folder without policies before anything compiles
+    if args.video is not None:
+        check_video(args.video, saved.config.env)
+        if not 0 <= args.video_policy_seed < saved.seeds:
+            raise ConfigError("video_policy_seed", f"must be in [0, {saved.seeds - 1}], "
+                                                   f"got {args.video_policy_seed}")
+        ensure_writable_dir(args.video.absolute().parent, "video")
+    return ensure_writable_dir(args.run / "evaluations", "run")
+
+
 def evaluate_main(argv: list[str]) -> int:
     args = tyro.cli(EvaluateArgs, args=argv, prog="bpo evaluate")
     try:
-        if args.episodes is not None and args.episodes < 1:
-            raise ConfigError("episodes", f"must be an integer >= 1, got {args.episodes}")
-        if args.seed is not None and not 0 <= args.seed < 2**32:
-            raise ConfigError("seed", f"must be in [0, 2**32 - 1], got {args.seed}")
-        load_policies(args.run)  # refuses a folder without policies before anything compiles
-        out_dir = ensure_writable_dir(args.run / "evaluations", "run")
+        out_dir = check_args(args)
         result = evaluate_saved(args.run, EvalRequest(args.episodes, args.which, not args.stochastic, args.backend,
                                                       args.seed))
     except (ConfigError, ValueError) as e:
@@ -66,4 +87,10 @@ def evaluate_main(argv: list[str]) -> int:
     print(f"{args.which} on {result['backend']}: mean return {result['mean']:.2f}{spread}, "
           f"{result['episodes_per_seed']} episodes per seed, mean length {result['mean_length']:.1f} -> "
           f"{path if rescued is None else rescued / path.name}")
+    if args.video is not None:
+        made = record_video(args.run, args.video, seed=args.video_policy_seed, which=args.which,
+                            deterministic=not args.stochastic, episodes=args.video_episodes,
+                            max_frames=args.video_frames)
+        print(f"video: {made['frames']} frames of episodes with returns {[round(r, 1) for r in made['returns']]}, "
+              f"{made['bytes'] / 1e6:.2f} MB, rendered in {made['render_s']:.1f} s -> {args.video}")
     return 0 if rescued is None else 1

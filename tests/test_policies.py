@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import gymnasium as gym
+import imageio.v3 as iio
 import jax
 import numpy as np
 import pytest
@@ -99,3 +100,31 @@ def test_bpo_evaluate_refuses_a_folder_without_policies(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith("error: run: ") and "no saved policies" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "evaluations").exists()
+
+
+@pytest.mark.mujoco
+@pytest.mark.slow
+def test_a_mujoco_policy_is_re_evaluated_on_threads_and_rendered_headless(tmp_path, capsys):
+    """A Hopper run on the threads backend: `bpo evaluate` repeats its final returns, and
+    `--video` renders episodes offscreen (EGL, no display) into frames that change."""
+    out = tmp_path / "hopper"
+    assert main(["train", "mujoco_default", "--env", "Hopper-v5", "--backend", "threads", "--total-timesteps", "1024",
+                 "--ppo.n-steps", "256", "--eval-every", "512", "--eval-episodes", "2", "--seeds", "2",
+                 "--bpo.n-qvf-epochs", "1", "--bpo.n-mu-epochs", "1", "--no-progress", "--out", str(out)]) == 0
+    video = tmp_path / "hopper.gif"
+    assert main(["evaluate", str(out), "--video", str(video), "--video-frames", "12"]) == 0
+    result = json.loads(next((out / "evaluations").glob("*.json")).read_text())
+    summary = json.loads((out / "summary.json").read_text())
+    assert result["per_seed_mean"] == summary["final_eval_returns"] and result["backend"] == "threads"
+    frames = iio.imread(video, index=None)
+    assert frames.shape == (12, 320, 480, 3)
+    assert frames.std() > 10  # a scene, not a blank image
+    assert np.abs(frames[-1].astype(float) - frames[0]).mean() > 0.5  # the hopper moves
+    assert "video: 12 frames" in capsys.readouterr().out
+
+
+def test_a_video_format_that_cannot_be_written_is_refused_first(cartpole_run, tmp_path, capsys):
+    _, out_dir, _ = cartpole_run
+    assert main(["evaluate", str(out_dir), "--video", str(tmp_path / "v.avi")]) == 2
+    assert capsys.readouterr().err.startswith("error: video: ")
+    assert not (tmp_path / "v.avi").exists()

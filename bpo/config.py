@@ -226,6 +226,9 @@ class EpisodicTrainConfig:
     """Evaluate the greedy policy instead of sampling from pi (ShortCorridor needs sampling)."""
     max_episode_steps: int = 1000
     """Step limit after which an episode is truncated."""
+    save_policies_every: int = 0
+    """Also keep pi and mu every this many evaluation blocks in the run's policies.msgpack
+    (``bpo.training.policies``); 0: the final ones only. Changes no result."""
     reinforce: ReinforceConfig = field(default_factory=ReinforceConfig)
     """Target-policy update."""
     returns: EpisodicReturnConfig = field(default_factory=EpisodicReturnConfig)
@@ -383,6 +386,10 @@ class OnPolicyTrainConfig:
     and once at the end."""
     eval_episodes: int = 10
     """Episodes per evaluation with the deterministic policy (argmax / Gaussian mean)."""
+    save_policies_every: int = 0
+    """Also keep the policies (pi, the value network, the normaliser, mu) every this many updates
+    in the run's policies.msgpack (``bpo.training.policies``), e.g. for the estimator probe; 0:
+    the final ones only. Changes no result."""
     ppo: PPOConfig = field(default_factory=PPOConfig)
     """Target-policy update."""
     returns: OnPolicyReturnConfig = field(default_factory=OnPolicyReturnConfig)
@@ -534,15 +541,17 @@ def to_dict(cfg) -> dict:
     return clean(dataclasses.asdict(cfg))
 
 
-EXECUTION_ONLY = ("vector_mode", "eval_in_background", "physics_threads")
+EXECUTION_ONLY = ("vector_mode", "eval_in_background", "physics_threads", "save_policies_every")
 """Fields that change how a run executes, never what it computes (sync or async vector envs,
 evaluation inline or in a worker, physics threads give identical results: tests/test_host_runner.py,
 tests/test_mujoco_threads.py)."""
-COMPATIBLE_ADDITIONS = ("mjx_iterations", "mjx_ls_iterations", "physics_threads")
+COMPATIBLE_ADDITIONS = ("mjx_iterations", "mjx_ls_iterations", "physics_threads",
+                        "save_policies_every")
 """Fields added after runs were recorded whose default does what the code did before they existed
-(0: the XML's solver iterations; threads only change speed). A recorded run lacking any other
-field of today's config ran code that did not have it, and may have computed something else: it
-is stale (``missing_fields``). A new field joins this list only when that is true of it."""
+(0: the XML's solver iterations; threads and saved policies only change speed and outputs). A
+recorded run lacking any other field of today's config ran code that did not have it, and may
+have computed something else: it is stale (``missing_fields``). A new field joins this list only
+when that is true of it."""
 
 
 def missing_fields(data: dict) -> list[str]:

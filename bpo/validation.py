@@ -128,6 +128,7 @@ def validate(cfg):
     for name in ("seeds", "episodes", "eval_every", "eval_episodes", "max_episode_steps"):
         _int_at_least(name, getattr(cfg, name), 1)
     _seed(cfg.seed)
+    _int_at_least("save_policies_every", cfg.save_policies_every, 0)
     if cfg.episodes % cfg.eval_every:
         raise ConfigError("eval_every", f"must divide episodes ({cfg.episodes}), got {cfg.eval_every}")
 
@@ -232,6 +233,7 @@ def _validate_onpolicy(cfg: OnPolicyTrainConfig) -> OnPolicyTrainConfig:
         _int_at_least(name, getattr(cfg, name), 1)
     _seed(cfg.seed)
     _int_at_least("physics_threads", cfg.physics_threads, 0)
+    _int_at_least("save_policies_every", cfg.save_policies_every, 0)
     for name in ("mjx_iterations", "mjx_ls_iterations"):
         _int_at_least(name, getattr(cfg, name), 0)
         if getattr(cfg, name) and cfg.backend != "mjx":

@@ -15,7 +15,7 @@ import pytest
 from bpo.config import replace
 from bpo.learner import make_learner
 from bpo.presets import get_preset
-from bpo.training import run, write
+from bpo.training import driver, run, write
 from bpo.training.policies import FILE, NoPolicies, load_policies, load_policy
 from envs.gymnasium_envs import gym_spec
 from experiments.cli import main
@@ -128,3 +128,39 @@ def test_a_video_format_that_cannot_be_written_is_refused_first(cartpole_run, tm
     assert main(["evaluate", str(out_dir), "--video", str(tmp_path / "v.avi")]) == 2
     assert capsys.readouterr().err.startswith("error: video: ")
     assert not (tmp_path / "v.avi").exists()
+
+
+def test_policies_kept_during_training_survive_a_resume(tmp_path):
+    """``save_policies_every``: the policies after every update are kept, the same whether the run
+    was stopped and resumed or not; the first kept differs from the final ones."""
+    size = get_preset("cartpole_ppo").rollout_size
+    cfg = replace(get_preset("cartpole_ppo"), algo="bpo", total_timesteps=size * 3, eval_every=size,
+                  eval_episodes=2, seeds=2, save_policies_every=1)
+    whole = tmp_path / "whole"
+    write(run(cfg), whole)
+    saved = load_policies(whole)
+    # 4 loop iterations (3 updates, then the final evaluation): kept after iterations 1-3, the final separately.
+    assert sorted(saved.during) == [1, 2, 3]
+    changed = jax.tree.map(lambda a, b: not np.array_equal(a, b), saved.during[1]["actor_params"],
+                           saved.final["actor_params"])
+    assert any(jax.tree.leaves(changed))  # later updates changed pi (the last has learning rate 0: SB3's schedule)
+    real_save, stops = driver.ckpt.save, []
+
+    def stop_after_second(*args, **kw):
+        real_save(*args, **kw)
+        stops.append(1)
+        if len(stops) == 2:
+            raise KeyboardInterrupt  # killed right after the checkpoint of update 2
+
+    resumed = tmp_path / "resumed"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(driver.ckpt, "save", stop_after_second)
+        with pytest.raises(KeyboardInterrupt):
+            run(cfg, checkpoint_dir=resumed / "checkpoint", checkpoint_every=1)
+    write(run(cfg, checkpoint_dir=resumed / "checkpoint", checkpoint_every=1), resumed)
+    again = load_policies(resumed)
+    jax.tree.map(np.testing.assert_array_equal, again.during, saved.during)
+    jax.tree.map(np.testing.assert_array_equal, again.final, saved.final)
+    with pytest.raises(ValueError, match="no policies kept after iteration 7"):
+        load_policy(whole, at=7)
+    assert load_policy(whole, at=2)(np.zeros(4, np.float32)).shape == ()

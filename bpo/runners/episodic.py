@@ -191,10 +191,12 @@ class EpisodicProgram:
         evals = jax.tree.map(lambda x: x[: cfg.n_blocks + 1], evals)
         train_metrics = jax.tree.map(lambda x: x[1: cfg.n_blocks + 1].reshape((cfg.episodes,) + x.shape[2:]),
                                      train_metrics)
-        final = {"pi_params": carry.pi_params}
-        if cfg.algo == "bpo":
-            final["mu_params"] = carry.behaviour.mu_params
-        return {"eval": evals, "train": train_metrics, "final": final}
+        return {"eval": evals, "train": train_metrics, "final": self.policies(carry)}
+
+    def policies(self, carry: EpisodicCarry) -> dict:
+        """pi's parameters and, for BPO, mu's."""
+        return {"pi_params": carry.pi_params, **({"mu_params": carry.behaviour.mu_params}
+                                                 if self.cfg.algo == "bpo" else {})}
 
     def unit_metrics(self, train_outputs: dict, start: int) -> dict:
         """Iteration 0 evaluates only; iteration i > 0 is block i - 1 (its episodes)."""

@@ -220,8 +220,11 @@ class HostRunner:
         S = self.n_seeds
         eval_out = {"eval_return": np.stack([r for _, r in self.evals], axis=1).astype(np.float32),
                     "eval_step": np.tile(np.array([s for s, _ in self.evals], np.int32), (S, 1))}
-        final_out = self.learner.final_params(self.state._replace(stats=self.stats))
-        return {"eval": eval_out, "train": self._stacked_train(), "final": final_out}
+        return {"eval": eval_out, "train": self._stacked_train(), "final": self.policies()}
+
+    def policies(self) -> dict:
+        """The learner's networks and normaliser now, every seed (``bpo.training.policies``)."""
+        return jax.tree.map(np.asarray, self.learner.final_params(self.state._replace(stats=self.stats)))
 
     def close(self) -> None:
         try:

@@ -160,6 +160,10 @@ class JaxRunner:
         self._pieces = [_concat(self._pieces, axis=1)]
         return {"carry": carry, "outputs": self._pieces[0]}, {}, carry
 
+    def policies(self) -> dict:
+        """The policies of every seed now (``Program.policies``), on the host."""
+        return _concat([jax.tree.map(np.asarray, self.program.policies(c)) for c in self._carries])
+
     def finish(self) -> dict:
         outputs = _concat(self._pieces, axis=1)
         carry = self._carries[0] if len(self._carries) == 1 else _concat(

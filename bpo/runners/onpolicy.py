@@ -169,10 +169,12 @@ class OnPolicyProgram:
         evals, train_metrics = outputs
         evals = jax.tree.map(lambda x: x[np.flatnonzero(evaluations_before(self.cfg))], evals)
         train_metrics = jax.tree.map(lambda x: x[:self.cfg.n_updates], train_metrics)
-        # The key too: the last iteration does not update, so it is the key of the final evaluation,
-        # which `bpo.training.policies` users can repeat episode for episode.
-        final = {**self.learner.final_params(carry.learner), "key": carry.key}
-        return {"eval": evals, "train": train_metrics, "final": final}
+        return {"eval": evals, "train": train_metrics, "final": self.policies(carry)}
+
+    def policies(self, carry: OnPolicyCarry) -> dict:
+        """The learner's networks and normaliser, and the key: after the last iteration (which does
+        not update) it is the key of the final evaluation, which `bpo evaluate` repeats."""
+        return {**self.learner.final_params(carry.learner), "key": carry.key}
 
     def unit_metrics(self, train_outputs: dict, start: int) -> dict:
         return train_outputs

@@ -24,7 +24,9 @@ class Program(Protocol):
       into the run's metrics;
     * ``unit_metrics(train_outputs, start)``: the training outputs of the iterations from
       ``start`` on as ``{name: [seeds, units]}`` (units: ``cfg.unit``), for the non-finite check;
-    * ``first_unit(start)``: the first unit trained by iteration ``start``.
+    * ``first_unit(start)``: the first unit trained by iteration ``start``;
+    * ``policies(carry)``: what the run keeps of its policies (``bpo.training.policies``), read
+      from a carry with or without a seed axis.
     """
 
     n_iterations: int
@@ -38,6 +40,8 @@ class Program(Protocol):
     def unit_metrics(self, train_outputs: dict, start: int) -> dict: ...
 
     def first_unit(self, start: int) -> int: ...
+
+    def policies(self, carry) -> dict: ...
 
 
 def whole_run(program: Program):

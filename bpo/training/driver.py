@@ -30,6 +30,7 @@ from bpo import checkpoint as ckpt
 from bpo import processes
 from bpo.config import ConfigError
 from bpo.stall import stall_guard
+from bpo.training.policies import plain_tree
 from bpo.training.run_output import RunOutput, TrainConfig
 
 
@@ -69,27 +70,33 @@ class Runner(Protocol):
 
     def finish(self) -> dict: ...
 
+    def policies(self) -> dict: ...
+
     def close(self) -> None: ...
 
 
+POINTS = "policy_points"
+"""The policies kept every ``save_policies_every`` iterations, by iteration: in checkpoints and in
+the run's metrics (as ``during``), then in ``policies.msgpack``."""
 TIMES = ("wall_time_s", "compile_time_s", "eval_time_s", "eval_worker_time_s")
 """The times a run reports, summed over its segments: a resumed run's checkpoint carries those of
 the segments before it (the work between its last checkpoint and a stop is redone, so not counted)."""
 
 
-def resume_point(runner: Runner, cfg: TrainConfig, directory: Path | None) -> tuple[int, dict[str, float]]:
+def resume_point(runner: Runner, cfg: TrainConfig, directory: Path | None) -> tuple[int, dict[str, float], dict]:
     """Restore ``runner`` from the checkpoint in ``directory`` and return the iterations it had
-    done and the times of the segments before (``TIMES``), or initialise it and return 0 and
-    zeros. A checkpoint of another configuration is refused."""
+    done, the times of the segments before (``TIMES``) and the policies kept so far
+    (``save_policies_every``), or initialise it and return 0, zeros and none. A checkpoint of
+    another configuration is refused."""
     if not ckpt.exists(directory):
         runner.init()
-        return 0, dict.fromkeys(TIMES, 0.0)
+        return 0, dict.fromkeys(TIMES, 0.0), {}
     if why := ckpt.mismatch(directory, cfg, runner.checkpoint_info.get("seed_chunk")):
         raise ConfigError("resume", why)
     state, extra, info = ckpt.load(directory, runner.template())
     runner.restore(state, extra)
     before = info.get("elapsed") or {}
-    return int(info["iterations_done"]), {k: float(before.get(k, 0.0)) for k in TIMES}
+    return int(info["iterations_done"]), {k: float(before.get(k, 0.0)) for k in TIMES}, extra.get(POINTS, {})
 
 
 def elapsed(runner: Runner, before: dict[str, float], segment_wall_s: float) -> dict[str, float]:
@@ -100,16 +107,17 @@ def elapsed(runner: Runner, before: dict[str, float], segment_wall_s: float) -> 
 
 
 def save(runner: Runner, cfg: TrainConfig, directory: Path, done: int, checkpoint_every: int,
-         extra_info: dict | None = None) -> None:
+         extra_info: dict | None = None, points: dict | None = None) -> None:
     """A checkpoint after ``done`` iterations; ``extra_info`` (times, the command's output options)
-    is kept in its info for the next segment."""
+    is kept in its info and ``points`` (the policies kept so far) with the state, for the next
+    segment."""
     state, extra, check = runner.snapshot(done)
     # Parameters are checked where they are saved: a checkpoint never holds a NaN.
     ckpt.raise_if_non_finite({}, 0, runner.unit, directory if ckpt.exists(directory) else None, check,
                              state_at=done)
     info = {"iterations_done": done, "iterations": runner.n_iterations, "checkpoint_every": checkpoint_every,
             "unit": runner.unit, **runner.checkpoint_info, **(extra_info or {})}
-    ckpt.save(directory, state, extra, info, cfg)
+    ckpt.save(directory, state, {**extra, POINTS: points or {}}, info, cfg)
 
 
 def _stall_advice(directory: Path | None) -> str:
@@ -134,21 +142,24 @@ def drive(runner: Runner, cfg: TrainConfig, directory: Path | None = None, check
     try:
         with stall_guard(lambda: _stall_advice(directory), cpu=jax.default_backend() == "cpu"):
             runner.compile()
-            done, before = resume_point(runner, cfg, directory)
-            n = runner.n_iterations
+            done, before, points = resume_point(runner, cfg, directory)
+            n, every = runner.n_iterations, cfg.save_policies_every
             while done < n:
                 metrics, first_unit = runner.iterate(done)
                 ckpt.raise_if_non_finite(metrics, first_unit, runner.unit,
                                          directory if ckpt.exists(directory) else None)
                 done += 1
+                if every and done % every == 0 and done < n:  # the final ones are kept anyway
+                    points[str(done)] = plain_tree(runner.policies())
                 stop = processes.requested() if done < n else None
                 if saving and (done % checkpoint_every == 0 or done == n or stop):
                     times = elapsed(runner, before, time.perf_counter() - start)
-                    save(runner, cfg, directory, done, checkpoint_every, {"elapsed": times, "options": options or {}})
+                    save(runner, cfg, directory, done, checkpoint_every, {"elapsed": times, "options": options or {}},
+                         points)
                 if stop is not None:
                     raise processes.Interrupted(stop, f"after {runner.iteration_name} {done} of {n}", directory)
         # Outside the guard: the host runner may wait here, idle, for its evaluation worker process.
-        metrics = jax.tree.map(np.asarray, runner.finish())
+        metrics = {**jax.tree.map(np.asarray, runner.finish()), **({"during": points} if points else {})}
     finally:
         runner.close()
     t = elapsed(runner, before, time.perf_counter() - start)

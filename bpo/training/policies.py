@@ -10,6 +10,9 @@ a leading seed axis on every array:
   episodes' keys from ``fold_in(key, 7)``, ``bpo.runners.onpolicy.OnPolicyProgram.evaluate``);
 * episodic runs (REINFORCE, BPO-REINFORCE on ShortCorridor): ``pi_params`` and, for BPO, ``mu_params``.
 
+``during`` holds the same, by loop iteration (update, or evaluation block), every
+``save_policies_every`` iterations (empty by default).
+
 The networks are rebuilt from the run's ``config.json``. ``load_policy(run_dir, seed)`` returns
 a callable ``obs -> action`` with the normaliser applied::
 
@@ -42,20 +45,21 @@ FILE = "policies.msgpack"
 FORMAT = "bpo-policies/1"
 
 
-def _plain(tree):
+def plain_tree(tree):
     """Arrays as NumPy, named tuples (the normaliser's statistics) as dicts: what msgpack keeps."""
     if isinstance(tree, RunningStats):
         tree = tree._asdict()
     if isinstance(tree, dict):
-        return {k: _plain(v) for k, v in tree.items()}
-    return np.asarray(tree)
+        return {k: plain_tree(v) for k, v in tree.items()}
+    return np.array(tree)  # a copy: a view of a device buffer could change under it
 
 
 def write_policies(run_dir: Path, metrics: dict, episodic_run: bool) -> bool:
     """Write ``policies.msgpack`` from a finished run's ``metrics["final"]``; False if it has none."""
     if "final" not in metrics:
         return False
-    payload = {"format": FORMAT, "kind": "episodic" if episodic_run else "onpolicy", "final": _plain(metrics["final"])}
+    payload = {"format": FORMAT, "kind": "episodic" if episodic_run else "onpolicy",
+               "final": plain_tree(metrics["final"]), "during": plain_tree(metrics.get("during", {}))}
     results.atomic_write_bytes(Path(run_dir) / FILE, serialization.msgpack_serialize(payload))
     return True
 
@@ -72,6 +76,16 @@ class SavedPolicies:
     config: object
     kind: str
     final: dict  # arrays with a leading seed axis
+    during: dict  # iteration (update or evaluation block) -> the same, with save_policies_every
+
+    def at(self, iteration: int | None) -> dict:
+        """The policies after ``iteration`` loop iterations (None: the final ones)."""
+        if iteration is None:
+            return self.final
+        if iteration not in self.during:
+            raise ConfigError("at", f"no policies kept after iteration {iteration}; kept: {sorted(self.during)} "
+                                    "(save_policies_every) and the final ones")
+        return self.during[iteration]
 
     @property
     def seeds(self) -> int:
@@ -92,7 +106,8 @@ def load_policies(run_dir: Path) -> SavedPolicies:
         raise NoPolicies(path, f"cannot be read ({type(e).__name__}: {e})") from None
     if not isinstance(payload, dict) or payload.get("format") != FORMAT or not isinstance(payload.get("final"), dict):
         raise NoPolicies(path, f"not a {FORMAT} file")
-    return SavedPolicies(config, payload["kind"], payload["final"])
+    during = {int(k): v for k, v in (payload.get("during") or {}).items()}
+    return SavedPolicies(config, payload["kind"], payload["final"], during)
 
 
 def _seed(tree: dict, seed: int) -> dict:
@@ -134,15 +149,16 @@ def acting_function(saved: SavedPolicies, which: str = "pi", deterministic: bool
 
 
 def load_policy(run_dir: Path, seed: int = 0, which: Literal["pi", "mu"] = "pi", deterministic: bool = True,
-                key: int = 0):
+                key: int = 0, at: int | None = None):
     """The policy of seed ``seed`` of a run directory as a function ``obs -> action`` (NumPy in and
     out, one observation or a batch), with the observation normaliser applied: pi or, for BPO runs,
     mu; deterministic (argmax or the Gaussian mean, as the run's evaluations) or sampled (with a
-    key stream seeded by ``key``)."""
+    key stream seeded by ``key``); the final policy, or the one kept after iteration ``at``
+    (``save_policies_every``)."""
     saved = load_policies(run_dir)
     if not 0 <= seed < saved.seeds:
         raise ConfigError("seed", f"must be in [0, {saved.seeds - 1}] for {str(run_dir)!r}, got {seed}")
-    params = _seed(saved.final, seed)
+    params = _seed(saved.at(at), seed)
     act = jax.jit(acting_function(saved, which, deterministic))
     keys = [jax.random.PRNGKey(key)]
 

@@ -26,14 +26,14 @@ import tyro
 
 from bpo import checkpoint as ckpt
 from bpo.checkpoint import NonFiniteError
-from bpo.config import ConfigError, EpisodicTrainConfig, OnPolicyTrainConfig, from_dict
+from bpo.config import ConfigError, EpisodicTrainConfig, OnPolicyTrainConfig, from_dict, to_dict
 from bpo.presets import PRESETS, VARIANTS, apply_variant, get_preset
 from bpo.processes import Interrupted, stop_requests
 from bpo.progress import EvalProgress
 from bpo.publish import check_publishable, publish_run_dir, save_or_rescue
 from bpo.results import ensure_writable_dir
 from bpo.runtime import enable_compile_cache
-from bpo.tensorboard import TensorBoardLogger
+from bpo.tensorboard import Loggers, TensorBoardLogger, WandbLogger
 from bpo.training import progress_totals, run_validated, summarize, write
 from bpo.validation import validate, validate_environment
 
@@ -106,6 +106,13 @@ class OnPolicyTrainArgs:
     """Run directory to write; default runs/PRESET/ENV/VARIANT (or ALGO without a variant)."""
     tensorboard: bool = False
     """Also write TensorBoard event files to OUT/tb (live for Gymnasium environments)."""
+    track: bool = False
+    """Also log the same scalars to Weights & Biases (pip install -e ".[track]"; WANDB_MODE=offline
+    keeps them local), with the run's config; files in OUT/wandb."""
+    wandb_project: str = "bpo"
+    """--track: the W&B project."""
+    wandb_entity: str | None = None
+    """--track: the W&B entity (team or user); default yours."""
     seed_chunk: int | None = None
     """Seeds vmapped together; chunks run one after another inside the same jitted call (0 = all
     at once). Default: 10 on a CPU, 0 on a GPU."""
@@ -155,13 +162,13 @@ def train_main(argv: list[str]) -> int:
 
     label = getattr(cfg, "variant", "") or cfg.algo
     out_dir = args.out or Path("runs") / cfg.preset / cfg.env / label
-    return _train(cfg, out_dir, args.progress, args.seed_chunk, getattr(args, "tensorboard", False),
-                  args.checkpoint_every)
+    options = {k: getattr(args, k, default) for k, default in OUTPUT_OPTIONS.items()}
+    return _train(cfg, out_dir, args.progress, args.seed_chunk, options, args.checkpoint_every)
 
 
 def resume_main(argv: list[str]) -> int:
     """``bpo train --resume DIR [--no-progress]``: continue the run whose checkpoint is in DIR/checkpoint,
-    with the output options it was started with (``--tensorboard``)."""
+    with the output options it was started with (``--tensorboard``, ``--track``)."""
     directory = Path(_preparse(argv, "--resume") or "")
     rest = [a for a in argv if a not in ("--resume", str(directory)) and not a.startswith("--resume=")]
     if rest not in ([], ["--no-progress"], ["--progress"]):
@@ -181,12 +188,17 @@ def resume_main(argv: list[str]) -> int:
     except (ConfigError, TypeError) as e:
         return _fail(f"resume: the checkpoint's config is not valid for this version: {e}")
     # The run's output options come back with it (older checkpoints did not keep them: none).
-    tensorboard = bool((info.get("options") or {}).get("tensorboard", False))
-    return _train(cfg, directory, rest != ["--no-progress"], info.get("seed_chunk"), tensorboard,
+    saved = info.get("options") or {}
+    options = {k: saved.get(k, default) for k, default in OUTPUT_OPTIONS.items()}
+    return _train(cfg, directory, rest != ["--no-progress"], info.get("seed_chunk"), options,
                   info["checkpoint_every"], "--resume")
 
 
-def check_outputs(out_dir: Path, tensorboard: bool, checkpoint_every: int, flag: str = "--out", cfg=None) -> None:
+OUTPUT_OPTIONS = {"tensorboard": False, "track": False, "wandb_project": "bpo", "wandb_entity": None}
+"""What ``bpo train`` writes besides the run directory; kept with checkpoints for ``--resume``."""
+
+
+def check_outputs(out_dir: Path, options: dict, checkpoint_every: int, flag: str = "--out", cfg=None) -> None:
     """Every folder the run will write, created and proven writable before anything compiles; a
     ``ConfigError`` names the option that asked for the folder that cannot be. A new run (``cfg``
     given, ``--out``) may not start over another run's checkpoint (``check_no_unfinished_run``)."""
@@ -195,8 +207,14 @@ def check_outputs(out_dir: Path, tensorboard: bool, checkpoint_every: int, flag:
         check_no_unfinished_run(out_dir, cfg, checkpoint_every)
     ensure_writable_dir(out_dir, flag)
     check_publishable(out_dir, flag)
-    if tensorboard:
+    if options["tensorboard"]:
         ensure_writable_dir(out_dir / "tb", "--tensorboard")
+    if options["track"]:
+        try:
+            import wandb  # noqa: F401 -- an optional extra: only whether it imports is checked here
+        except ImportError:
+            raise ConfigError("--track", "needs the wandb package: pip install -e \".[track]\"") from None
+        ensure_writable_dir(out_dir / "wandb", "--track")
     if checkpoint_every > 0:
         ensure_writable_dir(out_dir / "checkpoint", "--checkpoint-every")
 
@@ -215,22 +233,31 @@ def check_no_unfinished_run(out_dir: Path, cfg, checkpoint_every: int) -> None:
                                    "run there")
 
 
-def _train(cfg, out_dir: Path, show_progress: bool, seed_chunk, tensorboard: bool, checkpoint_every: int,
+def make_loggers(cfg, out_dir: Path, options: dict) -> Loggers | None:
+    """The scalar sinks the options ask for: TensorBoard in OUT/tb, W&B with files in OUT/wandb."""
+    sinks = [TensorBoardLogger(out_dir / "tb")] if options["tensorboard"] else []
+    if options["track"]:
+        name = f"{cfg.preset}/{cfg.env}/{getattr(cfg, 'variant', '') or cfg.algo}"
+        sinks.append(WandbLogger(options["wandb_project"], name, to_dict(cfg), out_dir, options["wandb_entity"]))
+    return Loggers(sinks) if sinks else None
+
+
+def _train(cfg, out_dir: Path, show_progress: bool, seed_chunk, options: dict, checkpoint_every: int,
            flag: str = "--out") -> int:
     try:
-        check_outputs(out_dir, tensorboard, checkpoint_every, flag, cfg)
+        check_outputs(out_dir, options, checkpoint_every, flag, cfg)
     except ConfigError as e:
         return _fail(str(e))
     label = getattr(cfg, "variant", "") or cfg.algo
     calls, steps = progress_totals(cfg)
-    logger = TensorBoardLogger(out_dir / "tb") if tensorboard else None
+    logger = make_loggers(cfg, out_dir, options)
     checkpoint_dir = out_dir / "checkpoint" if checkpoint_every > 0 else None
     try:
         with stop_requests(), EvalProgress(f"{cfg.preset}/{cfg.env}/{label}", calls, show_progress, steps) as bar:
             # Without a progress bar the program has no host callback, so it can be kept in the compile cache.
             out = run_validated(cfg, progress=bar.update if show_progress else None, seed_chunk=seed_chunk,
                                 logger=logger, checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every,
-                                options={"tensorboard": tensorboard})
+                                options=options)
         if logger is not None and cfg.backend != "gymnasium":
             logger.log_run(out.metrics, cfg.ppo.n_steps * cfg.ppo.n_envs)
     except (NonFiniteError, ConfigError) as e:  # ConfigError: a checkpoint of another run in the way

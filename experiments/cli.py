@@ -15,6 +15,7 @@ does the same.
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import sys
@@ -30,14 +31,16 @@ from bpo.config import ConfigError, EpisodicTrainConfig, OnPolicyTrainConfig, fr
 from bpo.presets import PRESETS, VARIANTS, apply_variant, get_preset
 from bpo.processes import Interrupted, stop_requests
 from bpo.progress import EvalProgress
+from bpo.provenance import code_version
 from bpo.publish import check_publishable, publish_run_dir, save_or_rescue
 from bpo.results import ensure_writable_dir
 from bpo.runtime import enable_compile_cache
 from bpo.tensorboard import Loggers, TensorBoardLogger, WandbLogger
-from bpo.training import progress_totals, run_validated, summarize, write
+from bpo.training import default_checkpoint_every, progress_totals, run_validated, summarize, write
+from bpo.training.summary import final_return_text
 from bpo.validation import validate, validate_environment
 
-USAGE = """usage: bpo {{train,sweep,plot,table,reproduce,evaluate,verify-variance,report}} ...
+USAGE = """usage: bpo [--version] {{train,sweep,plot,table,reproduce,evaluate,verify-variance,report}} ...
 
   bpo train PRESET [--env ENV] [--variant NAME] [--algo ppo|bpo|reinforce] [--seeds N]
                    [--total-timesteps N | --episodes N] [--out DIR] [--tensorboard] [overrides]
@@ -81,7 +84,7 @@ class TrainArgs:
 
     config: Annotated[EpisodicTrainConfig, tyro.conf.arg(name="")] = field(default_factory=EpisodicTrainConfig)
     out: Path | None = None
-    """Run directory to write; default runs/PRESET/ALGO."""
+    """Run directory to write; default runs/PRESET/ENV/ALGO."""
     total_timesteps: int | None = None
     """Training budget in environment steps, for step-based presets. Episodic presets (short_corridor)
     count episodes: use --episodes."""
@@ -90,10 +93,11 @@ class TrainArgs:
     at once). Default: 10 on a CPU, 0 on a GPU."""
     progress: bool = True
     """Show a progress bar with the latest evaluation return."""
-    checkpoint_every: int = 0
+    checkpoint_every: int | None = None
     """Save a checkpoint into OUT/checkpoint every N updates (on-policy presets) or N evaluation blocks
-    (episodic presets); 0: none. A run stopped after a checkpoint continues, bit-identically, with
-    `bpo train --resume OUT`."""
+    (episodic presets); default about ten per run; 0: none. A run stopped by Ctrl-C, a crash or a
+    preemption continues, bit-identically, with `bpo train --resume OUT` (or the same command
+    again); the checkpoint is removed once the results are written."""
 
 
 @dataclass(frozen=True)
@@ -118,10 +122,11 @@ class OnPolicyTrainArgs:
     at once). Default: 10 on a CPU, 0 on a GPU."""
     progress: bool = True
     """Show a progress bar with the latest evaluation return and steps/s."""
-    checkpoint_every: int = 0
+    checkpoint_every: int | None = None
     """Save a checkpoint into OUT/checkpoint every N updates (on-policy presets) or N evaluation blocks
-    (episodic presets); 0: none. A run stopped after a checkpoint continues, bit-identically, with
-    `bpo train --resume OUT`."""
+    (episodic presets); default about ten per run; 0: none. A run stopped by Ctrl-C, a crash or a
+    preemption continues, bit-identically, with `bpo train --resume OUT` (or the same command
+    again); the checkpoint is removed once the results are written."""
 
 
 def _fail(message: str) -> int:
@@ -154,7 +159,7 @@ def train_main(argv: list[str]) -> int:
             raise ConfigError("total_timesteps", f"preset {preset.preset!r} is episodic; set --episodes instead")
         if args.seed_chunk is not None and args.seed_chunk < 0:
             raise ConfigError("seed_chunk", f"must be an integer >= 0, got {args.seed_chunk}")
-        if args.checkpoint_every < 0:
+        if args.checkpoint_every is not None and args.checkpoint_every < 0:
             raise ConfigError("checkpoint_every", f"must be an integer >= 0, got {args.checkpoint_every}")
         cfg = validate(args.config)
     except ConfigError as e:
@@ -163,7 +168,8 @@ def train_main(argv: list[str]) -> int:
     label = getattr(cfg, "variant", "") or cfg.algo
     out_dir = args.out or Path("runs") / cfg.preset / cfg.env / label
     options = {k: getattr(args, k, default) for k, default in OUTPUT_OPTIONS.items()}
-    return _train(cfg, out_dir, args.progress, args.seed_chunk, options, args.checkpoint_every)
+    every = default_checkpoint_every(cfg) if args.checkpoint_every is None else args.checkpoint_every
+    return _train(cfg, out_dir, args.progress, args.seed_chunk, options, every)
 
 
 def resume_main(argv: list[str]) -> int:
@@ -250,8 +256,10 @@ def _train(cfg, out_dir: Path, show_progress: bool, seed_chunk, options: dict, c
         return _fail(str(e))
     label = getattr(cfg, "variant", "") or cfg.algo
     calls, steps = progress_totals(cfg)
-    logger = make_loggers(cfg, out_dir, options)
     checkpoint_dir = out_dir / "checkpoint" if checkpoint_every > 0 else None
+    if flag == "--out" and ckpt.exists(checkpoint_dir):  # the same run, interrupted (check_outputs): go on
+        print(f"continuing the interrupted run from its checkpoint in {str(checkpoint_dir)!r}", file=sys.stderr)
+    logger = make_loggers(cfg, out_dir, options)
     try:
         with stop_requests(), EvalProgress(f"{cfg.preset}/{cfg.env}/{label}", calls, show_progress, steps) as bar:
             # Without a progress bar the program has no host callback, so it can be kept in the compile cache.
@@ -291,11 +299,9 @@ def _publish(cfg, out, out_dir: Path, checkpoint_dir: Path | None, flag: str) ->
         ckpt.remove(checkpoint_dir)
     for warning in summary.get("warnings", []):
         print(f"warning: {warning}", file=sys.stderr)
-    print(
-        f"{cfg.algo} on {cfg.env}: final eval return {summary['final_mean']:.2f} ± {summary['final_se']:.2f} (SE, "
-        f"{cfg.seeds} seeds); wall {summary['wall_time_s']:.1f}s (compile {summary['compile_time_s']:.1f}s); "
-        f"{summary['train_steps_per_s']:.0f} env steps/s -> {out_dir}"
-    )
+    print(f"{cfg.algo} on {cfg.env}: final eval return {final_return_text(summary)}; "
+          f"wall {summary['wall_time_s']:.1f}s (compile {summary['compile_time_s']:.1f}s); "
+          f"{summary['train_steps_per_s']:.0f} env steps/s -> {out_dir}")
     return 0
 
 
@@ -334,6 +340,9 @@ def _dispatch(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(USAGE)
         return 0 if argv else 2
+    if argv[0] in ("-V", "--version"):
+        print(f"bpo {importlib.metadata.version('bpo')} ({code_version()})")
+        return 0
     command, rest = argv[0], argv[1:]
     if command == "train":
         return train_main(rest)

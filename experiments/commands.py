@@ -47,8 +47,9 @@ class SweepArgs:
     command again resumes an interrupted sweep."""
 
     sweep: Annotated[tyro.conf.Positional[str | None], tyro.conf.arg(metavar="SWEEP")] = None
-    """Sweep file: a name in experiments/sweeps (fig2, classic, mujoco_small, table1_small, table1,
-    ablations) or a path. Without it, the grid comes from --preset, --envs, --variants and --grid."""
+    """Sweep file: a name in experiments/sweeps (fig2, classic, mujoco_small, table1_small, headline,
+    table1, ablations, backend_check) or a path. Without it, the grid comes from --preset, --envs,
+    --variants and --grid."""
     backend: Literal["local", "slurm"] = "local"
     """local: worker processes on this machine. slurm: a submitit job array, resources from the sweep
     file (and the --slurm-* flags)."""

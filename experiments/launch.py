@@ -42,6 +42,7 @@ from bpo.runtime import enable_compile_cache
 from bpo.training import default_checkpoint_every, program_key, run_rows, run_validated, write
 from bpo.training.rows import can_share
 from bpo.training.run_output import default_seed_chunk
+from bpo.training.summary import final_return_text
 from experiments import store
 from experiments.sweep import RunSpec, SlurmResources
 
@@ -238,7 +239,7 @@ def worker_main(sweep_dir: str, run_id: str) -> int:
         return 128 + signal.SIGINT
     if summary is None:
         return LOCKED_ELSEWHERE
-    print(f"{run_id}: final return {summary['final_mean']:.2f} ± {summary['final_se']:.2f}", flush=True)
+    print(f"{run_id}: final return {final_return_text(summary)}", flush=True)
     return 0
 
 
@@ -254,8 +255,8 @@ def _progress(show: bool) -> Progress:
 
 def _report(console, spec: RunSpec, summary: dict | None, error: str | None) -> None:
     if summary is not None:
-        console.print(f"[green]done[/] {spec.run_id}: final return {summary['final_mean']:.2f} ± "
-                      f"{summary['final_se']:.2f} ({summary['seeds']} seeds, {summary['wall_time_s']:.0f} s)")
+        console.print(f"[green]done[/] {spec.run_id}: final return {final_return_text(summary)}, "
+                      f"{summary['wall_time_s']:.0f} s")
     else:
         console.print(f"[red]failed[/] {spec.run_id}: {error}")
 

@@ -236,3 +236,9 @@ def test_output_cut_off_by_its_reader_ends_quietly():
         assert reader.readline().startswith("usage: bpo train mujoco_default")
     err = proc.communicate(timeout=120)[1]
     assert proc.returncode == 0 and "Traceback" not in err and "BrokenPipe" not in err, err
+
+
+def test_version_names_the_package_and_the_code(capsys):
+    assert main(["--version"]) == 0
+    out = capsys.readouterr().out.strip()
+    assert out.startswith("bpo 0.") and "(" in out  # the package version and the commit (or 'unknown')

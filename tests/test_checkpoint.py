@@ -282,3 +282,28 @@ def test_a_nan_before_any_checkpoint_names_no_checkpoint(tmp_path):
         driver.save(runner, get_preset("short_corridor"), tmp_path, 1, 1)
     assert str(err.value) == "state['theta'] is not finite at update 1"
     assert not ckpt.exists(tmp_path)
+
+
+@pytest.mark.slow
+def test_ctrl_c_keeps_a_default_run_and_the_same_command_continues_it(tmp_path):
+    """`bpo train` checkpoints by default (about ten per run): Ctrl-C keeps the run, and running the
+    same command again continues it to the results of an uninterrupted run."""
+    at = SHORT_CORRIDOR.index("--checkpoint-every")
+    args = SHORT_CORRIDOR[:at] + SHORT_CORRIDOR[at + 2:]
+    whole, stopped = tmp_path / "whole", tmp_path / "stopped"
+    assert bpo([*args, "--out", str(whole)]).returncode == 0
+    proc = subprocess.Popen([sys.executable, "-m", "experiments.cli", *args, "--out", str(stopped)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    info, deadline = stopped / "checkpoint" / ckpt.INFO_FILE, time.monotonic() + 300
+    while not info.exists():
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert f"bpo train --resume {stopped}" in err and ckpt.exists(stopped / "checkpoint")
+    again = bpo([*args, "--out", str(stopped)])
+    assert again.returncode == 0, again.stderr
+    assert "continuing the interrupted run from its checkpoint" in again.stderr
+    same_run_directories(whole, stopped)
+    assert not (stopped / "checkpoint").exists()

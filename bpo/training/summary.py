@@ -147,3 +147,10 @@ def write(out: RunOutput, run_dir: Path) -> dict:
     write_policies(run_dir, out.metrics, not isinstance(out.config, OnPolicyTrainConfig))
     results.write_run_dir(run_dir, out.config, curve_rows(out), summary, train_metric_rows(out))
     return summary
+
+
+def final_return_text(summary: dict) -> str:
+    """'MEAN ± SE (SE, N seeds)', or 'MEAN (1 seed)': one seed has no standard error."""
+    if summary["seeds"] < 2:
+        return f"{summary['final_mean']:.2f} (1 seed)"
+    return f"{summary['final_mean']:.2f} ± {summary['final_se']:.2f} (SE, {summary['seeds']} seeds)"

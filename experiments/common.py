@@ -209,14 +209,16 @@ def report_provenance(summaries, command: str) -> list[str]:
 def save_figure(fig: Figure, out: Path, stem: str, **savefig_kwargs) -> list[Path]:
     """``OUT/STEM.png`` and ``OUT/STEM.pdf``, each written to a temporary name and renamed, so a
     reader never sees half a figure. ``fig`` is a ``matplotlib.figure.Figure`` made without pyplot
-    (no GUI backend, nothing global to close)."""
+    (no GUI backend, nothing global to close). The files hold no creation date, so redrawing the
+    same results gives the same bytes (a committed figure redrawn leaves the tree clean)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / f"{stem}.png", out / f"{stem}.pdf"]
     for p in paths:
         tmp = p.with_name(f".{p.name}.tmp{p.suffix}")
+        metadata = {"CreationDate": None} if p.suffix == ".pdf" else {}
         try:
-            fig.savefig(tmp, **savefig_kwargs)
+            fig.savefig(tmp, **{"metadata": metadata, **savefig_kwargs})
             tmp.replace(p)
         finally:
             tmp.unlink(missing_ok=True)

@@ -56,6 +56,10 @@ if "TruncationProbe-v0" not in gym.registry:
 
 
 def _make(env_id: str) -> gym.Env:
+    if env_id in MUJOCO_ENVS:
+        from envs.mujoco_log import quiet_deprecations  # MuJoCo is imported only for its tasks (start-up time)
+
+        quiet_deprecations()
     # ShortCorridor-v0 is registered by the ``envs`` package, which importing this module imports first.
     return Snapshots(gym.make(env_id, disable_env_checker=True))
 

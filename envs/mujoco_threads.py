@@ -43,6 +43,7 @@ from envs.functional import EnvSpec, Step
 from envs.mjx import MJX_ENVS
 from envs.mjx.ant import TORSO
 from envs.mjx.base import MAX_EPISODE_STEPS, gymnasium_asset, reset_noise
+from envs.mujoco_log import quiet_deprecations
 
 STATE_SPEC = mujoco.mjtState.mjSTATE_INTEGRATION
 MIN_LANES_PER_TASK = 8  # fewer lanes per thread cost more in hand-offs than they save in stepping
@@ -118,6 +119,7 @@ class PhysicsPool:
 
     def __init__(self, env_id: str, threads: int = 0):
         self.task = Task(env_id)
+        quiet_deprecations()
         self.model = mujoco.MjModel.from_xml_path(gymnasium_asset(self.task.port.xml_file))
         self.frame_skip = self.task.port.frame_skip
         self.dt = self.model.opt.timestep * self.frame_skip

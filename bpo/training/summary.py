@@ -3,6 +3,7 @@ run directory they are written to (``bpo.results``)."""
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -133,10 +134,13 @@ def curve_rows(out: RunOutput) -> list[dict]:
 
 
 def train_metric_rows(out: RunOutput) -> list[dict]:
-    """Per-update (or per-episode) training metrics averaged over seeds: one row per update."""
+    """Per-update (or per-episode) training metrics averaged over seeds: one row per update. A
+    metric with no value in an update (the training return when no episode ended) is NaN there."""
     train = out.metrics["train"]
     n = next(iter(train.values())).shape[1]
-    means = {k: np.nanmean(v.reshape(v.shape[0], n, -1), axis=(0, 2)) for k, v in train.items()}
+    with warnings.catch_warnings():  # numpy warns of each empty mean: NaN says it in the file
+        warnings.simplefilter("ignore", RuntimeWarning)
+        means = {k: np.nanmean(v.reshape(v.shape[0], n, -1), axis=(0, 2)) for k, v in train.items()}
     return [{"update": i, **{k: float(v[i]) for k, v in sorted(means.items())}} for i in range(n)]
 
 

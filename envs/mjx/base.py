@@ -26,6 +26,7 @@ from mujoco import mjx
 
 from envs.functional import EnvSpec
 from envs.mjx.contacts import mujoco_contact_frames
+from envs.mujoco_log import quiet_deprecations
 
 MAX_EPISODE_STEPS = 1000  # Gymnasium registers every v5 locomotion task with this TimeLimit
 
@@ -54,6 +55,7 @@ class MjxEnv:
     reset_kinematics: bool = False  # position() reads body positions, which a reset must compute
 
     def __init__(self, iterations: int = 0, ls_iterations: int = 0):
+        quiet_deprecations()
         self.mj_model = mujoco.MjModel.from_xml_path(gymnasium_asset(self.xml_file))
         if iterations:
             self.mj_model.opt.iterations = iterations

@@ -1,6 +1,7 @@
 """The ``bpo`` command.
 
     bpo train PRESET [--env ENV] [--variant NAME] [--algo ppo|bpo|reinforce] [--seeds N] [--out DIR] [overrides]
+    bpo train RUN/config.json [--out DIR] [overrides]      (a recorded run again)
     bpo sweep SWEEP | --preset P ... [--backend local|slurm] [--dry-run]
     bpo plot RESULTS_DIR / bpo table RESULTS_DIR
     bpo reproduce SWEEP [--out DIR]          (bpo sweep SWEEP, then bpo plot and bpo table)
@@ -46,7 +47,8 @@ USAGE = """usage: bpo [--version] {{train,sweep,plot,table,reproduce,evaluate,ve
                    [--total-timesteps N | --episodes N] [--out DIR] [--tensorboard] [overrides]
       Train one configuration; N seeds run vmapped. --env applies the preset's per-environment
       overrides (Table 5); --variant applies a Table 1 row or ablation: {}.
-      Presets: {}. `bpo train PRESET --help` lists every field.
+      Presets: {}. `bpo train PRESET --help` lists every field. Instead of PRESET, a run's
+      config.json replays that run.
   bpo sweep SWEEP [--backend local|slurm] [--workers N] [--seeds N] [--out DIR] [--dry-run] [--set KEY=VALUE ...]
   bpo sweep --preset P [--envs ...] [--variants ...] [--grid KEY=V1,V2 ...] [--seeds N] [--name NAME]
       A grid of runs (sweep files: experiments/sweeps/{{fig2,classic,mujoco_small,table1_small,headline,
@@ -144,11 +146,7 @@ def train_main(argv: list[str]) -> int:
             return 0
         return _fail(f"preset: missing; allowed: {sorted(PRESETS)}")
     try:
-        env, variant = _preparse(argv[1:], "--env"), _preparse(argv[1:], "--variant")
-        preset = get_preset(argv[0], env)
-        if variant:
-            # The variant's values become the defaults; flags given explicitly still win.
-            preset = apply_variant(preset, variant)
+        preset = starting_config(argv)
     except ConfigError as e:
         return _fail(str(e))
     on_policy = isinstance(preset, OnPolicyTrainConfig)
@@ -170,6 +168,24 @@ def train_main(argv: list[str]) -> int:
     options = {k: getattr(args, k, default) for k, default in OUTPUT_OPTIONS.items()}
     every = default_checkpoint_every(cfg) if args.checkpoint_every is None else args.checkpoint_every
     return _train(cfg, out_dir, args.progress, args.seed_chunk, options, every)
+
+
+def starting_config(argv: list[str]):
+    """The config the flags apply to: a preset (with ``--env``'s per-environment overrides and
+    ``--variant``'s values as its defaults; flags given explicitly still win), or a run's recorded
+    ``config.json``, which replays that run (``bpo train runs/x/config.json --out runs/y``)."""
+    env, variant = _preparse(argv[1:], "--env"), _preparse(argv[1:], "--variant")
+    if argv[0].endswith(".json"):
+        if env or variant:
+            raise ConfigError("--env" if env else "--variant", "not with a recorded config.json, whose settings "
+                                                               "already include them; set single fields instead")
+        try:
+            return from_dict(json.loads(Path(argv[0]).read_text()))
+        except (OSError, ValueError, TypeError, AttributeError) as e:
+            raise ConfigError("config", f"{argv[0]!r} cannot be read as a run's config.json ({type(e).__name__}: "
+                                        f"{e})") from None
+    preset = get_preset(argv[0], env)
+    return apply_variant(preset, variant) if variant else preset
 
 
 def resume_main(argv: list[str]) -> int:

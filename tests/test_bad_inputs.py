@@ -242,3 +242,17 @@ def test_version_names_the_package_and_the_code(capsys):
     assert main(["--version"]) == 0
     out = capsys.readouterr().out.strip()
     assert out.startswith("bpo 0.") and "(" in out  # the package version and the commit (or 'unknown')
+
+
+def test_a_run_is_replayed_from_its_own_config_json(tmp_path, capsys):
+    """`bpo train RUN/config.json`: the recorded run again, the same numbers; flags still apply."""
+    first, again = tmp_path / "first", tmp_path / "again"
+    args = ["--episodes", "20", "--eval-every", "10", "--eval-episodes", "2", "--seeds", "2", "--no-progress"]
+    assert main(["train", "short_corridor", "--algo", "bpo", *args, "--out", str(first)]) == 0
+    assert main(["train", str(first / "config.json"), "--no-progress", "--out", str(again)]) == 0
+    assert (again / "curve.csv").read_text() == (first / "curve.csv").read_text()
+    assert main(["train", str(first / "config.json"), "--variant", "ppo", "--out", str(tmp_path / "x")]) == 2
+    assert capsys.readouterr().err.startswith("error: --variant: not with a recorded config.json")
+    (tmp_path / "bad.json").write_text("{")
+    assert main(["train", str(tmp_path / "bad.json")]) == 2
+    assert "error: config: " in capsys.readouterr().err

@@ -1,8 +1,22 @@
 """Progress display fed from inside jitted runs through ``jax.debug.callback``."""
 
+import os
 import time
 
+from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+LOG_WIDTH = 200
+"""Columns of progress lines written to a file or a pipe (a log): wide enough that no line wraps
+and the last frame is not cut, as at rich's default of 80 ('0:0… eta 0:00:…')."""
+
+
+def console() -> Console:
+    """rich's console on a terminal; in a log, ``COLUMNS`` (or ``LOG_WIDTH``) columns wide."""
+    terminal = Console()
+    if terminal.is_terminal:
+        return terminal
+    return Console(width=int(os.environ.get("COLUMNS") or LOG_WIDTH))
 
 
 class EvalProgress:
@@ -21,7 +35,7 @@ class EvalProgress:
                    TextColumn("eval return {task.fields[latest]:.2f}")]
         if total_env_steps:
             columns.append(TextColumn("{task.fields[rate]:,.0f} steps/s"))
-        self._progress = Progress(*columns, disable=not enabled)
+        self._progress = Progress(*columns, disable=not enabled, console=console())
         self._task = self._progress.add_task(label, total=total_calls, latest=float("nan"), rate=0.0)
 
     def update(self, step, eval_return, rate: float | None = None) -> None:

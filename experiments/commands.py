@@ -221,11 +221,15 @@ def _launch(args: SweepArgs, sweep: Sweep, sweep_dir: Path, specs: list[RunSpec]
 
 def _report_outcome(outcome: launch.Outcome, sweep_dir: Path) -> int:
     """Tell what did not finish and how to continue; the exit code: 128 + the signal that stopped the
-    sweep, 1 when a run failed, else 0."""
+    sweep (one that came when every run had finished stopped nothing: not counted), 1 when a run
+    failed, else 0."""
     if outcome.elsewhere:
         print(f"{len(outcome.elsewhere)} runs left to another process that is running them: "
               f"{sorted(outcome.elsewhere)}; it adds them to {sweep_dir} (and to its index.json) as they finish")
-    if outcome.signal is not None:
+    if outcome.signal is not None and not (outcome.interrupted or outcome.not_started):
+        print(f"{signal.Signals(outcome.signal).name} arrived when every run had finished: nothing was stopped",
+              file=sys.stderr)
+    elif outcome.signal is not None:
         name = signal.Signals(outcome.signal).name
         stopped = f" ({len(outcome.interrupted)} interrupted: {sorted(outcome.interrupted)})" if outcome.interrupted \
             else ""

@@ -38,6 +38,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from bpo import checkpoint as ckpt
 from bpo import processes, results
+from bpo.progress import console
 from bpo.runtime import enable_compile_cache
 from bpo.training import default_checkpoint_every, program_key, run_rows, run_validated, write
 from bpo.training.rows import can_share
@@ -72,6 +73,8 @@ class Outcome:
     """Runs another process was executing (it holds their lock): left to it."""
     interrupted: list[str] = field(default_factory=list)
     """Runs stopped by a signal; they continue from their checkpoints when the sweep runs again."""
+    not_started: list[str] = field(default_factory=list)
+    """Runs a signal kept from starting."""
     signal: int | None = None
     """The signal that stopped the sweep (local backend), or None."""
 
@@ -250,7 +253,7 @@ def default_workers() -> int:
 
 def _progress(show: bool) -> Progress:
     return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    TextColumn("eta"), TimeRemainingColumn(), disable=not show, transient=False)
+                    TextColumn("eta"), TimeRemainingColumn(), disable=not show, transient=False, console=console())
 
 
 def _report(console, spec: RunSpec, summary: dict | None, error: str | None) -> None:
@@ -349,6 +352,7 @@ class _LocalWorkers:
         does not."""
         if self.stopping_since is None:
             self.out.signal, self.stopping_since = signals[0], time.monotonic()
+            self.out.not_started = [s.run_id for s in queue]
             queue.clear()
             self.bar.console.print(f"[yellow]{signal.Signals(self.out.signal).name}[/]: stopping "
                                    f"{len(self.running)} running runs (each checkpoints at the end of its current "

@@ -256,3 +256,15 @@ def test_a_run_is_replayed_from_its_own_config_json(tmp_path, capsys):
     (tmp_path / "bad.json").write_text("{")
     assert main(["train", str(tmp_path / "bad.json")]) == 2
     assert "error: config: " in capsys.readouterr().err
+
+
+def test_progress_written_to_a_log_is_one_whole_line(tmp_path):
+    """Written to a pipe, the bar's last frame is one line, not wrapped at 80 columns nor cut."""
+    proc = subprocess.run([sys.executable, "-m", "experiments.cli", "train", "short_corridor", "--algo", "bpo",
+                           "--episodes", "20", "--eval-every", "10", "--eval-episodes", "2", "--seeds", "2",
+                           "--out", str(tmp_path / "run")], capture_output=True, text=True, timeout=300,
+                          env={k: v for k, v in os.environ.items() if k != "COLUMNS"})
+    assert proc.returncode == 0, proc.stderr
+    lines = (proc.stdout + proc.stderr).splitlines()
+    bar = [line for line in lines if "6/6" in line]  # 3 evaluations x 2 seeds
+    assert len(bar) == 1 and "eval return" in bar[0] and "…" not in bar[0], lines

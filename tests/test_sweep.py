@@ -18,7 +18,8 @@ from bpo.config import ConfigError, replace
 from bpo.presets import TABLE1_ROWS, get_preset
 from experiments import store
 from experiments.cli import main
-from experiments.commands import SweepArgs, build_sweep
+from experiments.commands import SweepArgs, _report_outcome, build_sweep
+from experiments.launch import Outcome
 from experiments.sweep import Grid, RunSpec, Sweep, apply_overrides, expand, load_sweep, parse_assignment
 from experiments.verify_variance import VerifyVarianceArgs
 
@@ -451,3 +452,10 @@ def test_sweep_json_keeps_the_runs_of_earlier_sweeps_of_the_folder(tmp_path):
     (tmp_path / "sweep.json").write_text("{not json")
     store.write_sweep_file(tmp_path, "b", second)  # a damaged file is replaced (with a warning)
     assert [s.run_id for s in store.read_specs(tmp_path)] == [second[0].run_id]
+
+
+def test_a_signal_that_stopped_nothing_does_not_fail_the_sweep(tmp_path, capsys):
+    assert _report_outcome(Outcome(signal=signal.SIGINT), tmp_path) == 0
+    assert "arrived when every run had finished" in capsys.readouterr().err
+    assert _report_outcome(Outcome(signal=signal.SIGINT, not_started=["a"]), tmp_path) == 130
+    assert _report_outcome(Outcome(signal=signal.SIGTERM, interrupted=["a"]), tmp_path) == 143

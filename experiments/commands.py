@@ -132,7 +132,11 @@ def run_sweep(args: SweepArgs) -> tuple[int, Path | None]:
     if not launch.slurm_in_flight(sweep_dir):
         store.clear_staging(sweep_dir)
     store.write_sweep_file(sweep_dir, sweep.name, specs)
-    outcome = _launch(args, sweep, sweep_dir, specs, states)
+    try:
+        outcome = _launch(args, sweep, sweep_dir, specs, states)
+    except ConfigError as e:  # the Slurm cluster refused the jobs: nothing was submitted
+        print(f"error: {e}", file=sys.stderr)
+        return 2, None
     store.refresh_index(sweep_dir, outcome.failed)
     store.remove_empty_staging(sweep_dir)
     return _report_outcome(outcome, sweep_dir), sweep_dir

@@ -38,6 +38,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from bpo import checkpoint as ckpt
 from bpo import processes, results
+from bpo.config import ConfigError
 from bpo.progress import console
 from bpo.runtime import enable_compile_cache
 from bpo.training import default_checkpoint_every, program_key, run_rows, run_validated, write
@@ -456,7 +457,13 @@ def run_slurm(sweep_dir: Path, specs: list[RunSpec], resources: SlurmResources, 
         slurm_partition=resources.partition, slurm_array_parallelism=resources.array_parallelism,
         slurm_additional_parameters={"requeue": True, "open_mode": "append", **dict(resources.additional)},
     )
-    jobs = executor.map_array(SlurmRun(), [str(sweep_dir)] * len(specs), [s.run_id for s in specs])
+    try:
+        jobs = executor.map_array(SlurmRun(), [str(sweep_dir)] * len(specs), [s.run_id for s in specs])
+    except (OSError, subprocess.SubprocessError, RuntimeError) as e:
+        # sbatch present but no cluster to take the jobs (no slurmctld, no partition): one line, not
+        # submitit's traceback. Nothing was submitted, so nothing is recorded.
+        raise ConfigError("backend", f"Slurm refused the jobs ({_first_line(e)}); allowed: --backend slurm on a "
+                                     "machine whose sbatch reaches a Slurm controller, or --backend local") from None
     with store.folder_lock(sweep_dir):  # another submission may be recording its jobs too
         recorded = json.loads(_jobs_file(sweep_dir).read_text()) if _jobs_file(sweep_dir).exists() else {}
         recorded.update({s.run_id: j.job_id for s, j in zip(specs, jobs, strict=True)})
@@ -494,6 +501,14 @@ def run_slurm(sweep_dir: Path, specs: list[RunSpec], resources: SlurmResources, 
                 store.refresh_index(sweep_dir, out.failed)
                 bar.advance(task)
     return out
+
+
+def _first_line(error: BaseException) -> str:
+    """The gist of a failed sbatch: the last non-empty line of what it printed, else the error."""
+    text = "\n".join(str(x) for x in (getattr(error, "stderr", None), getattr(error, "output", None), error) if x)
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    fallback = lines[-1] if lines else type(error).__name__
+    return next((line for line in reversed(lines) if "sbatch" in line.lower()), fallback)
 
 
 def _queued(job_ids: set[str]) -> set[str] | None:

@@ -4,13 +4,14 @@ job requeued while it runs (``scontrol requeue``, what a preemption does), which
 its checkpoint on its own, with the same results as an uninterrupted local run."""
 
 import json
+import os
 import subprocess
 import sys
 import time
 
 import pytest
 
-from slurm_cluster import slurm_env  # noqa: F401 - the fixture
+from slurm_cluster import ensure_slurm_installed, slurm_env  # noqa: F401 - the fixture
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -126,3 +127,20 @@ def test_a_requeued_or_preempted_job_continues_from_its_checkpoint(slurm_env, tm
     _sweep([str(sweep_file), "--backend", "local", "--out", str(tmp_path / "local")])
     for name in ("curve.csv", "train_metrics.csv"):
         assert (out / run_id / name).read_bytes() == (tmp_path / "local" / run_id / name).read_bytes(), name
+
+
+def test_sbatch_without_a_controller_is_one_line_and_exit_2(tmp_path):
+    """sbatch installed, but no controller to take the jobs (a configuration that names no
+    reachable slurmctld): one line naming the backend, not submitit's traceback."""
+    reason = ensure_slurm_installed()
+    if reason is not None:
+        pytest.skip(f"no sbatch: {reason}")
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("ClusterName=none\nSlurmctldHost=nowhere(127.0.0.1)\nSlurmctldPort=1\n")
+    env = {**os.environ, "SLURM_CONF": str(conf)}
+    proc = subprocess.run([sys.executable, "-m", "experiments.cli", "sweep", "--preset", "short_corridor", "--variants",
+                           "bpo", "--set", "episodes=20", "--seeds", "1", "--backend", "slurm", "--no-progress",
+                           "--out", str(tmp_path / "sweep")], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert "error: backend: Slurm refused the jobs (" in proc.stderr, proc.stderr

@@ -54,8 +54,9 @@ USAGE = """usage: bpo [--version] {{train,sweep,plot,table,reproduce,evaluate,ve
       A grid of runs (sweep files: experiments/sweeps/{{fig2,classic,mujoco_small,table1_small,headline,
       table1,ablations}}.py, or a path), locally or as a Slurm job array; re-running resumes it.
       Results: OUT/RUN-ID/ + index.json; default OUT: runs/NAME (git-ignored).
-  bpo plot RESULTS_DIR [--out DIR]
-      Learning curves (mean ± SE over seeds), one panel per environment and preset: PNG and PDF.
+  bpo plot RESULTS_DIR [--out DIR] [--metric COLUMN] [--per-seed] [--smooth N]
+      Learning curves (mean ± SE over seeds), one panel per environment and preset: PNG and PDF;
+      any per-evaluation column (eval_return, BPO's diagnostics), each seed, a trailing mean.
   bpo table RESULTS_DIR [--out DIR] [--baseline ppo] [--alpha 0.05]
       Table 1 (Markdown, LaTeX): Welch's t-test against the baseline; rliable IQM and probability
       of improvement.

@@ -30,7 +30,7 @@ from bpo.config import ConfigError
 from bpo.results import ensure_writable_dir
 from bpo.validation import validate_environment
 from experiments import launch, store
-from experiments.plotting import plot_results
+from experiments.plotting import DEFAULT_PLOT, PlotOptions, plot_results
 from experiments.reader import BadFile, Run, Skipped
 from experiments.sweep import Grid, RunSpec, Sweep, expand, load_sweep, parse_assignment
 from experiments.table import MixedRuns, write_tables
@@ -307,9 +307,10 @@ def _skipped_exit(command: str, skipped: list[Skipped], allow: bool) -> int:
     return 0 if allow else 1
 
 
-def _plot(runs: list[Run], results_dir: Path, out: Path, command: str) -> tuple[list[Path], list[Skipped]]:
+def _plot(runs: list[Run], results_dir: Path, out: Path, command: str,
+          options: PlotOptions = DEFAULT_PLOT) -> tuple[list[Path], list[Skipped]]:
     """``plot_results``, its skipped runs listed; a ``FileNotFoundError`` when no curve could be used."""
-    paths, skipped = plot_results(runs, out)
+    paths, skipped = plot_results(runs, out, options)
     _print_skipped(command, skipped)
     if not paths:
         raise FileNotFoundError(f"no run under {results_dir} has a curve.csv that can be used")
@@ -367,8 +368,17 @@ class TableArgs(AnalysisArgs):
 
 @dataclass(frozen=True)
 class PlotArgs(AnalysisArgs):
-    """Learning curves: mean ± SE over seeds of the evaluation return, one panel per environment and
-    preset, one line per row (variant and grid values); PNG and PDF."""
+    """Learning curves: mean ± SE over seeds of the evaluation return (or another metric recorded per
+    evaluation), one panel per environment and preset, one line per row (variant and grid values);
+    PNG and PDF."""
+
+    metric: str = "eval_return"
+    """A column of the runs' curve.csv: eval_return, or a diagnostic of BPO runs (ess_frac,
+    kl_pi_mu_k3, is_ratio_max, rho_truncated_frac, ...); an unknown one lists those there are."""
+    per_seed: bool = False
+    """Also draw every seed's curve, thin."""
+    smooth: int = 1
+    """Average each seed's curve over this many consecutive evaluations first (1: none)."""
 
 
 def _check_results_dir(path: Path) -> None:
@@ -402,7 +412,10 @@ def plot_main(argv: list[str]) -> int:
         _check_results_dir(args.results_dir)
         ensure_writable_dir(args.out or args.results_dir, "--out")
         runs, skipped = _load_runs(args.results_dir, "bpo plot")
-        paths, no_curve = _plot(runs, args.results_dir, args.out or args.results_dir, "bpo plot")
+        if args.smooth < 1:
+            raise ConfigError("smooth", f"must be an integer >= 1, got {args.smooth}")
+        paths, no_curve = _plot(runs, args.results_dir, args.out or args.results_dir, "bpo plot",
+                                PlotOptions(args.metric, args.per_seed, args.smooth))
     except ANALYSIS_ERRORS as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -12,11 +12,13 @@ seeds, the run's legend entry counts its NaN evaluations, and a note on stderr s
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from matplotlib.figure import Figure
 
+from bpo.config import ConfigError
 from experiments.common import (
     OPTIMAL_RETURNS,
     report_provenance,
@@ -31,18 +33,52 @@ from experiments.reader import BadFile, Run, Skipped, read_curve
 STEP_LABELS = {"env_step": "environment steps", "episode": "episodes"}
 
 
-def mean_se_by_step(rows: list[dict], column: str = "eval_return"):
-    """Mean and standard error over seeds of ``column`` at each step of a curve (``read_curve``),
-    over the seeds whose value there is finite: a NaN evaluation of a diverged seed is left out
-    rather than making the whole step NaN. SE = SD / sqrt(k) with k those seeds; 0 where k < 2,
-    NaN mean where k = 0 (a gap in the line)."""
+@dataclass(frozen=True)
+class PlotOptions:
+    metric: str = "eval_return"
+    """A column of the runs' curve.csv: the evaluation return, or a diagnostic recorded per
+    evaluation (BPO runs: ess_frac, kl_pi_mu_k3, is_ratio_max, ...; docs/diagnostics.md)."""
+    per_seed: bool = False
+    """Also draw each seed's curve, thin, in its row's colour."""
+    smooth: int = 1
+    """Average each seed's curve over this many consecutive evaluations (a trailing window; 1: none)
+    before the mean and SE over seeds."""
+
+
+def seed_matrix(rows: list[dict], column: str = "eval_return") -> tuple[np.ndarray, np.ndarray]:
+    """(steps, values [seeds, steps]) of ``column`` in a curve (``read_curve``); NaN where a seed
+    has no value at a step."""
     steps = np.array(sorted({r["step"] for r in rows}))
     index = {s: i for i, s in enumerate(steps)}
     seeds = sorted({r["seed"] for r in rows})
     values = np.full((len(seeds), len(steps)), np.nan)
     seed_index = {s: i for i, s in enumerate(seeds)}
     for r in rows:
-        values[seed_index[r["seed"]], index[r["step"]]] = r[column]
+        values[seed_index[r["seed"]], index[r["step"]]] = r.get(column, np.nan)
+    return steps, values
+
+
+def trailing_mean(values: np.ndarray, window: int) -> np.ndarray:
+    """Each entry replaced by the mean of the finite values among it and the ``window - 1`` before it,
+    along the last axis (fewer at the start); NaN where there are none."""
+    if window <= 1:
+        return values
+    ok = np.isfinite(values)
+    sums = np.cumsum(np.where(ok, values, 0.0), axis=-1)
+    counts = np.cumsum(ok, axis=-1)
+    sums[..., window:] -= sums[..., :-window].copy()
+    counts[..., window:] -= counts[..., :-window].copy()
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(counts > 0, sums / counts, np.nan)
+
+
+def mean_se_by_step(rows: list[dict], column: str = "eval_return", smooth: int = 1):
+    """Mean and standard error over seeds of ``column`` at each step of a curve (``read_curve``),
+    each seed's curve first smoothed (``trailing_mean``), over the seeds whose value there is
+    finite: a NaN evaluation of a diverged seed is left out rather than making the whole step NaN.
+    SE = SD / sqrt(k) with k those seeds; 0 where k < 2, NaN mean where k = 0 (a gap in the line)."""
+    steps, values = seed_matrix(rows, column)
+    values = trailing_mean(values, smooth)
     ok = np.isfinite(values)
     k = ok.sum(axis=0)
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -74,12 +110,36 @@ def _label(run: Run, curve: list[dict]) -> str:
     return f"{row_label(run.row)} ({run.seeds} seeds" + (f", {lost} NaN evaluations)" if lost else ")")
 
 
-def plot_results(runs: list[Run], out: Path) -> tuple[list[Path], list[Skipped]]:
+def _draw_run(ax, run: Run, curve: list[dict], colour: str, options: PlotOptions) -> None:
+    if options.metric not in curve[0]:  # e.g. a BPO diagnostic in a PPO run: no line, no legend entry
+        return
+    steps, mean, se = mean_se_by_step(curve, options.metric, options.smooth)
+    label = _label(run, curve) if options.metric == "eval_return" else f"{row_label(run.row)} ({run.seeds} seeds)"
+    ax.plot(steps, mean, color=colour, label=label)
+    ax.fill_between(steps, mean - se, mean + se, color=colour, alpha=0.2)
+    if options.per_seed:
+        for seed_curve in trailing_mean(seed_matrix(curve, options.metric)[1], options.smooth):
+            ax.plot(steps, seed_curve, color=colour, linewidth=0.6, alpha=0.35)
+
+
+def check_metric(curves: dict[str, list[dict]], metric: str) -> None:
+    """A metric some run records; otherwise a ``ConfigError`` listing the columns there are."""
+    columns = sorted({k for curve in curves.values() for row in curve[:1] for k in row} - {"step", "seed"})
+    if metric not in columns:
+        raise ConfigError("metric", f"no run's curve.csv has {metric!r}; allowed: {columns}")
+
+
+DEFAULT_PLOT = PlotOptions()
+
+
+def plot_results(runs: list[Run], out: Path, options: PlotOptions = DEFAULT_PLOT) -> tuple[list[Path], list[Skipped]]:
     """Learning curves of ``runs`` (``experiments.store.load_runs``): one panel per (environment,
     preset), one line per row (variant and grid values) with the same colour in every panel;
-    ``OUT/curves.png`` and ``OUT/curves.pdf``. Returns them and the runs left out because their
-    curve could not be used; no file when no curve could."""
+    ``OUT/curves.png`` and ``OUT/curves.pdf`` (``curves-METRIC`` for another metric). Returns them
+    and the runs left out because their curve could not be used; no file when no curve could."""
     curves, skipped = read_curves(runs)
+    if curves:
+        check_metric(curves, options.metric)
     runs = [r for r in runs if r.run_id in curves]
     if not runs:
         return [], skipped
@@ -96,17 +156,18 @@ def plot_results(runs: list[Run], out: Path) -> tuple[list[Path], list[Skipped]]
     axes = fig.subplots(nrows, ncols, squeeze=False)
     for ax, setting in zip(axes.flat, settings, strict=False):  # the last row may have spare axes
         for r in sorted(by_setting[setting], key=lambda r: order.index(r.row)):
-            steps, mean, se = mean_se_by_step(curves[r.run_id])
-            ax.plot(steps, mean, color=colours[r.row], label=_label(r, curves[r.run_id]))
-            ax.fill_between(steps, mean - se, mean + se, color=colours[r.row], alpha=0.2)
-        if setting[0] in OPTIMAL_RETURNS:
+            _draw_run(ax, r, curves[r.run_id], colours[r.row], options)
+        if setting[0] in OPTIMAL_RETURNS and options.metric == "eval_return":
             value = OPTIMAL_RETURNS[setting[0]]
             ax.axhline(value, color="k", linestyle="--", linewidth=1, label=f"optimum ({value:.2f})")
         ax.set_title(setting_label(setting))
         ax.set_xlabel(STEP_LABELS.get(by_setting[setting][0].summary["step_unit"], "steps"))
-        ax.set_ylabel("evaluation return (mean ± SE)")
+        what = "evaluation return" if options.metric == "eval_return" else options.metric
+        smoothed = f", mean of {options.smooth} evaluations" if options.smooth > 1 else ""
+        ax.set_ylabel(f"{what} (mean ± SE{smoothed})")
         ax.legend(fontsize=7)
     for ax in list(axes.flat)[len(settings):]:
         ax.set_visible(False)
     fig.tight_layout()
-    return save_figure(fig, Path(out), "curves", dpi=130), skipped
+    stem = "curves" if options.metric == "eval_return" else f"curves-{options.metric}"
+    return save_figure(fig, Path(out), stem, dpi=130), skipped

@@ -52,7 +52,7 @@ USAGE = """usage: bpo [--version] {{train,sweep,plot,table,reproduce,evaluate,ve
   bpo sweep SWEEP [--backend local|slurm] [--workers N] [--seeds N] [--out DIR] [--dry-run] [--set KEY=VALUE ...]
   bpo sweep --preset P [--envs ...] [--variants ...] [--grid KEY=V1,V2 ...] [--seeds N] [--name NAME]
       A grid of runs (sweep files: experiments/sweeps/{{fig2,classic,mujoco_small,table1_small,headline,
-      table1,ablations}}.py, or a path), locally or as a Slurm job array; re-running resumes it.
+      table1,ablations,backend_check,probe}}.py, or a path), locally or as a Slurm job array; re-running resumes it.
       Results: OUT/RUN-ID/ + index.json; default OUT: runs/NAME (git-ignored).
   bpo plot RESULTS_DIR [--out DIR] [--metric COLUMN] [--per-seed] [--smooth N]
       Learning curves (mean ± SE over seeds), one panel per environment and preset: PNG and PDF;

@@ -37,7 +37,7 @@ from bpo.tensorboard import TensorBoardLogger
 from bpo.training import progress_totals, run_validated, summarize, write
 from bpo.validation import validate, validate_environment
 
-USAGE = """usage: bpo {{train,sweep,plot,table,reproduce,evaluate,verify-variance,report}} ...
+USAGE = """usage: bpo {{train,sweep,plot,table,reproduce,evaluate,probe,verify-variance,report}} ...
 
   bpo train PRESET [--env ENV] [--variant NAME] [--algo ppo|bpo|reinforce] [--seeds N]
                    [--total-timesteps N | --episodes N] [--out DIR] [--tensorboard] [overrides]
@@ -66,6 +66,9 @@ USAGE = """usage: bpo {{train,sweep,plot,table,reproduce,evaluate,verify-varianc
   bpo evaluate RUN [--episodes N] [--which pi|mu] [--stochastic] [--backend jax|mjx|threads] [--seed S]
       Re-evaluate a run's saved policies (every seed); with the defaults the episodes of its final
       evaluation, so the same number. Writes RUN/evaluations/*.json.
+  bpo probe RUN [--m 32] [--k 32] [--horizon 256] [--points ...] [--seeds ...] [--backend ...] [--yes]
+      Probe a BPO-PPO run's return estimator at its kept policies (save_policies_every) and the end:
+      Var and MSE of eq. (6) under mu over pi (docs/probe.md). Writes RUN/probe/probe.json and probe.png.
   bpo verify-variance [--out DIR] [--n-random 20] [--episodes N] [--seed S] [--checkpoints ...] [--no-train]
       Theorem 2 by exact DP and Monte Carlo on ShortCorridor and random MDPs; variance under
       BPO-REINFORCE's learned mu at training checkpoints. Default out: runs/variance.
@@ -327,12 +330,16 @@ def _dispatch(argv: list[str]) -> int:
         from experiments.evaluate import evaluate_main
 
         return evaluate_main(rest)
+    if command == "probe":
+        from experiments.probe import probe_main
+
+        return probe_main(rest)
     if command == "report":
         from experiments.report import report_main
 
         return report_main(rest)
-    return _fail(f"command: unknown {command!r}; allowed: ['evaluate', 'plot', 'report', 'reproduce', 'sweep', "
-                 "'table', 'train', 'verify-variance']")
+    return _fail(f"command: unknown {command!r}; allowed: ['evaluate', 'plot', 'probe', 'report', 'reproduce', "
+                 "'sweep', 'table', 'train', 'verify-variance']")
 
 
 if __name__ == "__main__":

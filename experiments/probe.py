@@ -16,7 +16,7 @@ from bpo.probe import ProbeSettings, format_cost, probe_cost
 from bpo.provenance import code_version
 from bpo.publish import save_or_rescue
 from bpo.results import atomic_write_json, ensure_writable_dir
-from bpo.training.probe_run import check_probe, probe_run
+from bpo.training.probe_run import check_probe, probe_run, probed_points
 from experiments.common import save_figure
 
 
@@ -63,7 +63,7 @@ def cost_line(settings: ProbeSettings, n_points: int, n_seeds: int) -> str:
     start = settings.m * settings.horizon
     total = n_points * n_seeds * (cost["env_steps"] + start)
     return (f"{format_cost(settings, cost)} per point and seed, plus {start:,} steps under mu for the start "
-            f"states; {n_points} points x {n_seeds} seeds: {total:,} environment steps in all (time not "
+            f"states; {n_points} points probed x {n_seeds} seeds: {total:,} environment steps in all (time not "
             f"measured beforehand; it adds one compilation)")
 
 
@@ -84,6 +84,10 @@ def figure(result: dict, out: Path) -> list[Path]:
         ax.fill_between(steps, lo, hi, alpha=0.25)
     ax.axhline(1.0, color="black", linewidth=0.8)
     ax.set_yscale("log")
+    from matplotlib.ticker import ScalarFormatter
+
+    for axis in (ax.yaxis.set_major_formatter, ax.yaxis.set_minor_formatter):
+        axis(ScalarFormatter())  # 0.9 and 1.2, not 9 x 10^-1
     ax.set_xlabel("environment steps")
     ax.set_ylabel("ratio (mu over pi)")
     ax.set_title(f"{result['env']}: eq. (6) start-state estimate, {result['settings']['level']:.0%} bootstrap")
@@ -114,9 +118,9 @@ def probe_main(argv: list[str]) -> int:
     args = tyro.cli(ProbeArgs, args=argv, prog="bpo probe")
     try:
         settings = settings_of(args)
-        _, points, seeds, _ = check_probe(args.run, args.points, args.seeds, args.backend)
+        saved, points, seeds, _ = check_probe(args.run, args.points, args.seeds, args.backend)
         out_dir = ensure_writable_dir(args.run / "probe", "run")
-        print(cost_line(settings, len(points), len(seeds)), flush=True)
+        print(cost_line(settings, probed_points(saved, points), len(seeds)), flush=True)
         if not args.yes and sys.stdin.isatty() and input("go on? [y/N] ").strip().lower() not in ("y", "yes"):
             return 1
         result = probe_run(args.run, settings, points, seeds, args.backend)

@@ -46,10 +46,11 @@ def _copy(run_dir, dest, change):
 def test_the_command_writes_every_point_and_repeats_its_numbers(bpo_run, capsys):
     assert main(["probe", str(bpo_run), *SMALL]) == 0
     out = capsys.readouterr().out
-    assert "8 states x 8 segments x 32 steps" in out and "3 points x 2 seeds" in out and "Var ratio" in out
+    assert "8 states x 8 segments x 32 steps" in out and "2 points probed x 2 seeds" in out and "Var ratio" in out
     first = json.loads((bpo_run / "probe" / "probe.json").read_text())
     assert [p["point"] for p in first["points"]] == [1, 2, "final"]
     assert [p["env_steps"] for p in first["points"]] == [256, 512, 512]
+    assert first["points"][2]["seeds"] == first["points"][1]["seeds"]  # the final policies are those of update 2
     for p in first["points"]:
         assert set(p["seeds"]) == {"0", "1"} and p["pooled"]["states"] == 16
         assert p["pooled"]["var_ratio_lo"] <= p["pooled"]["var_ratio_median"] <= p["pooled"]["var_ratio_hi"]

@@ -120,6 +120,14 @@ def _same(a: dict, b: dict) -> bool:
         np.array_equal(x, y) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True))
 
 
+def probed_points(saved: SavedPolicies, points) -> int:
+    """How many of ``points`` are probed: the final policies are not probed again when they are those
+    kept at the last update (``probe_run`` repeats that point's result)."""
+    last = saved.config.n_updates
+    repeat = FINAL in points and last in points and _same(saved.at(last), saved.final)
+    return len(points) - int(repeat)
+
+
 def point_key(settings: ProbeSettings, update: int, seed: int) -> jax.Array:
     """The key of one point and seed: from ``settings.seed``, folded with both."""
     return jax.random.fold_in(jax.random.fold_in(jax.random.PRNGKey(settings.seed), update), seed)

@@ -109,7 +109,9 @@ def test_a_ppo_run_and_a_folder_without_policies_are_refused(bpo_run, tmp_path, 
 @pytest.mark.parametrize("flag, value, field", [("--m", "0", "m must be >= 1"), ("--k", "1", "k must be >= 2"),
                                                 ("--horizon", "0", "horizon must be >= 1"),
                                                 ("--ref-k", "1", "ref_k must be >= 2"),
-                                                ("--points", "7", "points:"), ("--seeds", "2", "seeds:")])
+                                                ("--points", "7", "points:"),
+                                                ("--points", "last", "points: must be update counts"),
+                                                ("--seeds", "2", "seeds:")])
 def test_bad_values_name_the_field(bpo_run, capsys, flag, value, field):
     _refused([str(bpo_run), flag, value, "--yes"], capsys, field)
 

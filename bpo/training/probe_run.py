@@ -47,6 +47,14 @@ def run_backend(saved: SavedPolicies, backend: str | None) -> str:
     return backend
 
 
+def _point(p, kept: list) -> int | str:
+    """A point as given on the command line ('40', 'final') or in Python (40)."""
+    try:
+        return p if p == FINAL else int(p)
+    except ValueError:
+        raise ConfigError("points", f"must be update counts or 'final'; kept: {kept}, got {p!r}") from None
+
+
 def check_probe(run_dir: Path, points=None, seeds=None, backend: str | None = None):
     """Everything checked before any compilation: (saved policies, points, seeds, backend). Points
     are update counts of kept policies or ``"final"`` (default: all of them); seeds are indices."""
@@ -55,7 +63,7 @@ def check_probe(run_dir: Path, points=None, seeds=None, backend: str | None = No
         raise ConfigError("run", f"{str(run_dir)!r} is not a BPO-PPO run (algo={saved.config.algo}): it has no "
                                  "behaviour policy mu to probe; allowed: on-policy runs with algo=bpo")
     kept = sorted(saved.during) + [FINAL]
-    points = kept if points is None else [p if p == FINAL else int(p) for p in points]
+    points = kept if points is None else [_point(p, kept) for p in points]
     for p in points:
         if p not in kept:
             raise ConfigError("points", f"no policies kept at {p!r}; kept: {kept} (save_policies_every)")

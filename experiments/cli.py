@@ -41,7 +41,7 @@ from bpo.training import default_checkpoint_every, progress_totals, run_validate
 from bpo.training.summary import final_return_text
 from bpo.validation import validate, validate_environment
 
-USAGE = """usage: bpo [--version] {{train,sweep,plot,table,reproduce,evaluate,verify-variance,report}} ...
+USAGE = """usage: bpo [--version] {{train,sweep,plot,table,reproduce,evaluate,probe,verify-variance,report}} ...
 
   bpo train PRESET [--env ENV] [--variant NAME] [--algo ppo|bpo|reinforce] [--seeds N]
                    [--total-timesteps N | --episodes N] [--out DIR] [--tensorboard] [overrides]
@@ -52,7 +52,8 @@ USAGE = """usage: bpo [--version] {{train,sweep,plot,table,reproduce,evaluate,ve
   bpo sweep SWEEP [--backend local|slurm] [--workers N] [--seeds N] [--out DIR] [--dry-run] [--set KEY=VALUE ...]
   bpo sweep --preset P [--envs ...] [--variants ...] [--grid KEY=V1,V2 ...] [--seeds N] [--name NAME]
       A grid of runs (sweep files: experiments/sweeps/{{fig2,classic,mujoco_small,table1_small,headline,
-      table1,ablations,backend_check,probe}}.py, or a path), locally or as a Slurm job array; re-running resumes it.
+      table1,ablations,backend_check,probe}}.py, or a path), locally or as a Slurm job array; re-running
+      resumes it.
       Results: OUT/RUN-ID/ + index.json; default OUT: runs/NAME (git-ignored).
   bpo plot RESULTS_DIR [--out DIR] [--metric COLUMN] [--per-seed] [--smooth N]
       Learning curves (mean ± SE over seeds), one panel per environment and preset: PNG and PDF;
@@ -72,6 +73,9 @@ USAGE = """usage: bpo [--version] {{train,sweep,plot,table,reproduce,evaluate,ve
   bpo evaluate RUN [--episodes N] [--which pi|mu] [--stochastic] [--backend jax|mjx|threads] [--seed S]
       Re-evaluate a run's saved policies (every seed); with the defaults the episodes of its final
       evaluation, so the same number. Writes RUN/evaluations/*.json.
+  bpo probe RUN [--m 32] [--k 32] [--horizon 256] [--points ...] [--seeds ...] [--backend ...] [--yes]
+      Probe a BPO-PPO run's return estimator at its kept policies (save_policies_every) and the end:
+      Var and MSE of eq. (6) under mu over pi (docs/probe.md). Writes RUN/probe/probe.json and probe.png.
   bpo verify-variance [--out DIR] [--n-random 20] [--episodes N] [--seed S] [--checkpoints ...] [--no-train]
       Theorem 2 by exact DP and Monte Carlo on ShortCorridor and random MDPs; variance under
       BPO-REINFORCE's learned mu at training checkpoints. Default out: runs/variance.
@@ -380,12 +384,16 @@ def _dispatch(argv: list[str]) -> int:
         from experiments.evaluate import evaluate_main
 
         return evaluate_main(rest)
+    if command == "probe":
+        from experiments.probe import probe_main
+
+        return probe_main(rest)
     if command == "report":
         from experiments.report import report_main
 
         return report_main(rest)
-    return _fail(f"command: unknown {command!r}; allowed: ['evaluate', 'plot', 'report', 'reproduce', 'sweep', "
-                 "'table', 'train', 'verify-variance']")
+    return _fail(f"command: unknown {command!r}; allowed: ['evaluate', 'plot', 'probe', 'report', 'reproduce', "
+                 "'sweep', 'table', 'train', 'verify-variance']")
 
 
 if __name__ == "__main__":

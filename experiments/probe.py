@@ -1,0 +1,139 @@
+"""``bpo probe RUN``: the return-estimator probe (``bpo.training.probe_run``) on a finished BPO-PPO
+run's kept policies; writes ``RUN/probe/probe.json`` and a figure ``RUN/probe/probe.png``/``.pdf``."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Literal
+
+import tyro
+
+from bpo.config import ConfigError
+from bpo.probe import ProbeSettings, format_cost, probe_cost
+from bpo.provenance import code_version
+from bpo.publish import save_or_rescue
+from bpo.results import atomic_write_json, ensure_writable_dir
+from bpo.training.probe_run import check_probe, probe_run, probed_points
+from experiments.common import save_figure
+
+
+@dataclass(frozen=True)
+class ProbeArgs:
+    """Probe the return estimator of a BPO-PPO run at every kept point (save_policies_every) and at
+    the end: Var_mu / Var_pi and MSE_mu / MSE_pi of eq. (6)'s start-state estimate (docs/probe.md)."""
+
+    run: Annotated[tyro.conf.Positional[Path], tyro.conf.arg(metavar="RUN")]
+    """A BPO-PPO run directory with policies.msgpack."""
+    m: int = 32
+    """Start states per point and seed."""
+    k: int = 32
+    """Segments per start state, under pi and under mu."""
+    horizon: int = 256
+    """H, steps per segment (also the steps under mu from reset that the start states are drawn from)."""
+    ref_k: int = 128
+    """Segments of pi per start state for the Monte Carlo v_pi."""
+    ref_horizon: int = 512
+    """Their length."""
+    seed: int = 0
+    """Every key and the bootstrap's generator: the same seed gives the same numbers."""
+    points: tuple[str, ...] | None = None
+    """Update counts of kept policies and/or 'final'; default all of them."""
+    seeds: tuple[int, ...] | None = None
+    """Seed indices of the run; default all."""
+    backend: Literal["jax", "mjx", "threads"] | None = None
+    """Where the segments run; default the run's own (threads for a Gymnasium-backend MuJoCo run)."""
+    yes: bool = False
+    """Do not ask before starting (it never asks when stdin is not a terminal)."""
+
+
+def settings_of(args: ProbeArgs) -> ProbeSettings:
+    """The settings, each value checked with the field's name (ProbeSettings' own checks)."""
+    if not 0 <= args.seed < 2**32:
+        raise ConfigError("seed", f"must be in [0, 2**32 - 1], got {args.seed}")
+    return ProbeSettings(m=args.m, k=args.k, horizon=args.horizon, ref_k=args.ref_k, ref_horizon=args.ref_horizon,
+                         seed=args.seed)
+
+
+def cost_line(settings: ProbeSettings, n_points: int, n_seeds: int) -> str:
+    """What the probe will do, before it starts; nothing is measured, so no time is claimed."""
+    cost = probe_cost(settings)
+    start = settings.m * settings.horizon
+    total = n_points * n_seeds * (cost["env_steps"] + start)
+    return (f"{format_cost(settings, cost)} per point and seed, plus {start:,} steps under mu for the start "
+            f"states; {n_points} points probed x {n_seeds} seeds: {total:,} environment steps in all (time not "
+            f"measured beforehand; it adds one compilation)")
+
+
+def figure(result: dict, out: Path) -> list[Path]:
+    """The pooled median ratios with their bootstrap intervals against environment steps."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6, 3.5), layout="constrained")
+    ax = fig.add_subplot()
+    points = [p for p in result["points"] if p["point"] != "final"] or result["points"]
+    steps = [p["env_steps"] for p in points]
+    for name, label in (("var", "Var_mu / Var_pi"), ("mse", "MSE_mu / MSE_pi")):
+        pooled = [p["pooled"] for p in points]
+        med = [_nan(q[f"{name}_ratio_median"]) for q in pooled]
+        lo = [_nan(q[f"{name}_ratio_lo"]) for q in pooled]
+        hi = [_nan(q[f"{name}_ratio_hi"]) for q in pooled]
+        ax.plot(steps, med, marker="o", label=f"median {label}")
+        ax.fill_between(steps, lo, hi, alpha=0.25)
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_yscale("log")
+    from matplotlib.ticker import ScalarFormatter
+
+    for axis in (ax.yaxis.set_major_formatter, ax.yaxis.set_minor_formatter):
+        axis(ScalarFormatter())  # 0.9 and 1.2, not 9 x 10^-1
+    ax.set_xlabel("environment steps")
+    ax.set_ylabel("ratio (mu over pi)")
+    ax.set_title(f"{result['env']}: eq. (6) start-state estimate, {result['settings']['level']:.0%} bootstrap")
+    ax.legend(fontsize=8)
+    return save_figure(fig, out, "probe", dpi=120)
+
+
+def _nan(x):
+    return float("nan") if x is None else x
+
+
+def table(result: dict) -> str:
+    rows = ["point   update  env steps  Var ratio [interval]     MSE ratio [interval]     mu lower (var)  ESS/K"]
+    for p in result["points"]:
+        q = p["pooled"]
+        rows.append(f"{str(p['point']):<7} {p['update']:>6} {p['env_steps']:>10}  "
+                    f"{_fmt(q, 'var'):<24} {_fmt(q, 'mse'):<24} {q['frac_var_mu_lower']:>14.2f}  "
+                    f"{_nan(q['ess_frac_mean']):.2f}")
+    return "\n".join(rows)
+
+
+def _fmt(q: dict, name: str) -> str:
+    med, lo, hi = (_nan(q[f"{name}_ratio_{end}"]) for end in ("median", "lo", "hi"))
+    return f"{med:.3g} [{lo:.3g}, {hi:.3g}]"
+
+
+def probe_main(argv: list[str]) -> int:
+    args = tyro.cli(ProbeArgs, args=argv, prog="bpo probe")
+    try:
+        settings = settings_of(args)
+        saved, points, seeds, _ = check_probe(args.run, args.points, args.seeds, args.backend)
+        out_dir = ensure_writable_dir(args.run / "probe", "run")
+        print(cost_line(settings, probed_points(saved, points), len(seeds)), flush=True)
+        if not args.yes and sys.stdin.isatty() and input("go on? [y/N] ").strip().lower() not in ("y", "yes"):
+            return 1
+        result = probe_run(args.run, settings, points, seeds, args.backend)
+    except (ConfigError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    result["provenance"] = {"command": ["bpo", "probe", *argv], "code_version": code_version()}
+
+    def write(folder: Path) -> None:
+        atomic_write_json(folder / "probe.json", result)
+        figure(result, folder)
+
+    _, rescued = save_or_rescue(out_dir, write, "run", last_resort=lambda: json.dumps(result["points"]))
+    print(table(result))
+    print(f"-> {(out_dir if rescued is None else rescued) / 'probe.json'}")
+    return 0 if rescued is None else 1

@@ -1,0 +1,121 @@
+"""``bpo probe RUN`` (``bpo.training.probe_run``, ``experiments.probe``) on a real BPO-PPO run: one
+entry per kept point and the final, the same numbers when run again, refusals before any work, and
+the wiring checked against mu = pi, where the variance ratio's interval must contain 1."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import jax
+import numpy as np
+import pytest
+from flax import serialization
+
+from bpo.config import replace
+from bpo.presets import get_preset
+from bpo.probe import ProbeSettings
+from bpo.training import run, write
+from bpo.training.policies import FILE
+from bpo.training.probe_run import probe_run
+from experiments.cli import main
+
+SMALL = ["--m", "8", "--k", "8", "--horizon", "32", "--ref-k", "16", "--ref-horizon", "64", "--yes"]
+
+
+@pytest.fixture(scope="module")
+def bpo_run(tmp_path_factory):
+    """CartPole, BPO-PPO, 2 updates of 2 seeds, policies kept after every update."""
+    size = get_preset("cartpole_ppo").rollout_size
+    cfg = replace(get_preset("cartpole_ppo"), algo="bpo", total_timesteps=size * 2, eval_every=size,
+                  eval_episodes=2, seeds=2, save_policies_every=1)
+    out_dir = tmp_path_factory.mktemp("runs") / "cartpole-bpo"
+    write(run(cfg), out_dir)
+    return out_dir
+
+
+def _copy(run_dir, dest, change):
+    """A copy of the run directory with its saved policies changed by ``change(payload)``."""
+    shutil.copytree(run_dir, dest, ignore=shutil.ignore_patterns("probe"))  # not the probe of another test
+    payload = serialization.msgpack_restore((dest / FILE).read_bytes())
+    change(payload)
+    (dest / FILE).write_bytes(serialization.msgpack_serialize(payload))
+    return dest
+
+
+def test_the_command_writes_every_point_and_repeats_its_numbers(bpo_run, capsys):
+    assert main(["probe", str(bpo_run), *SMALL]) == 0
+    out = capsys.readouterr().out
+    assert "8 states x 8 segments x 32 steps" in out and "2 points probed x 2 seeds" in out and "Var ratio" in out
+    first = json.loads((bpo_run / "probe" / "probe.json").read_text())
+    assert [p["point"] for p in first["points"]] == [1, 2, "final"]
+    assert [p["env_steps"] for p in first["points"]] == [256, 512, 512]
+    assert first["points"][2]["seeds"] == first["points"][1]["seeds"]  # the final policies are those of update 2
+    for p in first["points"]:
+        assert set(p["seeds"]) == {"0", "1"} and p["pooled"]["states"] == 16
+        assert p["pooled"]["var_ratio_lo"] <= p["pooled"]["var_ratio_median"] <= p["pooled"]["var_ratio_hi"]
+    assert first["provenance"]["command"][:3] == ["bpo", "probe", str(bpo_run)]
+    cfg = json.loads((bpo_run / "config.json").read_text())  # the run's own estimator settings
+    assert first["returns"] == {"gamma": cfg["ppo"]["gamma"], "lambda": cfg["ppo"]["gae_lambda"],
+                                "rho_bar": cfg["returns"]["rho_bar"], "c_bar": cfg["returns"]["c_bar"],
+                                "traj": cfg["returns"]["traj"]}
+    assert (bpo_run / "probe" / "probe.png").exists() and (bpo_run / "probe" / "probe.pdf").exists()
+    assert main(["probe", str(bpo_run), *SMALL]) == 0
+    again = json.loads((bpo_run / "probe" / "probe.json").read_text())
+    assert again["points"] == first["points"]
+
+
+def test_mu_replaced_by_pi_gives_ratios_around_one(bpo_run, tmp_path):
+    """Independent check of the wiring: with mu's parameters replaced by pi's, every importance
+    weight is 1 (ESS = K exactly) and the two sets of segments are exchangeable, so the median
+    variance ratio's bootstrap interval contains 1, at the kept point and at the end."""
+    def mu_is_pi(payload):
+        for tree in (payload["final"], *payload["during"].values()):
+            tree["mu_params"] = tree["actor_params"]
+
+    copy = _copy(bpo_run, tmp_path / "mu-is-pi", mu_is_pi)
+    result = probe_run(copy, ProbeSettings(m=16, k=16, horizon=32, ref_k=16, ref_horizon=64, n_boot=500),
+                       points=["1", "final"])
+    for p in result["points"]:
+        q = p["pooled"]
+        assert q["var_ratio_lo"] <= 1.0 <= q["var_ratio_hi"], q
+        assert q["mse_ratio_lo"] <= 1.0 <= q["mse_ratio_hi"], q
+        assert q["ess_min"] == pytest.approx(16.0, rel=1e-5)
+
+
+def _refused(argv, capsys, *needles):
+    assert main(["probe", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    for needle in needles:
+        assert needle in err, err
+
+
+def test_a_ppo_run_and_a_folder_without_policies_are_refused(bpo_run, tmp_path, capsys, monkeypatch):
+    def as_ppo(payload):
+        for tree in (payload["final"], *payload["during"].values()):
+            del tree["mu_params"]
+
+    ppo = _copy(bpo_run, tmp_path / "ppo", as_ppo)
+    cfg = json.loads((ppo / "config.json").read_text())
+    (ppo / "config.json").write_text(json.dumps({**cfg, "algo": "ppo"}))
+    compiled = []
+    monkeypatch.setattr(jax, "jit", lambda *a, **k: compiled.append(a))  # nothing may compile before refusing
+    _refused([str(ppo), "--yes"], capsys, "run:", "ppo", "no behaviour policy mu")
+    _refused([str(tmp_path / "empty"), "--yes"], capsys, "run:", "no saved policies")
+    assert compiled == [] and not (ppo / "probe").exists()
+
+
+@pytest.mark.parametrize("flag, value, field", [("--m", "0", "m must be >= 1"), ("--k", "1", "k must be >= 2"),
+                                                ("--horizon", "0", "horizon must be >= 1"),
+                                                ("--ref-k", "1", "ref_k must be >= 2"),
+                                                ("--points", "7", "points:"),
+                                                ("--points", "last", "points: must be update counts"),
+                                                ("--seeds", "2", "seeds:")])
+def test_bad_values_name_the_field(bpo_run, capsys, flag, value, field):
+    _refused([str(bpo_run), flag, value, "--yes"], capsys, field)
+
+
+def test_settings_are_checked_before_the_run_is_read(tmp_path, capsys):
+    _refused([str(tmp_path), "--m", "-3"], capsys, "m must be >= 1, got -3")
+    np.testing.assert_equal(list(tmp_path.iterdir()), [])

@@ -37,7 +37,14 @@ from bpo.publish import check_publishable, publish_run_dir, save_or_rescue
 from bpo.results import ensure_writable_dir
 from bpo.runtime import enable_compile_cache
 from bpo.tensorboard import Loggers, TensorBoardLogger, WandbLogger
-from bpo.training import default_checkpoint_every, progress_totals, run_validated, summarize, write
+from bpo.training import (
+    checkpointable,
+    default_checkpoint_every,
+    progress_totals,
+    run_validated,
+    summarize,
+    write,
+)
 from bpo.training.summary import final_return_text
 from bpo.validation import validate, validate_environment
 
@@ -165,6 +172,9 @@ def train_main(argv: list[str]) -> int:
         if args.checkpoint_every is not None and args.checkpoint_every < 0:
             raise ConfigError("checkpoint_every", f"must be an integer >= 0, got {args.checkpoint_every}")
         cfg = validate(args.config)
+        if args.checkpoint_every and not checkpointable(cfg):
+            raise ConfigError("checkpoint_every", "MJX runs cannot be checkpointed yet (flax cannot serialise "
+                                                  "mujoco.mjx.Data); allowed: 0")
     except ConfigError as e:
         return _fail(str(e))
 
@@ -296,11 +306,6 @@ def _train(cfg, out_dir: Path, show_progress: bool, seed_chunk, options: dict, c
                else " (with --checkpoint-every N a stopped run can be continued)")
         print(f"{e}{how}", file=sys.stderr)
         return e.exit_code
-    except ckpt.CheckpointWriteError as e:
-        kept = (f"; the last checkpoint written is kept in {str(checkpoint_dir)!r}: fix the cause and continue "
-                f"with `bpo train --resume {out_dir}`") if ckpt.exists(checkpoint_dir) else ""
-        print(f"error: --checkpoint-every: {e}{kept}", file=sys.stderr)
-        return 1
     finally:
         if logger is not None:
             logger.close()

@@ -73,7 +73,8 @@ def test_results_written_after_the_folder_went_away_are_kept_elsewhere(tmp_path)
     folder, the message names it, and the exit code is 1."""
     out = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, "-m", "experiments.cli", "train", "short_corridor", "--algo", "bpo",
-                             "--episodes", "200", "--seeds", "2", "--no-progress", "--out", str(out)],
+                             "--episodes", "200", "--seeds", "2", "--checkpoint-every", "0", "--no-progress",
+                             "--out", str(out)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while not out.is_dir():

@@ -104,7 +104,7 @@ def test_no_child_outlives_a_host_run(tmp_path, signum):
     _, err = proc.communicate(timeout=120)
     if signum == signal.SIGTERM:
         assert proc.returncode == 143, err
-        assert "stopped by SIGTERM after update" in err and "with --checkpoint-every N" in err
+        assert "stopped by SIGTERM after update" in err and "continue it with `bpo train --resume" in err
     deadline = time.monotonic() + 10
     while any(alive(p) for p in descendants) and time.monotonic() < deadline:
         time.sleep(0.1)

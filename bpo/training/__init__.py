@@ -23,9 +23,18 @@ def progress_totals(cfg: TrainConfig) -> tuple[int, float | None]:
 
 
 def default_checkpoint_every(cfg: TrainConfig) -> int:
-    """About ten checkpoints per run: every tenth of the loop's iterations."""
-    return max(1, cfg.checkpoint_units // 10)
+    """About ten checkpoints per run: every tenth of the loop's iterations. None for MJX runs, whose
+    environment state (MJX's ``Data``) flax cannot serialise yet (``checkpointable``)."""
+    return max(1, cfg.checkpoint_units // 10) if checkpointable(cfg) else 0
 
 
-__all__ = ["RunOutput", "check_rows", "default_checkpoint_every", "make_runner", "make_train", "program_key",
+def checkpointable(cfg: TrainConfig) -> bool:
+    """Whether a run of ``cfg`` can be checkpointed: not on the MJX backend (its state holds
+    ``mujoco.mjx.Data`` objects, which flax's msgpack does not serialise; found when ``bpo train``
+    began to checkpoint by default)."""
+    return getattr(cfg, "backend", "jax") != "mjx"
+
+
+__all__ = ["RunOutput", "check_rows", "checkpointable", "default_checkpoint_every", "make_runner", "make_train",
+           "program_key",
            "progress_totals", "run", "run_rows", "run_validated", "summarize", "write"]

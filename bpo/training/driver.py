@@ -19,6 +19,7 @@ uninterrupted run bit for bit (``tests/test_checkpoint.py``).
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 from typing import Protocol
@@ -117,7 +118,14 @@ def save(runner: Runner, cfg: TrainConfig, directory: Path, done: int, checkpoin
                              state_at=done)
     info = {"iterations_done": done, "iterations": runner.n_iterations, "checkpoint_every": checkpoint_every,
             "unit": runner.unit, **runner.checkpoint_info, **(extra_info or {})}
-    ckpt.save(directory, state, {**extra, POINTS: points or {}}, info, cfg)
+    try:
+        ckpt.save(directory, state, {**extra, POINTS: points or {}}, info, cfg)
+    except ckpt.CheckpointWriteError as e:
+        # A full disk or a size limit must not cost the run: it goes on, its results stay in memory
+        # and are written (or rescued, bpo.publish) at the end; the previous checkpoint, if any, is whole.
+        kept = f"; the one before is kept in {directory}" if ckpt.exists(directory) else ""
+        print(f"warning: checkpoint after {runner.unit} {done} not written ({e}){kept}; training goes on",
+              file=sys.stderr, flush=True)
 
 
 def _stall_advice(directory: Path | None) -> str:

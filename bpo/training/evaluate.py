@@ -18,7 +18,7 @@ import numpy as np
 
 from bpo.config import ConfigError, EpisodicTrainConfig
 from bpo.runners.onpolicy import run_episodes
-from bpo.training.policies import SavedPolicies, acting_function, load_policies
+from bpo.training.policies import SavedPolicies, acting_function, load_policies, task_backend
 from envs import make_env
 
 
@@ -32,15 +32,6 @@ class EvalRequest:
     """jax, mjx or threads; default the run's own (jax for a Gymnasium-backend run of a JAX task)."""
     seed: int | None = None
     """Draw new episodes from this seed; default: the run's final-evaluation key when it was saved."""
-
-
-def _backend(saved: SavedPolicies, request: EvalRequest) -> str:
-    backend = request.backend or saved.config.backend
-    if backend == "gymnasium":  # Gymnasium runs evaluated in Gymnasium; here the same task in JAX or MuJoCo
-        from envs.gymnasium_envs import MUJOCO_ENVS
-
-        backend = "threads" if saved.config.env in MUJOCO_ENVS else "jax"
-    return backend
 
 
 def episode_keys(saved: SavedPolicies, request: EvalRequest, episodes: int) -> jax.Array:
@@ -62,7 +53,7 @@ def evaluate_saved(run_dir: Path, request: EvalRequest) -> dict:
         raise ConfigError("run", "episodic runs (ShortCorridor) are evaluated exactly by `bpo verify-variance`; "
                                  "allowed here: on-policy runs (PPO, BPO-PPO)")
     episodes = request.episodes or saved.config.eval_episodes
-    backend = _backend(saved, request)
+    backend = task_backend(saved, request.backend)
     cfg = saved.config
     env = make_env(cfg.env, backend, cfg.physics_threads, (cfg.mjx_iterations, cfg.mjx_ls_iterations))
     act = acting_function(saved, request.which, request.deterministic)

@@ -39,7 +39,7 @@ from bpo.learner import make_learner
 from bpo.normalization import RunningStats
 from bpo.runners import episodic
 from envs import make_env
-from envs.gymnasium_envs import GYMNASIUM_ENVS, gym_spec
+from envs.gymnasium_envs import GYMNASIUM_ENVS, MUJOCO_ENVS, gym_spec
 
 FILE = "policies.msgpack"
 FORMAT = "bpo-policies/1"
@@ -108,6 +108,18 @@ def load_policies(run_dir: Path) -> SavedPolicies:
         raise NoPolicies(path, f"not a {FORMAT} file")
     during = {int(k): v for k, v in (payload.get("during") or {}).items()}
     return SavedPolicies(config, payload["kind"], payload["final"], during)
+
+
+def task_backend(saved: SavedPolicies, backend: str | None = None) -> str:
+    """Where a saved run's policies act again (``bpo evaluate``, ``bpo probe``): the backend asked
+    for, else the run's own; a Gymnasium run's task in MuJoCo threads (its dynamics, bit for bit,
+    tests/test_mujoco_threads.py) or JAX, since a functional environment is needed."""
+    backend = backend or saved.config.backend
+    if backend == "gymnasium":
+        backend = "threads" if saved.config.env in MUJOCO_ENVS else "jax"
+    if backend not in ("jax", "mjx", "threads"):
+        raise ConfigError("backend", f"must be one of ['jax', 'mjx', 'threads'], got {backend!r}")
+    return backend
 
 
 def _seed(tree: dict, seed: int) -> dict:

@@ -27,24 +27,11 @@ from bpo.config import ConfigError, EpisodicTrainConfig, traced_hyperparams
 from bpo.learner import make_learner
 from bpo.normalization import RunningStats
 from bpo.probe import ProbeReturns, ProbeSettings, probe_segments, probe_statistics, reference_values, visited_states
-from bpo.training.policies import SavedPolicies, load_policies
+from bpo.training.policies import SavedPolicies, load_policies, task_backend
 from envs import make_env
 
 FINAL = "final"
 NETWORKS = ("actor_params", "mu_params", "critic_params", "obs_stats")  # what the probe uses
-
-
-def run_backend(saved: SavedPolicies, backend: str | None) -> str:
-    """The backend the probe steps: the one asked for, else the run's own; a Gymnasium run's task
-    in MuJoCo threads or JAX (its states cannot be copied in Gymnasium), as ``bpo evaluate`` does."""
-    backend = backend or saved.config.backend
-    if backend == "gymnasium":
-        from envs.gymnasium_envs import MUJOCO_ENVS
-
-        backend = "threads" if saved.config.env in MUJOCO_ENVS else "jax"
-    if backend not in ("jax", "mjx", "threads"):
-        raise ConfigError("backend", f"must be one of ['jax', 'mjx', 'threads'], got {backend!r}")
-    return backend
 
 
 def _point(p, kept: list) -> int | str:
@@ -73,7 +60,7 @@ def check_probe(run_dir: Path, points=None, seeds=None, backend: str | None = No
             raise ConfigError("seeds", f"must be in [0, {saved.seeds - 1}], got {s}")
     if not points or not seeds:
         raise ConfigError("points" if not points else "seeds", "must name at least one")
-    return saved, points, seeds, run_backend(saved, backend)
+    return saved, points, seeds, task_backend(saved, backend)
 
 
 def _functions(learner, params):

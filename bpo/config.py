@@ -270,7 +270,10 @@ class EpisodicTrainConfig:
 @dataclass(frozen=True)
 class PPOConfig:
     """PPO target update (paper Listing 1, eqs. 10 and 12) with Stable-Baselines3 field names.
-    Defaults are Table 4's (MuJoCo default)."""
+    Defaults are Table 4's (MuJoCo default). With ``method = 'a2c'`` the same fields set A2C (SB3
+    shares them): ``batch_size``, ``n_epochs``, ``clip_range`` and the KL penalty do not apply (one
+    step per rollout on all of it), the value loss is SB3's mean((V - G)^2) and the actor and the
+    critic share one optimiser and one gradient clip (``bpo.agents.a2c``)."""
 
     learning_rate: float = 3e-4
     """Adam learning rate of the actor and of the critic (separate optimisers, Tables 3-4). Traced."""
@@ -301,6 +304,11 @@ class PPOConfig:
     """Global gradient-norm clip, applied to the actor and the critic separately."""
     adam_eps: float = 1e-5
     """Adam epsilon."""
+    optimizer: Literal["adam", "rmsprop"] = "adam"
+    """Optimiser of the actor and the critic: Adam (the paper's tables), or RMSprop with smoothing
+    0.99 and epsilon ``rms_prop_eps`` (SB3's A2C, ``use_rms_prop=True``; ``bpo.optim.clipped``)."""
+    rms_prop_eps: float = 1e-5
+    """RMSprop epsilon (SB3's A2C: 1e-5), added outside the square root as torch does."""
     normalize_advantage: bool = True
     """Standardise advantages per minibatch (SB3)."""
     normalize_observations: bool = True
@@ -336,8 +344,9 @@ class PPOConfig:
 
 @dataclass(frozen=True)
 class OnPolicyTrainConfig:
-    """A training run of PPO or BPO-PPO on a JAX environment: vectorised auto-resetting envs, the
-    whole run one jitted function (rollout, returns, PPO epochs, FQE, mu), seeds vmapped."""
+    """A training run of PPO or BPO-PPO (or A2C and BPO-A2C, ``method``): vectorised auto-resetting
+    envs; on the jax, mjx and threads backends the whole run one jitted function (rollout, returns,
+    PPO epochs or A2C's step, FQE, mu), seeds vmapped."""
 
     preset: str = "cartpole_ppo"
     """Label of the preset this configuration came from (recorded in the results)."""
@@ -373,8 +382,13 @@ class OnPolicyTrainConfig:
     bpo_c1.0_rho1.0, bpo_c1.0_rho1.5, bpo_traj_c1.0) or an ablation of the best row for the env and
     preset (bpo_no_qhat, bpo_no_symlog). On the command line it sets its fields first, so other
     flags still override them. Recorded in the results; empty when no variant was applied."""
-    algo: Literal["ppo", "bpo"] = "bpo"
-    """ppo: data from pi (Listing 1); bpo: data from the behaviour policy mu (Listing 4)."""
+    method: Literal["ppo", "a2c"] = "ppo"
+    """The policy-gradient method, the target update of Algorithm 1: PPO (Listing 1) or A2C (Mnih
+    et al. 2016, one step per rollout; ``bpo.agents.a2c``), the first extension the paper's
+    conclusion names. Both read their settings from the ``ppo`` section."""
+    algo: Literal["ppo", "a2c", "bpo"] = "bpo"
+    """ppo or a2c: the method alone, data from pi (Listing 1; it must be ``method``); bpo: BPO on
+    ``method``, data from the behaviour policy mu (Listing 4; BPO-A2C with method a2c)."""
     seeds: int = 1
     """Number of independent runs, vmapped in one jitted call."""
     seed: int = 0
@@ -546,9 +560,10 @@ EXECUTION_ONLY = ("vector_mode", "eval_in_background", "physics_threads", "save_
 evaluation inline or in a worker, physics threads give identical results: tests/test_host_runner.py,
 tests/test_mujoco_threads.py)."""
 COMPATIBLE_ADDITIONS = ("mjx_iterations", "mjx_ls_iterations", "physics_threads",
-                        "save_policies_every")
+                        "save_policies_every", "method", "ppo.optimizer", "ppo.rms_prop_eps")
 """Fields added after runs were recorded whose default does what the code did before they existed
-(0: the XML's solver iterations; threads and saved policies only change speed and outputs). A
+(0: the XML's solver iterations; threads and saved policies only change speed and outputs; the
+method 'ppo' with Adam, the only one before A2C). A
 recorded run lacking any other field of today's config ran code that did not have it, and may
 have computed something else: it is stale (``missing_fields``). A new field joins this list only
 when that is true of it."""

@@ -1,12 +1,14 @@
-"""The on-policy learner of PPO (Listing 1) and BPO-PPO (Listing 4), independent of how the
-environment is stepped: the JAX runner calls its methods inside one jitted program, a host
-runner (Gymnasium on the CPU) calls ``act_with`` once per vector step and ``update`` once per
-rollout.
+"""The on-policy learner of PPO (Listing 1) and BPO-PPO (Listing 4), and of A2C and BPO-A2C
+(``method = 'a2c'``: the same rollouts, returns and behaviour step, A2C's single step in place of
+PPO's epochs; ``bpo.agents.a2c``), independent of how the environment is stepped: the JAX runner
+calls its methods inside one jitted program, a host runner (Gymnasium on the CPU) calls
+``act_with`` once per vector step and ``update`` once per rollout.
 
     act:     normalise the observation; sample from pi (ppo) or mu (bpo); gSDE noise when due
     update:  add the rollout to D (bpo); ``ppo_batch`` (GAE) or ``bpo_ppo_batch`` (truncated
              IS-TD(lambda) returns); n_epochs of PPO steps, ratio pi_theta / pi_old (ppo) or / mu
-             (bpo); behaviour step: FQE Q, r-hat, FQE Q-hat, mu (bpo)
+             (bpo), or A2C's step, weighted by min(rho_bar, pi_old / mu) (bpo); behaviour step:
+             FQE Q, r-hat, FQE Q-hat, mu (bpo)
 
 Rollout rows are time-major ``[n_steps, n_envs, ...]`` dicts with ``obs`` (normalised as the
 acting policy saw it), ``raw_obs``, ``action``, ``log_prob``, ``reward``, ``terminated``,
@@ -28,13 +30,14 @@ import optax
 from bpo import diagnostics as dg
 from bpo import distributions
 from bpo import replay as rb
+from bpo.agents.a2c import A2CState, a2c_update, behaviour_weights
 from bpo.agents.bpo import Behaviour, BehaviourState, DistFn, make_behaviour
 from bpo.agents.ppo import PPOState, linear_schedule, ppo_update
 from bpo.config import OnPolicyReturnConfig, OnPolicyTrainConfig, PPOHyperparams
 from bpo.networks import Actor, Critic
 from bpo.normalization import RunningStats, init_stats, update_stats
 from bpo.normalization import normalize as normalize_obs
-from bpo.optim import clipped_adam
+from bpo.optim import clipped
 from bpo.returns import gae_returns, tis_advantages
 from envs.functional import EnvSpec
 
@@ -48,7 +51,7 @@ ActResult = tuple[jax.Array, jax.Array, jax.Array, jax.Array, jax.Array]
 
 
 class LearnerState(NamedTuple):
-    ppo: PPOState
+    ppo: PPOState | A2CState  # the target update's state (A2CState for method a2c)
     behaviour: BehaviourState | tuple  # () for ppo
     replay: rb.Replay | tuple  # () for ppo
     stats: RunningStats
@@ -122,9 +125,12 @@ class Learner:
     action_high: jax.Array | None
 
     def tx(self, lr) -> optax.GradientTransformation:
-        """The actor's and the critic's optimiser (each keeps its own state) at learning rate ``lr``;
-        Adam's state does not depend on the rate, so ``init`` may build it with any."""
-        return clipped_adam(lr, self.cfg.ppo.adam_eps, self.cfg.ppo.max_grad_norm)
+        """The target update's optimiser at learning rate ``lr`` (PPO: the actor and the critic each
+        keep their own state; A2C: one state over both); its state does not depend on the rate,
+        so ``init`` may build it with any."""
+        p = self.cfg.ppo
+        eps = p.rms_prop_eps if p.optimizer == "rmsprop" else p.adam_eps
+        return clipped(lr, p.optimizer, eps, p.max_grad_norm)
 
     @property
     def rollout_size(self) -> int:
@@ -138,7 +144,10 @@ class Learner:
         actor_params = self.actor.init(k_actor, obs0)
         critic_params = self.critic.init(k_critic, obs0)
         tx = self.tx(hp.learning_rate)
-        ppo_state = PPOState(actor_params, critic_params, tx.init(actor_params), tx.init(critic_params))
+        if self.cfg.method == "a2c":
+            ppo_state = A2CState(actor_params, critic_params, tx.init({"actor": actor_params, "critic": critic_params}))
+        else:
+            ppo_state = PPOState(actor_params, critic_params, tx.init(actor_params), tx.init(critic_params))
         bstate, replay = (), ()
         if self.behaviour is not None:
             action0 = jnp.int32(0) if discrete else jnp.zeros(spec.n_actions, jnp.float32)
@@ -214,9 +223,26 @@ class Learner:
     def flatten(self, x):
         return x.reshape((self.rollout_size,) + x.shape[2:])
 
+    def target_update(self, key, target: PPOState | A2CState, batch: Batch, hp: PPOHyperparams, progress_remaining):
+        """Listing 1, lines 3-5 (``ppo_update``) or A2C's step (``a2c_update``) on the flattened
+        ``batch``, at the learning rate (and PPO's clip range) of this point of the run."""
+        p = self.cfg.ppo
+        tx = self.tx(linear_schedule(hp.learning_rate, progress_remaining, p.lr_schedule))
+        if self.cfg.method == "a2c":
+            return a2c_update(target, batch, actor_apply=self.actor.apply, critic_apply=self.critic_apply, tx=tx,
+                              ent_coef=hp.ent_coef, vf_coef=hp.vf_coef, discrete=self.spec.discrete,
+                              normalize_advantage=p.normalize_advantage)
+        return ppo_update(
+            key, target, batch, actor_apply=self.actor.apply, critic_apply=self.critic_apply, tx=tx,
+            n_epochs=p.n_epochs, batch_size=p.batch_size,
+            clip_range=linear_schedule(hp.clip_range, progress_remaining, p.clip_range_schedule),
+            ent_coef=hp.ent_coef, vf_coef=hp.vf_coef, discrete=self.spec.discrete,
+            normalize_advantage=p.normalize_advantage, kl_coef=p.kl_coef, kl_estimator=p.kl_estimator,
+        )
+
     def update(self, state: LearnerState, k_ppo, k_beh, rows: Rows, hp: PPOHyperparams) -> tuple[LearnerState, dict]:
-        """One phase of Listing 1 (ppo) or Listing 4 lines 4-16 (bpo) on a rollout."""
-        p, b, beh, discrete = self.cfg.ppo, self.cfg.bpo, self.behaviour, self.spec.discrete
+        """One phase of Listing 1 (ppo, a2c) or Listing 4 lines 4-16 (bpo) on a rollout."""
+        b, beh, discrete = self.cfg.bpo, self.behaviour, self.spec.discrete
         replay = state.replay
         if beh is not None:
             transitions = {"obs": rows["raw_obs"], "action": rows["action"], "reward": rows["reward"],
@@ -231,17 +257,12 @@ class Learner:
                                                self.dist_fn(state.behaviour.mu_params), hp, self.cfg.returns, discrete)
         else:
             batch, diagnostics = ppo_batch(rows, values, next_values, hp), {}
+        if beh is not None and self.cfg.method == "a2c":
+            batch["adv_weight"] = behaviour_weights(batch["adv_weight"], batch["pi_old_log_prob"],
+                                                    batch["behaviour_log_prob"], hp.rho_bar)
         batch = jax.tree.map(self.flatten, batch)
         progress_remaining = jnp.maximum(1.0 - (state.update + 1) * self.rollout_size / self.cfg.total_timesteps, 0.0)
-        ppo_state, ppo_metrics = ppo_update(
-            k_ppo, state.ppo, batch, actor_apply=self.actor.apply,
-            critic_apply=self.critic_apply, tx=self.tx(linear_schedule(hp.learning_rate, progress_remaining,
-                                                                       p.lr_schedule)),
-            n_epochs=p.n_epochs, batch_size=p.batch_size,
-            clip_range=linear_schedule(hp.clip_range, progress_remaining, p.clip_range_schedule),
-            ent_coef=hp.ent_coef, vf_coef=hp.vf_coef, discrete=discrete, normalize_advantage=p.normalize_advantage,
-            kl_coef=p.kl_coef, kl_estimator=p.kl_estimator,
-        )
+        ppo_state, ppo_metrics = self.target_update(k_ppo, state.ppo, batch, hp, progress_remaining)
         bstate, beh_metrics = state.behaviour, {}
         if beh is not None:
             normed = replay.replace(data={**replay.data, "obs": self.normalize(state.stats, replay.data["obs"]),

@@ -10,6 +10,8 @@ are sensible settings for environments the paper does not use.
 * ``mujoco_default_authors``: the authors' public configuration of ``mujoco_default``: every switch
   this project offers set to their code's value (docs/authors_code.md, "The authors' preset").
 * ``mujoco_gsde``: Table 3 with the per-environment overrides of Table 5 (``ENV_OVERRIDES``), 2M steps.
+* ``cartpole_a2c``, ``pendulum_a2c``, ``mujoco_a2c``: A2C and BPO-A2C (``method = 'a2c'``) with
+  rl-baselines3-zoo's A2C settings (docs/a2c.md).
 
 ``VARIANTS`` are the algorithm rows of Table 1 and the ablations of Figures 4-5, applied on top
 of a preset with ``apply_variant`` (``bpo train PRESET --variant NAME``).
@@ -73,6 +75,27 @@ _MUJOCO_GSDE_BPO = replace(
     mu_lr=3e-5, q_hidden=(256, 256), weight_td=False, clip_targets=False,
 )
 
+# Stable-Baselines3's A2C defaults (stable_baselines3/a2c/a2c.py, ``A2C.__init__``; ``MlpPolicy``:
+# separate 64-64 tanh actor and critic, orthogonal initialisation with SB3's gains, log std 0), the
+# base that rl-baselines3-zoo's hyperparams/a2c.yml changes per environment. batch_size, n_epochs
+# and clip_range do not apply to A2C.
+_SB3_A2C = PPOConfig(
+    learning_rate=7e-4, lr_schedule="constant", n_steps=5, n_envs=1, gamma=0.99, gae_lambda=1.0, ent_coef=0.0,
+    vf_coef=0.5, max_grad_norm=0.5, optimizer="rmsprop", rms_prop_eps=1e-5, normalize_advantage=False,
+    normalize_observations=False, use_sde=False, log_std_init=0.0, pi_hidden=(64, 64), vf_hidden=(64, 64),
+    activation="tanh", ortho_init=True, ortho_gains="sb3",
+)
+# rl-zoo's 'Tuned' Pendulum-v1 entry and the settings its BipedalWalker, LunarLanderContinuous and
+# PyBullet entries share: 8-step rollouts, GAE 0.9, vf 0.4, RMSprop, decayed lr, gSDE from log std -2.
+_SB3_A2C_GSDE = replace(
+    _SB3_A2C, n_steps=8, gae_lambda=0.9, vf_coef=0.4, lr_schedule="linear", use_sde=True, log_std_init=-2.0,
+    ortho_init=False, normalize_observations=True,
+)
+# BPO-A2C's behaviour step: the PPO preset's of the same task with one epoch per update over a
+# replay of 1024, because A2C updates after 5 to 64 transitions where PPO updates after 256 to 2048
+# (docs/a2c.md, "The presets").
+_A2C_BPO = replace(_CARTPOLE_BPO, replay_size=1024, n_qvf_epochs=1, n_mu_epochs=1, lr_schedule="constant")
+
 PRESETS = {
     "short_corridor": EpisodicTrainConfig(
         preset="short_corridor",
@@ -127,6 +150,24 @@ PRESETS = {
                       gae_lambda=0.95, ent_coef=0.01, normalize_observations=False),
         returns=replace(_CARTPOLE_RETURNS, c_bar=1.0), bpo=replace(_CARTPOLE_BPO, lr_schedule="constant"),
     ),
+    # A2C and BPO-A2C (docs/a2c.md): rl-baselines3-zoo's A2C settings (hyperparams/a2c.yml) for
+    # CartPole-v1 (8 environments, 500k steps, SB3's defaults otherwise), Pendulum-v1 (its tuned
+    # entry, 1M steps) and HalfCheetah (its MuJoCo entry: SB3's defaults with normalisation, 1M steps).
+    "cartpole_a2c": OnPolicyTrainConfig(
+        preset="cartpole_a2c", env="CartPole-v1", method="a2c", algo="a2c", total_timesteps=500_000,
+        eval_every=10_000, ppo=replace(_SB3_A2C, n_envs=8), returns=_CARTPOLE_RETURNS, bpo=_A2C_BPO,
+    ),
+    "pendulum_a2c": OnPolicyTrainConfig(
+        preset="pendulum_a2c", env="Pendulum-v1", method="a2c", algo="a2c", total_timesteps=1_000_000,
+        eval_every=20_000, ppo=replace(_SB3_A2C_GSDE, n_envs=8, gamma=0.9), returns=_CARTPOLE_RETURNS,
+        bpo=replace(_A2C_BPO, lr_schedule="linear"),
+    ),
+    "mujoco_a2c": OnPolicyTrainConfig(
+        preset="mujoco_a2c", env="HalfCheetah-v5", backend="gymnasium", method="a2c", algo="a2c",
+        total_timesteps=1_000_000, eval_every=10_000, ppo=replace(_SB3_A2C, normalize_observations=True),
+        returns=_MUJOCO_RETURNS,
+        bpo=replace(_MUJOCO_DEFAULT_BPO, replay_size=1024, mu_batch_size=256, n_qvf_epochs=1, n_mu_epochs=1),
+    ),
     "mujoco_default": OnPolicyTrainConfig(
         preset="mujoco_default", env="HalfCheetah-v5", backend="gymnasium", variant="bpo_c1.0_rho1.5",
         total_timesteps=1_500_000, eval_every=8_192, eval_episodes=10, ppo=_MUJOCO_DEFAULT_PPO,
@@ -169,6 +210,9 @@ _ROWS = {
     "bpo_traj_c1.0": {"algo": "bpo", "returns.c_bar": 1.0, "returns.rho_bar": 1.5, "returns.traj": "traj"},
 }
 TABLE1_ROWS = tuple(_ROWS)
+# The method alone for presets whose method is not PPO (the "ppo" row runs PPO alone); the BPO rows
+# run BPO on the preset's method.
+METHOD_ROWS = {"a2c": {"algo": "a2c"}}
 ABLATIONS = {
     "bpo_no_qhat": {"bpo.use_q_hat": False},
     "bpo_no_symlog": {"bpo.symlog_targets": False},
@@ -176,7 +220,7 @@ ABLATIONS = {
     # and feeds mu's Q-hat from the Polyak target networks.
     "bpo_no_symlog_target": {"bpo.symlog_targets": False, "bpo.bootstrap_net": "target", "bpo.value_net": "target"},
 }
-VARIANTS = TABLE1_ROWS + tuple(ABLATIONS)
+VARIANTS = TABLE1_ROWS + tuple(METHOD_ROWS) + tuple(ABLATIONS)
 
 # The paper's Table 1 (mean ± SD over 10 runs, 10 evaluation episodes after training; the paper
 # does not label its ±, its marks show it is the SD: docs/choices.md), by (environment, preset) and
@@ -225,7 +269,8 @@ def apply_variant(cfg: OnPolicyTrainConfig, name: str) -> OnPolicyTrainConfig:
         raise ConfigError("variant", f"unknown variant {name!r}; allowed: {list(VARIANTS)}")
     if not isinstance(cfg, OnPolicyTrainConfig):
         raise ConfigError("variant", f"applies to PPO presets only; preset {cfg.preset!r} is episodic")
-    changes = dict(_ROWS.get(name) or {**_ROWS[best_bpo_row(cfg.env, cfg.preset)], **ABLATIONS[name]})
+    changes = dict(_ROWS.get(name) or METHOD_ROWS.get(name)
+                   or {**_ROWS[best_bpo_row(cfg.env, cfg.preset)], **ABLATIONS[name]})
     return replace_dotted(cfg, variant=name, **changes)
 
 

@@ -190,14 +190,14 @@ def _validate_env_backend(cfg: OnPolicyTrainConfig) -> None:
         raise ConfigError("env", f"must be one of {sorted(MUJOCO_ENVS)} with backend {cfg.backend}, got {cfg.env!r}")
 
 
-def _validate_ppo(p) -> None:
+def _validate_ppo(p, method: str) -> None:
     _declared_choices("ppo.", p)  # lr_schedule, activation, kl_estimator, ... and the switches
     for name in ("n_steps", "n_envs", "batch_size", "n_epochs"):
         _int_at_least(f"ppo.{name}", getattr(p, name), 1)
     rollout = p.n_steps * p.n_envs
-    if rollout % p.batch_size:
+    if method == "ppo" and rollout % p.batch_size:
         raise ConfigError("ppo.batch_size", f"must divide n_steps * n_envs = {rollout}, got {p.batch_size}")
-    for name in ("learning_rate", "clip_range", "adam_eps"):
+    for name in ("learning_rate", "clip_range", "adam_eps", "rms_prop_eps"):
         _positive(f"ppo.{name}", getattr(p, name))
     for name in ("ent_coef", "vf_coef"):
         _non_negative(f"ppo.{name}", getattr(p, name))
@@ -211,6 +211,20 @@ def _validate_ppo(p) -> None:
     _non_negative("ppo.kl_coef", p.kl_coef, note=" (0: no KL penalty)")
     for name in ("pi_hidden", "vf_hidden"):
         _widths(f"ppo.{name}", getattr(p, name))
+
+
+def _validate_method(cfg: OnPolicyTrainConfig) -> None:
+    """The algorithm runs the method it names, and A2C is given no PPO-only option."""
+    if cfg.algo != "bpo" and cfg.algo != cfg.method:
+        raise ConfigError("algo", f"must be {cfg.method!r} (the method alone) or 'bpo' (BPO on it) with method "
+                          f"{cfg.method!r}, got {cfg.algo!r} (set method={cfg.algo} to run it)")
+    if cfg.method != "a2c":
+        return
+    if cfg.ppo.kl_coef > 0:
+        raise ConfigError("ppo.kl_coef", "is PPO's KL penalty; method a2c has none (leave it 0)")
+    if cfg.returns.weight_on_advantage:
+        raise ConfigError("returns.weight_on_advantage", "chooses the form of PPO's ratio; BPO-A2C always weights "
+                          "the advantage by min(rho_bar, pi_old/mu) (leave it False)")
 
 
 def _validate_action_space(cfg: OnPolicyTrainConfig) -> None:
@@ -238,14 +252,15 @@ def _validate_onpolicy(cfg: OnPolicyTrainConfig) -> OnPolicyTrainConfig:
         _int_at_least(name, getattr(cfg, name), 0)
         if getattr(cfg, name) and cfg.backend != "mjx":
             raise ConfigError(name, f"sets MJX's solver; it does not apply to backend {cfg.backend} (leave it 0)")
-    _validate_ppo(cfg.ppo)
+    _validate_ppo(cfg.ppo, cfg.method)
+    _validate_method(cfg)
     _validate_action_space(cfg)
     _validate_returns(cfg.returns)
     _positive("returns.trust_region_delta", cfg.returns.trust_region_delta, allow_inf=True)
     _validate_behaviour(cfg.bpo)
     if cfg.bpo.ppo_ent_coef is not None:
         _non_negative("bpo.ppo_ent_coef", cfg.bpo.ppo_ent_coef, note=" (or None: ppo.ent_coef)")
-    if cfg.algo == "ppo" and math.isfinite(cfg.returns.trust_region_delta):
+    if cfg.algo != "bpo" and math.isfinite(cfg.returns.trust_region_delta):
         raise ConfigError("returns.trust_region_delta", "masks segments by pi/mu, which is 1 in plain PPO; use algo "
                           "bpo or leave it inf")
     return cfg

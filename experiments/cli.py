@@ -59,7 +59,7 @@ USAGE = """usage: bpo [--version] {{train,sweep,plot,table,reproduce,evaluate,pr
   bpo sweep SWEEP [--backend local|slurm] [--workers N] [--seeds N] [--out DIR] [--dry-run] [--set KEY=VALUE ...]
   bpo sweep --preset P [--envs ...] [--variants ...] [--grid KEY=V1,V2 ...] [--seeds N] [--name NAME]
       A grid of runs (sweep files: experiments/sweeps/{{fig2,classic,mujoco_small,table1_small,headline,
-      table1,ablations,backend_check,probe}}.py, or a path), locally or as a Slurm job array; re-running
+      table1,ablations,backend_check,probe,a2c}}.py, or a path), locally or as a Slurm job array; re-running
       resumes it.
       Results: OUT/RUN-ID/ + index.json; default OUT: runs/NAME (git-ignored).
   bpo plot RESULTS_DIR [--out DIR] [--metric COLUMN] [--per-seed] [--smooth N]
@@ -75,7 +75,8 @@ USAGE = """usage: bpo [--version] {{train,sweep,plot,table,reproduce,evaluate,pr
       ShortCorridor); classic: PPO vs BPO-PPO on cartpole_ppo and pendulum_ppo (10 seeds);
       mujoco_small: PPO vs BPO (c_bar 1.0, rho_bar 1.5), mujoco_default, HalfCheetah-v5 and Hopper-v5,
       3 seeds x 300k steps; table1_small; headline: PPO vs BPO (1.0, 1.5) on HalfCheetah-v5 at 1.5M
-      steps, mujoco_default (15 seeds) and mujoco_default_authors (10 seeds); table1, ablations. The
+      steps, mujoco_default (15 seeds) and mujoco_default_authors (10 seeds); a2c: A2C vs BPO-A2C on
+      CartPole, Pendulum and HalfCheetah (5 seeds); table1, ablations. The
       committed results are regenerated with an explicit --out results/NAME.
   bpo evaluate RUN [--episodes N] [--which pi|mu] [--stochastic] [--backend jax|mjx|threads] [--seed S]
       Re-evaluate a run's saved policies (every seed); with the defaults the episodes of its final

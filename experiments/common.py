@@ -14,13 +14,14 @@ from pathlib import Path
 from matplotlib.figure import Figure
 from scipy import stats
 
-from bpo.presets import ABLATIONS, PAPER_TABLE1, TABLE1_ROWS, paper_setting
+from bpo.presets import ABLATIONS, METHOD_ROWS, PAPER_TABLE1, TABLE1_ROWS, paper_setting
 from envs.short_corridor import expected_return, optimal_right_probability
 
 ROW_LABELS = {
     "reinforce": ("REINFORCE", "REINFORCE"),
     "bpo": ("BPO", "BPO"),
     "ppo": ("PPO", "PPO"),
+    "a2c": ("A2C", "A2C"),
     "bpo_c1.5_rho1.5": ("BPO (c̄, ρ̄ = 1.5, 1.5)", r"BPO ($\bar{c}, \bar{\rho} = 1.5, 1.5$)"),
     "bpo_c1.0_rho1.0": ("BPO (c̄, ρ̄ = 1.0, 1.0)", r"BPO ($\bar{c}, \bar{\rho} = 1.0, 1.0$)"),
     "bpo_c1.0_rho1.5": ("BPO (c̄, ρ̄ = 1.0, 1.5)", r"BPO ($\bar{c}, \bar{\rho} = 1.0, 1.5$)"),
@@ -30,8 +31,9 @@ ROW_LABELS = {
     "bpo_no_symlog_target": ("BPO without symlog (target networks)", "BPO without symlog (target networks)"),
 }
 SETTING_NAMES = {"mujoco_gsde": "gSDE", "mujoco_default": "default",
-                 "mujoco_default_authors": "default, authors' config"}
-ROW_ORDER = ("reinforce", "bpo") + TABLE1_ROWS + tuple(ABLATIONS)
+                 "mujoco_default_authors": "default, authors' config", "cartpole_a2c": "A2C",
+                 "pendulum_a2c": "A2C", "mujoco_a2c": "A2C"}
+ROW_ORDER = ("reinforce", "bpo") + TABLE1_ROWS + tuple(METHOD_ROWS) + tuple(ABLATIONS)
 # Known optimal expected returns by environment: a reference line in the plots, a note under the table.
 OPTIMAL_RETURNS = {"ShortCorridor-v0": float(expected_return(optimal_right_probability()))}  # about -11.66
 

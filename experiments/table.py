@@ -71,8 +71,9 @@ def mark(mean: float, baseline_mean: float, p: float, alpha: float, p_worse: flo
     return ""
 
 
-DEFAULT_BASELINES = ("ppo", "reinforce")
-"""Without --baseline, each column is tested against its own PPO row, or else its REINFORCE row."""
+DEFAULT_BASELINES = ("ppo", "a2c", "reinforce")
+"""Without --baseline, each column is tested against its own PPO row, or else its A2C row, or else
+its REINFORCE row."""
 PROTOCOL = ("total_timesteps", "episodes", "backend", "eval_every", "eval_episodes", "eval_deterministic",
             "max_episode_steps")
 """The config fields that decide what a final return measures, beside the preset (part of the

@@ -125,7 +125,7 @@ VALIDATE_BAD_INPUTS = [
     (EPISODIC, {"seed": -1}, "seed", "must be an integer in [0, 4294967295]"),
     (ON_POLICY, {"backend": "tpu"}, "backend", "must be one of ['jax', 'gymnasium', 'mjx', 'threads'], got 'tpu'"),
     (ON_POLICY, {"vector_mode": "threads"}, "vector_mode", "must be one of ['sync', 'async'], got 'threads'"),
-    (ON_POLICY, {"algo": "reinforce"}, "algo", "must be one of ['ppo', 'bpo'], got 'reinforce'"),
+    (ON_POLICY, {"algo": "reinforce"}, "algo", "must be one of ['ppo', 'a2c', 'bpo'], got 'reinforce'"),
     (ON_POLICY, {"eval_every": 0}, "eval_every", "must be an integer >= 1, got 0"),
     (ON_POLICY, {"env": "Pong-v0"}, "env", "must be one of ['Acrobot-v1', 'CartPole-v1',"),
     (ON_POLICY, {"ppo.n_steps": 0}, "ppo.n_steps", "must be an integer >= 1, got 0"),

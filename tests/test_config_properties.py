@@ -80,6 +80,7 @@ CROSS_FIELD = {
     "backend": {"env"},  # the environment must exist on the backend
     "env": {"ppo.use_sde", "bpo.mu_loss"},  # gSDE and the discrete mu losses need a matching action space
     "algo": {"returns.trust_region_delta", "reinforce.gamma"},
+    "method": {"algo", "ppo.batch_size"},  # algo ppo or a2c must be the method; PPO splits the rollout in batches
     "bpo.clip_targets": {"reinforce.gamma"},  # clipped targets need gamma < 1
 }
 # Messages say what is allowed.

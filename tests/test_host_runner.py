@@ -81,16 +81,17 @@ def test_truncated_episodes_bootstrap_from_the_final_observation(algo):
     np.testing.assert_allclose(values, [1.0, 2.0], atol=0.1)
 
 
-@pytest.mark.parametrize("algo", ["ppo", "bpo"])
-def test_host_runner_trains_like_the_jax_runner_on_twin_environments(algo):
+@pytest.mark.parametrize("algo,method", [("ppo", "ppo"), ("bpo", "ppo"), ("a2c", "a2c"), ("bpo", "a2c")])
+def test_host_runner_trains_like_the_jax_runner_on_twin_environments(algo, method):
     """TruncationProbe-v0 exists as a Gymnasium env and as a functional JAX env with the same
     dynamics; its transitions do not depend on the actions or keys. The host runner splits keys as
     the JAX runner does, so both collect the same rollouts (actions, log-probabilities, observation
     statistics) and make the same updates. Evaluations and statistics agree exactly; parameters to
     float32 rounding (~1e-8), because XLA fuses the one-program JAX run differently from the
-    host runner's separate calls."""
-    cfg = probe_config(algo, seeds=2, total_timesteps=128 * 3, eval_every=128, eval_in_background=True,
-                       **{"ppo.n_epochs": 2, "ppo.normalize_observations": True})
+    host runner's separate calls. The same for A2C and BPO-A2C."""
+    cfg = probe_config(algo, seeds=2, total_timesteps=128 * 3, eval_every=128, eval_in_background=True, method=method,
+                       **{"ppo.n_epochs": 2, "ppo.normalize_observations": True,
+                          "ppo.optimizer": "rmsprop" if method == "a2c" else "adam"})
     jax_run = run(replace(cfg, backend="jax"), seed_chunk=2).metrics
     host_run = run(cfg).metrics
     jax.tree.map(np.testing.assert_array_equal, jax_run["eval"], host_run["eval"])

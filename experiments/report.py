@@ -20,7 +20,7 @@ from pathlib import Path
 import tyro
 
 from bpo.presets import PAPER_TABLE1, paper_setting
-from bpo.results import atomic_write_text, read_summary
+from bpo.results import atomic_write_text, read_curve, read_summary
 from experiments.common import (
     row_label,
     setting_label,
@@ -33,12 +33,15 @@ from experiments.common import (
 from experiments.store import build_index
 from experiments.table import PAPER_RUNS, format_number, format_p
 
-PAGES = ("README.md", "docs/results.md", "docs/reproduction.md", "docs/backends.md")
+PAGES = ("README.md", "docs/results.md", "docs/reproduction.md", "docs/backends.md", "docs/a2c.md")
 BLOCK = re.compile(r"(<!-- results:(?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /results -->)", re.S)
 # Sweep folders under results/, each made by ``bpo reproduce NAME --out results/NAME``; titles for the README.
 SWEEPS = {"fig2": "Figure 2", "classic": "Classic control", "table1_small": "Table 1 at 100k steps",
           "mujoco_small": "HalfCheetah and Hopper at 300k steps", "headline": "The headline cell at 1.5M steps",
-          "backend_check": "The threads backend against the Gymnasium host runner"}
+          "backend_check": "The threads backend against the Gymnasium host runner", "a2c": "A2C vs BPO-A2C"}
+A2C_REFERENCE = ("a2c", "sb3_cartpole.json", "CartPole-v1-cartpole_a2c-a2c")
+"""The folder, the reference's curves (``benchmarks/sb3_a2c_reference.py``) and our A2C run beside them."""
+REFERENCE_STEPS = (100_000, 200_000, 300_000, 400_000, 500_000)
 
 
 @dataclass(frozen=True)
@@ -145,6 +148,48 @@ def headline_block(results: Path) -> str:
             + f"\n\n{provenance_line(summaries)} {_wall_line(summaries)}\n")
 
 
+def _curve_points(steps_by_seed: list[dict[int, float]], step: int) -> str:
+    """Mean ± SE over seeds of the evaluation at ``step`` (SE: sample SD / sqrt(n))."""
+    values = [s[step] for s in steps_by_seed if step in s]
+    if len(values) < 2:
+        return "–"
+    mean = sum(values) / len(values)
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+    return f"{mean:.0f} ± {sd / math.sqrt(len(values)):.0f}"
+
+
+def a2c_reference_block(results: Path) -> str:
+    """Our A2C on CartPole beside Stable-Baselines3's A2C with the same settings and evaluation: the
+    two curves at a few points and the final returns with Welch's two-sided test and interval."""
+    name, file, run = A2C_REFERENCE
+    path, run_dir = results / name / file, results / name / run
+    if not path.is_file() or not (run_dir / "summary.json").is_file():
+        return (f"*Not made yet: `bpo reproduce {name} --out results/{name}` and "
+                f"`python benchmarks/sb3_a2c_reference.py --seeds 5 --out results/{name}/{file}`.*\n")
+    ref = json.loads(path.read_text())
+    theirs = [dict(zip(r["steps"], r["eval_return"], strict=True)) for r in ref["runs"]]
+    ours: dict[int, dict[int, float]] = {}
+    for row in read_curve(run_dir):
+        ours.setdefault(int(row["seed"]), {})[int(row["step"])] = row["eval_return"]
+    mine = list(ours.values())
+    a, b = ([s[max(s)] for s in x] for x in (mine, theirs))
+    stats = [(sum(v) / len(v), math.sqrt(sum((x - sum(v) / len(v)) ** 2 for x in v) / (len(v) - 1)), len(v))
+             for v in (a, b)]
+    diff, low, high = welch_interval(*stats[0], *stats[1])
+    p = welch_p_from_stats(*stats[0], *stats[1], "two-sided")
+    lines = ["| environment steps | " + " | ".join(f"{s // 1000}k" for s in REFERENCE_STEPS) + " |",
+             "| --- |" + " --- |" * len(REFERENCE_STEPS),
+             "| ours (`cartpole_a2c`, A2C) | " + " | ".join(_curve_points(mine, s) for s in REFERENCE_STEPS) + " |",
+             f"| Stable-Baselines3 {ref['stable_baselines3']} A2C | "
+             + " | ".join(_curve_points(theirs, s) for s in REFERENCE_STEPS) + " |"]
+    within = min(b) <= stats[0][0] <= max(b)
+    return ("\n".join(lines) + f"\n\nMean ± SE over seeds of the deterministic evaluation (10 episodes) at each "
+            f"point. Final returns: ours {stats[0][0]:.1f} (SD {stats[0][1]:.1f}, n = {stats[0][2]}), the reference "
+            f"{stats[1][0]:.1f} (SD {stats[1][1]:.1f}, n = {stats[1][2]}; seeds {', '.join(f'{v:.0f}' for v in b)}); "
+            f"ours − reference {diff:+.1f}, 95 % Welch interval [{low:+.1f}, {high:+.1f}], two-sided p = "
+            f"{format_p(p)}. Our mean is {'within' if within else 'outside'} the range of the reference's seeds.\n")
+
+
 def verdict_lines(cells: dict, settings: list, baseline: str) -> list[str]:
     """Each row against the baseline in our runs: n, the one-sided Welch p, the 95 % interval of the
     difference, and the power of that test to detect the paper's gap for the same cells at our SDs."""
@@ -239,6 +284,7 @@ def blocks(results: Path) -> dict[str, Callable[[], str]]:
         **{f"line-{name}": (lambda n=name: _line(_glance_sweep(results, n, link=False),
                                                  f"bpo reproduce {n} --out results/{n}")) for name in SWEEPS},
         "headline-vs-paper": lambda: headline_block(results),
+        "a2c-reference": lambda: a2c_reference_block(results),
         "variance": lambda: variance_block(results),
         "line-variance": lambda: _line(_glance_variance(results, link=False),
                                        "bpo verify-variance --out results/variance"),

@@ -157,3 +157,28 @@ def test_every_committed_run_has_the_current_summary_and_one_code_version_per_fo
     assert variance["provenance"]["code_version"]
     # Nothing under results/ that no command makes: sweep folders and the variance folder only.
     assert {p.name for p in (ROOT / "results").iterdir()} == {f.name for f in folders} | {"variance"}
+
+
+def test_a2c_reference_block_sets_our_curve_beside_the_reference_by_hand(tmp_path):
+    """Two seeds on each side with known evaluations: the block's points, means, interval and p
+    are those of a hand computation (Welch from the values with SciPy)."""
+    from experiments.report import A2C_REFERENCE, a2c_reference_block
+
+    name, file, run = A2C_REFERENCE
+    folder = tmp_path / name
+    (folder / run).mkdir(parents=True)
+    ours = {0: {100_000: 400.0, 500_000: 500.0}, 1: {100_000: 300.0, 500_000: 480.0}}
+    lines = ["step,seed,eval_return"] + [f"{st},{s},{v}" for s, c in ours.items() for st, v in c.items()]
+    (folder / run / "curve.csv").write_text("\n".join(lines) + "\n")
+    (folder / run / "summary.json").write_text("{}")
+    ref = {"stable_baselines3": "2.x", "runs": [{"steps": [100_000, 500_000], "eval_return": [200.0, 500.0]},
+                                               {"steps": [100_000, 500_000], "eval_return": [250.0, 400.0]}]}
+    (folder / file).write_text(json.dumps(ref))
+    text = a2c_reference_block(tmp_path)
+    assert "| ours (`cartpole_a2c`, A2C) | 350 ± 50 | – | – | – | 490 ± 10 |" in text
+    assert "| Stable-Baselines3 2.x A2C | 225 ± 25 | – | – | – | 450 ± 50 |" in text
+    t = stats.ttest_ind([500.0, 480.0], [500.0, 400.0], equal_var=False)
+    assert f"p = {t.pvalue:.2f}" in text or f"p = {t.pvalue:.3f}" in text
+    low, high = t.confidence_interval(0.95)
+    assert f"[{low:+.1f}, {high:+.1f}]" in text and "ours − reference +40.0" in text
+    assert "within the range of the reference's seeds" in text

@@ -420,9 +420,9 @@ def to_markdown(table: dict, settings, rows, baseline: str | dict, alpha: float,
     if optima:
         lines += ["", f"Optimal expected return: {', '.join(optima)}."]
     paper = paper_columns(settings)
-    if paper:
-        paper_table = compute_paper_table(paper, _main(baseline), alpha, alternative)
-        paper_rows = [r for r in rows if any((s, r) in paper_table for s in paper)]
+    paper_table = compute_paper_table(paper, _main(baseline), alpha, alternative) if paper else {}
+    paper_rows = [r for r in rows if any((s, r) in paper_table for s in paper)]
+    if paper_rows:  # a column the paper has, but none of its rows (e.g. other backends): no empty table
         lines += ["", f"The paper's Table 1 for the same cells (1.5M/2M steps): mean (SD) over {PAPER_RUNS} runs. "
                   "The paper prints mean ± SD without saying which; its bold and italic marks show it is the SD "
                   "(docs/choices.md). Marks: the same Welch test on these summary statistics (SE = SD / √10), "

@@ -48,7 +48,8 @@ from bpo.training import (
 from bpo.training.summary import final_return_text
 from bpo.validation import validate, validate_environment
 
-USAGE = """usage: bpo [--version] {{train,sweep,plot,table,reproduce,evaluate,probe,verify-variance,report}} ...
+USAGE = """usage: bpo [--version] {{train,sweep,plot,table,reproduce,evaluate,probe,probe-summary,verify-variance,
+                        report}} ...
 
   bpo train PRESET [--env ENV] [--variant NAME] [--algo ppo|bpo|reinforce] [--seeds N]
                    [--total-timesteps N | --episodes N] [--out DIR] [--tensorboard] [overrides]
@@ -84,6 +85,9 @@ USAGE = """usage: bpo [--version] {{train,sweep,plot,table,reproduce,evaluate,pr
   bpo probe RUN [--m 32] [--k 32] [--horizon 256] [--points ...] [--seeds ...] [--backend ...] [--yes]
       Probe a BPO-PPO run's return estimator at its kept policies (save_policies_every) and the end:
       Var and MSE of eq. (6) under mu over pi (docs/probe.md). Writes RUN/probe/probe.json and probe.png.
+  bpo probe-summary FOLDER [--out DIR]
+      The probes of a results folder's runs (FOLDER/*/probe/probe.json) side by side: a figure per
+      environment, a Markdown table and JSON of the pooled ratios by row and point (probe_summary.*).
   bpo verify-variance [--out DIR] [--n-random 20] [--episodes N] [--seed S] [--checkpoints ...] [--no-train]
       Theorem 2 by exact DP and Monte Carlo on ShortCorridor and random MDPs; variance under
       BPO-REINFORCE's learned mu at training checkpoints. Default out: runs/variance.
@@ -373,33 +377,46 @@ def _dispatch(argv: list[str]) -> int:
     command, rest = argv[0], argv[1:]
     if command == "train":
         return train_main(rest)
-    # The experiments commands are imported when they run, not at the top, only for start-up time (there
-    # is no cycle to avoid: nothing imports this module). Their modules load matplotlib, scipy and rliable
-    # (plots, tables, tests), which `bpo train` does not need: at the top they would take
-    # `bpo train PRESET --help` from about 0.8 s to about 2 s.
+    command_main = _analysis_command(command)
+    if command_main is not None:
+        return command_main(rest)
+    return _fail(f"command: unknown {command!r}; allowed: ['evaluate', 'plot', 'probe', 'probe-summary', "
+                 "'report', 'reproduce', 'sweep', 'table', 'train', 'verify-variance']")
+
+
+def _analysis_command(command: str):
+    """The main function of a command other than ``train``, or None for an unknown one.
+
+    The experiments commands are imported when they run, not at the top, only for start-up time (there
+    is no cycle to avoid: nothing imports this module). Their modules load matplotlib, scipy and rliable
+    (plots, tables, tests), which `bpo train` does not need: at the top they would take
+    `bpo train PRESET --help` from about 0.8 s to about 2 s."""
     if command in ("sweep", "plot", "table", "reproduce"):
         from experiments import commands
 
         return {"sweep": commands.sweep_main, "plot": commands.plot_main, "table": commands.table_main,
-                "reproduce": commands.reproduce_main}[command](rest)
+                "reproduce": commands.reproduce_main}[command]
     if command == "verify-variance":
         from experiments.verify_variance import verify_variance_main
 
-        return verify_variance_main(rest)
+        return verify_variance_main
     if command == "evaluate":
         from experiments.evaluate import evaluate_main
 
-        return evaluate_main(rest)
+        return evaluate_main
     if command == "probe":
         from experiments.probe import probe_main
 
-        return probe_main(rest)
+        return probe_main
+    if command == "probe-summary":
+        from experiments.probe_summary import probe_summary_main
+
+        return probe_summary_main
     if command == "report":
         from experiments.report import report_main
 
-        return report_main(rest)
-    return _fail(f"command: unknown {command!r}; allowed: ['evaluate', 'plot', 'probe', 'report', 'reproduce', "
-                 "'sweep', 'table', 'train', 'verify-variance']")
+        return report_main
+    return None
 
 
 if __name__ == "__main__":

@@ -1,0 +1,354 @@
+"""``bpo probe-summary FOLDER``: the estimator probes (``bpo probe RUN``) of a results folder's runs
+side by side: a figure with one column per environment (Var_mu / Var_pi and MSE_mu / MSE_pi
+against environment steps, one line per run labelled by its row), a Markdown table and a JSON
+file of the same numbers with their provenance (docs/probe.md, "Summarising a measurement").
+
+Every ``FOLDER/*/probe/probe.json`` is read and checked (``read_probe``) together with its run's
+own files (``experiments.reader.read_run``: the row comes from ``spec.json`` as in ``bpo table``);
+one that cannot be used stops the command with one line naming the file, because a summary that
+quietly left a run out would compare the rows on unequal terms.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated
+
+import tyro
+
+from bpo.config import ConfigError
+from bpo.provenance import code_version
+from bpo.results import atomic_write_json, atomic_write_text, ensure_writable_dir
+from experiments.common import report_provenance, row_label, save_figure, setting_label, sort_rows, sort_settings
+from experiments.reader import (
+    COUNT,
+    NAME,
+    NUMBER,
+    NUMBER_OR_NULL,
+    BadFile,
+    Check,
+    Run,
+    _json_type,
+    _shown,
+    check_fields,
+    read_json_object,
+    read_run,
+)
+
+STEM = "probe_summary"
+FINAL = "final"  # bpo.training.probe_run.FINAL; not imported, which would load JAX for a table
+_WHOLE: Check = (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0, "an integer >= 0")
+_OBJECT: Check = (lambda v: isinstance(v, dict), "an object")
+PROBE_FIELDS: dict[str, Check] = {
+    "env": NAME, "settings": _OBJECT, "returns": _OBJECT,
+    "points": (lambda v: isinstance(v, list) and bool(v), "a non-empty list")}
+"""What makes a file a probe result (``bpo.training.probe_run.probe_run``'s output)."""
+SETTINGS_FIELDS: dict[str, Check] = {
+    "m": COUNT, "k": COUNT, "horizon": COUNT, "ref_k": COUNT, "ref_horizon": COUNT, "n_boot": COUNT,
+    "level": (lambda v: NUMBER[0](v) and 0 < v < 1, "a number in (0, 1)"), "seed": _WHOLE}
+POINT_FIELDS: dict[str, Check] = {
+    "point": (lambda v: v == FINAL or _WHOLE[0](v), "an update count or 'final'"), "update": _WHOLE,
+    "env_steps": _WHOLE, "seeds": (lambda v: isinstance(v, dict) and bool(v), "a non-empty object"),
+    "pooled": _OBJECT}
+STAT_FIELDS: dict[str, Check] = {
+    **{f"{name}_ratio_{end}": NUMBER_OR_NULL for name in ("var", "mse") for end in ("median", "lo", "hi")},
+    "frac_var_mu_lower": NUMBER, "ess_frac_mean": NUMBER_OR_NULL, "states": COUNT}
+"""The numbers of ``bpo.probe.probe_statistics`` the summary reads, pooled and per seed (None: NaN
+or an infinity, as the probe writes them)."""
+
+
+@dataclass(frozen=True)
+class ProbedRun:
+    """A run directory with its probe: the run as ``bpo table`` reads it, and its checked probe.json."""
+
+    run: Run
+    probe: dict
+    path: Path
+
+    @property
+    def setting(self) -> tuple[str, str]:
+        """The column it is drawn in: (environment, preset), as ``bpo plot`` groups runs."""
+        return self.run.env, self.run.preset
+
+
+def _check_part(part, fields: dict[str, Check], path: Path, where: str) -> None:
+    """An object of probe.json with ``fields``; a ``BadFile`` says where in the file it failed."""
+    if not isinstance(part, dict):
+        raise BadFile(path, f"{where}holds a JSON {_json_type(part)}, not an object")
+    try:
+        check_fields(part, path, fields)
+    except BadFile as e:
+        raise BadFile(path, where + e.reason) from None
+
+
+def _check_point(point, path: Path, where: str, m: int) -> None:
+    """One entry of ``points``: its fields, its pooled and per-seed statistics (seeds named by their
+    index), and that the pooled states are every seed's M (a point cut from another probe would not
+    add up)."""
+    _check_part(point, POINT_FIELDS, path, where)
+    _check_part(point["pooled"], STAT_FIELDS, path, f"{where}pooled: ")
+    for seed, stats in point["seeds"].items():
+        if not seed.isdigit():
+            raise BadFile(path, f"{where}seeds: {_shown(seed)} is not a seed index")
+        _check_part(stats, STAT_FIELDS, path, f"{where}seeds[{seed!r}]: ")
+    expected = len(point["seeds"]) * m
+    if point["pooled"]["states"] != expected:
+        raise BadFile(path, f"{where}pooled states is {point['pooled']['states']}, not {len(point['seeds'])} seeds "
+                            f"x settings.m {m} = {expected}")
+
+
+def read_probe(path: Path) -> dict:
+    """A ``probe.json`` checked for what the summary reads (``PROBE_FIELDS``, ``SETTINGS_FIELDS``,
+    and per point ``POINT_FIELDS`` and ``STAT_FIELDS``); anything else is a ``BadFile``."""
+    data = read_json_object(path)
+    missing = [name for name in PROBE_FIELDS if name not in data]
+    if missing:
+        raise BadFile(path, f"not a probe result (`bpo probe RUN` writes one): no {', '.join(missing)}")
+    check_fields(data, path, PROBE_FIELDS)
+    try:
+        check_fields(data["settings"], path, SETTINGS_FIELDS)
+    except BadFile as e:
+        raise BadFile(path, f"settings: {e.reason}") from None
+    for i, point in enumerate(data["points"]):
+        _check_point(point, path, f"points[{i}]: ", data["settings"]["m"])
+    return data
+
+
+def find_probes(folder: Path) -> list[ProbedRun]:
+    """Every ``FOLDER/*/probe/probe.json`` (not in hidden folders, where a sweep stages runs) with
+    its run, in the order of the folder's names; a ``BadFile`` for the first that cannot be used,
+    a ``ConfigError`` when there is none."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise ConfigError("folder", f"{str(folder)!r} is not a folder")
+    paths = sorted(p for p in folder.glob("*/probe/probe.json") if not p.parts[-3].startswith("."))
+    if not paths:
+        hint = (" (it is a run directory itself: give the folder that holds its runs)"
+                if (folder / "probe" / "probe.json").exists() else "")
+        raise ConfigError("folder", f"no probe results in {str(folder)!r}: no FOLDER/*/probe/probe.json{hint}; run "
+                                    "`bpo probe RUN` on its runs first")
+    found = []
+    for path in paths:
+        probe = read_probe(path)
+        run = read_run(path.parent.parent, folder)
+        if probe["env"] != run.env:
+            raise BadFile(path, f"env is {_shown(probe['env'])} but config.json says {_shown(run.env)}: the probe "
+                                "of another run?")
+        found.append(ProbedRun(run, probe, path))
+    return found
+
+
+def _nan(x) -> float:
+    """A statistic to plot: probe.json's None (NaN or an infinity) as NaN, which leaves a gap."""
+    return math.nan if x is None else float(x)
+
+
+def plotted_points(probe: dict) -> list[dict]:
+    """The points to draw, by update: the final policies are left out where a kept point has the
+    same update (``probe_run`` then repeats that point's numbers), kept where the run ended
+    between two kept points."""
+    kept = {p["update"] for p in probe["points"] if p["point"] != FINAL}
+    points = [p for p in probe["points"] if p["point"] != FINAL or p["update"] not in kept]
+    return sorted(points, key=lambda p: p["update"])
+
+
+def levels_text(runs: list[ProbedRun]) -> str:
+    """The bootstrap level(s) of the probes, '95%' (or '95% / 90%' where runs differ)."""
+    levels = sorted({r.probe["settings"]["level"] for r in runs}, reverse=True)
+    return " / ".join(f"{level:.0%}" for level in levels)
+
+
+def labels(runs: list[ProbedRun]) -> dict[str, str]:
+    """Each run's label, by run id: its row as ``bpo table`` names it; with the run id added where
+    two runs of one setting share a row (their lines would otherwise have one name)."""
+    count: dict = {}
+    for r in runs:
+        count[(r.setting, r.run.row)] = count.get((r.setting, r.run.row), 0) + 1
+    return {r.run.run_id: row_label(r.run.row) + (f" ({r.run.run_id})" if count[(r.setting, r.run.row)] > 1 else "")
+            for r in runs}
+
+
+def _draw(ax, run: ProbedRun, name: str, colour: str, label: str) -> None:
+    """One run in one panel: the pooled median with its bootstrap band, and each seed's median thin."""
+    points = plotted_points(run.probe)
+    steps = [p["env_steps"] for p in points]
+    pooled = [p["pooled"] for p in points]
+    ax.plot(steps, [_nan(q[f"{name}_ratio_median"]) for q in pooled], marker="o", color=colour, label=label)
+    ax.fill_between(steps, [_nan(q[f"{name}_ratio_lo"]) for q in pooled],
+                    [_nan(q[f"{name}_ratio_hi"]) for q in pooled], color=colour, alpha=0.2, linewidth=0)
+    for seed in sorted(points[0]["seeds"], key=int):
+        ax.plot(steps, [_nan(p["seeds"].get(seed, {}).get(f"{name}_ratio_median")) for p in points], color=colour,
+                linewidth=0.7, alpha=0.5)
+
+
+RATIOS = (("var", "Var_μ / Var_π"), ("mse", "MSE_μ / MSE_π"))
+
+
+def _log_axis(ax) -> None:
+    """Log scale labelled 0.5 and 2, not 5 x 10^-1; minor ticks labelled only where the axis spans
+    less than a decade (a ratio near 1 would otherwise show no label but the 1)."""
+    from matplotlib.ticker import FuncFormatter
+
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}"))
+
+    def minor(y, _):
+        low, high = sorted(ax.get_ylim())
+        return f"{y:.3g}" if low > 0 and high / low < 10 else ""
+
+    ax.yaxis.set_minor_formatter(FuncFormatter(minor))
+    ax.axhline(1.0, color="black", linewidth=0.8)
+
+
+def summary_figure(runs: list[ProbedRun]):
+    """One column per (environment, preset), rows Var_mu / Var_pi and MSE_mu / MSE_pi on a log
+    scale: per run the pooled median with its bootstrap band and each seed's median, thin; a
+    run's colour is the same in every column."""
+    from matplotlib.figure import Figure
+
+    settings = sort_settings(r.setting for r in runs)
+    order = sort_rows(r.run.row for r in runs)
+    names = labels(runs)
+    by_label = sorted(runs, key=lambda r: (order.index(r.run.row), names[r.run.run_id]))
+    colours = {label: f"C{i % 10}" for i, label in enumerate(dict.fromkeys(names[r.run.run_id] for r in by_label))}
+    fig = Figure(figsize=(5.2 * len(settings), 7.0), layout="constrained")
+    axes = fig.subplots(2, len(settings), squeeze=False)
+    for col, setting in enumerate(settings):
+        for row, (name, what) in enumerate(RATIOS):
+            ax = axes[row, col]
+            for r in (r for r in by_label if r.setting == setting):
+                label = names[r.run.run_id]
+                _draw(ax, r, name, colours[label], label)
+            _log_axis(ax)
+            ax.set_ylabel(what)
+        axes[0, col].set_title(setting_label(setting))
+        axes[1, col].set_xlabel("environment steps")
+        axes[0, col].legend(fontsize=7)
+    fig.suptitle("Eq. (6)'s start-state estimate under μ over under π: median over states pooled over seeds, "
+                 f"{levels_text(runs)} percentile-bootstrap band; thin: each seed's median", fontsize=9)
+    return fig
+
+
+def point_entry(point: dict, m: int) -> dict:
+    """One point of a run as the summary keeps it: the pooled statistics the table shows, its seeds
+    and states, and each seed's median ratios (the thin lines)."""
+    return {"point": point["point"], "update": point["update"], "env_steps": point["env_steps"],
+            "seeds": len(point["seeds"]), "states_per_seed": m,
+            **{name: point["pooled"][name] for name in STAT_FIELDS},
+            "seed_medians": {seed: {name: stats[name] for name in ("var_ratio_median", "mse_ratio_median")}
+                             for seed, stats in point["seeds"].items()}}
+
+
+def run_entry(r: ProbedRun, label: str) -> dict:
+    """One run: what it is, where its probe came from (the probe's settings, estimator and
+    provenance), and its points in the probe's order."""
+    p = r.probe
+    return {"run_id": r.run.run_id, "row": r.run.row, "label": label, "env": r.run.env, "preset": r.run.preset,
+            "probe_file": str(r.path), "settings": p["settings"], "returns": p["returns"],
+            "start_states": p.get("start_states"), "probe_provenance": p.get("provenance"),
+            "points": [point_entry(point, p["settings"]["m"]) for point in p["points"]]}
+
+
+def summarise(runs: list[ProbedRun], folder: Path, argv: list[str]) -> dict:
+    """The summary the table and the JSON file are both written from, with its notes: differing
+    code or MuJoCo versions of the runs (``report_provenance``) and differing probe settings."""
+    notes = report_provenance([r.run.summary for r in runs], "bpo probe-summary")
+    distinct = {json.dumps(r.probe["settings"], sort_keys=True) for r in runs}
+    if len(distinct) > 1:
+        notes.append("Warning: the runs were probed with different settings (each run's are in Runs below); "
+                     "their numbers are not on equal terms.")
+        print(f"bpo probe-summary: {notes[-1]}", file=sys.stderr)
+    names = labels(runs)
+    settings, order = sort_settings(r.setting for r in runs), sort_rows(r.run.row for r in runs)
+    ordered = sorted(runs, key=lambda r: (settings.index(r.setting), order.index(r.run.row), names[r.run.run_id]))
+    return {"provenance": {"command": ["bpo", "probe-summary", *argv], "code_version": code_version()},
+            "folder": str(folder), "level": levels_text(runs),
+            "settings": runs[0].probe["settings"] if len(distinct) == 1 else None, "notes": notes,
+            "runs": [run_entry(r, names[r.run.run_id]) for r in ordered]}
+
+
+def _g(x) -> str:
+    """A ratio to 3 significant figures; n/a for None (NaN or an infinity in probe.json)."""
+    return "n/a" if x is None else f"{x:.3g}"
+
+
+def table_row(label: str, p: dict) -> str:
+    """One Markdown row of a point (``point_entry``)."""
+    var, mse = ([_g(p[f"{n}_ratio_{end}"]) for end in ("median", "lo", "hi")] for n in ("var", "mse"))
+    return (f"| {label} | {p['point']} | {p['env_steps']:,} | {var[0]} [{var[1]}, {var[2]}] | "
+            f"{mse[0]} [{mse[1]}, {mse[2]}] | {p['frac_var_mu_lower']:.2f} | {_g(p['ess_frac_mean'])} | "
+            f"{p['seeds']} × {p['states_per_seed']} |")
+
+
+def settings_text(s: dict) -> str:
+    """A probe's settings in words."""
+    return (f"M = {s['m']} start states per seed, K = {s['k']} segments of H = {s['horizon']} steps, reference "
+            f"{s['ref_k']} × {s['ref_horizon']} steps of π, {s['n_boot']} bootstrap resamples, seed {s['seed']}")
+
+
+def markdown(summary: dict) -> str:
+    """The table: one section per (environment, preset), a row per run and point, then the runs."""
+    level = summary["level"]
+    lines = [f"# Estimator probe: {summary['folder']}", "",
+             "Per point, pooled over every seed's start states: the median over states of Var_μ/Var_π and of "
+             f"MSE_μ/MSE_π of eq. (6)'s start-state estimate with its {level} percentile-bootstrap interval over "
+             "states (below 1: μ's estimate varies, or errs, less than π's); μ lower: the fraction of states where "
+             "μ's variance is lower; ESS/K: Kish's effective sample size of μ's K segments over K, mean over "
+             "states; seeds × M states per seed. The final policies repeat the last kept point's numbers where "
+             "they are the same policies (docs/probe.md).", ""]
+    s = summary["settings"]
+    lines += [f"Probe settings: {settings_text(s)}." if s else "Probe settings differ between runs (Runs).", ""]
+    for note in summary["notes"]:
+        lines += [note, ""]
+    settings = sort_settings({(r["env"], r["preset"]) for r in summary["runs"]})
+    for setting in settings:
+        lines += [f"## {setting_label(setting)}", "",
+                  f"| row | point | env steps | Var_μ/Var_π [{level}] | MSE_μ/MSE_π [{level}] | μ lower (var) | "
+                  "ESS/K | seeds × M |", "| --- | --- | ---: | --- | --- | ---: | ---: | --- |"]
+        lines += [table_row(r["label"], p) for r in summary["runs"] if (r["env"], r["preset"]) == setting
+                  for p in r["points"]]
+        lines.append("")
+    lines += ["## Runs", ""]
+    for r in summary["runs"]:
+        version = (r["probe_provenance"] or {}).get("code_version", "unknown")
+        lines.append(f"* `{r['run_id']}`: {r['label']}; probed with {settings_text(r['settings'])}; code {version}")
+    return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True)
+class ProbeSummaryArgs:
+    """Summarise the estimator probes of a results folder's runs (FOLDER/*/probe/probe.json, written
+    by `bpo probe RUN`): a figure, a Markdown table and a JSON file (docs/probe.md)."""
+
+    folder: Annotated[tyro.conf.Positional[Path], tyro.conf.arg(metavar="FOLDER")]
+    """A results folder whose run directories were probed."""
+    out: Path | None = None
+    """Where to write probe_summary.png/.pdf/.md/.json; default FOLDER."""
+
+
+def write_summary(runs: list[ProbedRun], summary: dict, out: Path) -> list[Path]:
+    """The JSON file, the table and the figure, each written atomically."""
+    atomic_write_json(out / f"{STEM}.json", summary)
+    atomic_write_text(out / f"{STEM}.md", markdown(summary))
+    return [out / f"{STEM}.json", out / f"{STEM}.md", *save_figure(summary_figure(runs), out, STEM, dpi=120)]
+
+
+def probe_summary_main(argv: list[str]) -> int:
+    """``bpo probe-summary``: 0 when written, 2 when refused (a bad argument, a damaged or foreign
+    probe.json or run file, no probe results)."""
+    args = tyro.cli(ProbeSummaryArgs, args=argv, prog="bpo probe-summary")
+    try:
+        runs = find_probes(args.folder)
+        out = ensure_writable_dir(args.out or args.folder, "--out")
+        summary = summarise(runs, args.folder, argv)
+        paths = write_summary(runs, summary, out)
+    except (ConfigError, BadFile) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(markdown(summary))
+    print("wrote " + ", ".join(str(p) for p in paths))
+    return 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal
@@ -123,11 +124,13 @@ def probe_main(argv: list[str]) -> int:
         print(cost_line(settings, probed_points(saved, points), len(seeds)), flush=True)
         if not args.yes and sys.stdin.isatty() and input("go on? [y/N] ").strip().lower() not in ("y", "yes"):
             return 1
+        start = time.perf_counter()
         result = probe_run(args.run, settings, points, seeds, args.backend)
+        wall = time.perf_counter() - start  # compilations included; the training's own is in the run's summary
     except (ConfigError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    result["provenance"] = {"command": ["bpo", "probe", *argv], "code_version": code_version()}
+    result["provenance"] = {"command": ["bpo", "probe", *argv], "code_version": code_version(), "wall_time_s": wall}
 
     def write(folder: Path) -> None:
         atomic_write_json(folder / "probe.json", result)

@@ -6,6 +6,10 @@ futex wait, the main thread in ``CpuPjRtRawLoadedExecutable::Execute`` waiting f
 that no thread would signal, and the process used no CPU for 13 minutes until it was killed; run
 again, the same run went through. It happened with the concurrency-optimised scheduler off
 (``bpo.runtime``), so it is apparently a second lost wake-up in XLA:CPU, rarer than the first.
+Seen again in a headline run continued from its checkpoint (a build from before this guard): its
+first compiled call (the host runner's init program) hung twice in a row, 2 and 32 minutes with
+no CPU, and the third start, with the persistent compilation cache off (``BPO_COMPILE_CACHE=''``),
+went through; whether the cache has a part in it is not established.
 
 Nothing inside the process can end the call, so ``stall_guard`` watches from a thread: when the
 process has used almost no CPU time (all threads together) for ``BPO_STALL_MINUTES`` minutes

@@ -379,6 +379,11 @@ class PlotArgs(AnalysisArgs):
     """Also draw every seed's curve, thin."""
     smooth: int = 1
     """Average each seed's curve over this many consecutive evaluations first (1: none)."""
+    x: Literal["step", "time"] = "step"
+    """The x axis. step: environment steps (episodes for episodic presets). time: seconds of
+    training at each evaluation (compilation excluded; recorded in summary.json as
+    evaluation_clock by runs since it was added; an older run is named and refused); written as
+    curves-time.png/pdf. Wall-clock times differ across machines and with the machine's load."""
 
 
 def _check_results_dir(path: Path) -> None:
@@ -415,7 +420,7 @@ def plot_main(argv: list[str]) -> int:
         if args.smooth < 1:
             raise ConfigError("smooth", f"must be an integer >= 1, got {args.smooth}")
         paths, no_curve = _plot(runs, args.results_dir, args.out or args.results_dir, "bpo plot",
-                                PlotOptions(args.metric, args.per_seed, args.smooth))
+                                PlotOptions(args.metric, args.per_seed, args.smooth, args.x))
     except ANALYSIS_ERRORS as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -66,9 +66,9 @@ USAGE = """usage: bpo [--version] {{train,sweep,plot,table,reproduce,evaluate,pr
       Learning curves (mean ± SE over seeds), one panel per environment and preset: PNG and PDF;
       any per-evaluation column (eval_return, BPO's diagnostics), each seed, a trailing mean;
       against environment steps or (--x time) seconds of training.
-  bpo table RESULTS_DIR [--out DIR] [--baseline ppo] [--alpha 0.05]
-      Table 1 (Markdown, LaTeX): Welch's t-test against the baseline; rliable IQM and probability
-      of improvement.
+  bpo table RESULTS_DIR [--out DIR] [--baseline ppo] [--alpha 0.05] [--optimality-gap-gamma 1]
+      Table 1 (Markdown, LaTeX): Welch's t-test against the baseline; rliable's IQM, optimality
+      gap, performance profiles and probability of improvement (figures, aggregates.json).
   bpo reproduce SWEEP [--out DIR] [--seeds N] [--workers N] [--backend local|slurm] [--set KEY=VALUE ...]
                       [--no-progress]
       `bpo sweep SWEEP` (the same runs, so the same numbers), then `bpo plot` and `bpo table` on its

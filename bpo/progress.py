@@ -22,14 +22,15 @@ def console() -> Console:
 class EvalProgress:
     """Counts evaluation callbacks (one per seed per evaluation) and shows the latest return and,
     when ``total_env_steps`` is given, the training throughput in environment steps per second
-    (the share of evaluations done times the run's steps, over the time since the first one)."""
+    (the share of evaluations done times the run's steps, over the time since the first one).
+    A run continued from a checkpoint starts the count where it stopped (``resume``)."""
 
     def __init__(self, label: str, total_calls: int, enabled: bool = True, total_env_steps: float | None = None):
         self.enabled = enabled
         self.latest = float("nan")
         self.total_calls = total_calls
         self.total_env_steps = total_env_steps
-        self._calls = 0
+        self._calls = self._calls_before = 0
         self._start = None
         columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                    TextColumn("eval return {task.fields[latest]:.2f}")]
@@ -48,8 +49,16 @@ class EvalProgress:
         self._calls += 1
         self.latest = float(eval_return)
         if rate is None and self.total_env_steps and now > self._start:
-            rate = self._calls / self.total_calls * self.total_env_steps / (now - self._start)
+            share = (self._calls - self._calls_before) / self.total_calls  # of this segment's work
+            rate = share * self.total_env_steps / (now - self._start)
         self._progress.update(self._task, advance=1, latest=self.latest, rate=rate or 0.0)
+
+    def resume(self, calls_done: int) -> None:
+        """The run continues from a checkpoint after ``calls_done`` evaluation callbacks: the bar
+        counts on from there to ``total_calls`` (it started at 0 and ended short, e.g. at 4/12),
+        and the throughput counts only this segment's evaluations."""
+        self._calls = self._calls_before = calls_done
+        self._progress.update(self._task, completed=calls_done)
 
     def __enter__(self):
         self._progress.__enter__()

@@ -1,13 +1,17 @@
 """rliable's aggregates across tasks (Agarwal et al., 2021): the interquartile mean of per-task
-normalised final returns with stratified-bootstrap 95% intervals, and the probability that a row
-improves on the baseline, with their plots.
+normalised final returns with stratified-bootstrap 95% intervals, the optimality gap (the mean
+shortfall of the normalised scores from a threshold gamma, Section 4 of the paper), performance
+profiles (the fraction of runs whose normalised score is above each threshold tau, with bootstrap
+bands), and the probability that a row improves on the baseline, with their plots.
 
 A task is one (environment, preset) column; the caller passes the columns tested against one
 baseline row, with finite final returns only (``experiments.table.aggregate_cells``). Scores are
 normalised per task by min-max over every final return in that column (0 = the worst run of any
 row, 1 = the best), which works for negative returns too and keeps tasks with large returns from
 dominating. The probability of improvement does not depend on this choice: it compares runs
-within a task.
+within a task. The optimality gap and the profiles do: with min-max scores, gamma = 1 is the best
+run in the folder (of any row), not a known optimal return, so the gap says how far a row's runs
+fall short of the best run seen, and a profile at tau how many of them get within 1 - tau of it.
 
 With few runs per task the stratified bootstrap understates uncertainty, and can give an interval
 of zero width: when each task's comparison is certain in the sample (every run of the row above
@@ -36,6 +40,11 @@ from scipy import optimize, stats
 from bpo import results
 from experiments.common import row_label, save_figure, setting_label, sort_rows
 
+TAUS = np.arange(101) / 100
+"""Thresholds of the performance profiles: the normalised range [0, 1] in steps of 0.01, each an
+exact decimal (k / 100), so a score equal to a threshold is not counted above it by rounding."""
+GAMMA = 1.0
+"""The optimality gap's threshold by default: the top of the normalised range (Agarwal et al.)."""
 RELIABLE_RUNS = 10
 """Fewer runs per task than this and the figures carry a note that their intervals are unreliable."""
 CONFIDENCE = 0.95
@@ -151,17 +160,99 @@ def runs_per_task_note(runs: list[int]) -> str | None:
     return f"n = {count} runs per task: intervals unreliable (fewer than {RELIABLE_RUNS})"
 
 
-def write_aggregates(cells: dict, baseline: str, out: Path, reps: int = 2000, seed: int = 0) -> list[Path]:
-    """aggregates.json, iqm.{png,pdf} and probability_of_improvement.{png,pdf} in ``out``."""
+def optimality_gap(scores: np.ndarray, gamma: float = GAMMA) -> float:
+    """Agarwal et al. (2021), Section 4: the mean over every run of every task of
+    max(0, gamma - score), how far the runs fall short of ``gamma`` (a score above it counts as
+    gamma); lower is better. ``scores``: (runs, tasks) normalised scores."""
+    return float(np.mean(np.maximum(0.0, gamma - np.asarray(scores, float))))
+
+
+def performance_profile(scores: np.ndarray, taus: np.ndarray = TAUS) -> np.ndarray:
+    """The run-score distribution of Agarwal et al. (2021), Section 4: at each tau, the fraction of
+    all runs of all tasks (equally many per task, ``equal_runs``) whose normalised score is above
+    tau, strictly. ``scores``: (runs, tasks)."""
+    scores = np.asarray(scores, float)
+    return np.array([np.mean(scores > tau) for tau in taus])
+
+
+def bootstrap_estimates(scores: dict[str, np.ndarray], statistic, reps: int, seed: int) -> dict[str, dict]:
+    """{row: {"point", "low", "high"}} of ``statistic`` (an array from a (runs, tasks) matrix) with
+    rliable's stratified-bootstrap 95% intervals (runs resampled within each task). numpy's global
+    generator (which rliable draws from; arch deprecates passing one) is seeded with ``seed`` first,
+    so one estimate does not move another's."""
+    np.random.seed(seed)
+    point, interval = rly.get_interval_estimates(scores, statistic, reps=reps, confidence_interval_size=CONFIDENCE)
+    return {r: {"point": np.ravel(point[r]).tolist(), "low": np.ravel(interval[r][0]).tolist(),
+                "high": np.ravel(interval[r][1]).tolist()} for r in scores}
+
+
+def gap_and_profiles(scores: dict[str, np.ndarray], reps: int, seed: int, gamma: float) -> dict:
+    """The optimality gap at ``gamma`` and the performance profiles at ``TAUS`` of every row, each
+    with its stratified-bootstrap interval, as aggregates.json holds them."""
+    gaps = bootstrap_estimates(scores, lambda x: np.array([optimality_gap(x, gamma)]), reps, seed)
+    profiles = bootstrap_estimates(scores, performance_profile, reps, seed)
+    return {
+        "optimality_gap": {r: {k: v[0] for k, v in est.items()} for r, est in gaps.items()},
+        "optimality_gap_gamma": gamma,
+        "optimality_gap_definition": (
+            "mean over runs and tasks of max(0, gamma - score), scores min-max normalised per task (gamma = 1: the "
+            "best run of any row on that task, not a known optimum); lower is better"),
+        "performance_profile": {"tau": TAUS.tolist(), "rows": profiles,
+                                "definition": "fraction of runs (all tasks, equal runs per task) whose normalised "
+                                              "score is above tau; band: 95% stratified-bootstrap interval"},
+    }
+
+
+def write_aggregates(cells: dict, baseline: str, out: Path, reps: int = 2000, seed: int = 0,
+                     gamma: float = GAMMA) -> list[Path]:
+    """aggregates.json, iqm.{png,pdf}, optimality_gap.{png,pdf}, performance_profile.{png,pdf} and
+    probability_of_improvement.{png,pdf} in ``out``; ``gamma``: the optimality gap's threshold."""
     tasks, full = normalised_runs(cells, baseline, sort_rows({r for by_row in cells.values() for r in by_row}))
     if not tasks:
         return []
+    summary = aggregate_summary(tasks, full, baseline, reps, seed, gamma)
+    out = Path(out)
+    results.atomic_write_text(out / "aggregates.json", strict_json(summary))
+    paths = [out / "aggregates.json"]
+    paths += _save(iqm_figure(summary, baseline), out, "iqm")
+    paths += _save(optimality_gap_figure(summary, baseline), out, "optimality_gap")
+    paths += _save(profile_figure(summary), out, "performance_profile")
+    if summary["probability_of_improvement"]:
+        paths += _save(improvement_figure(summary, baseline), out, "probability_of_improvement")
+    return paths
+
+
+def aggregate_summary(tasks, full: dict[str, list[np.ndarray]], baseline: str, reps: int, seed: int,
+                      gamma: float) -> dict:
+    """What aggregates.json holds, from the normalised runs ``full`` (``normalised_runs``)."""
     scores = equal_runs(full)
     rows = list(scores)
-    np.random.seed(seed)  # rliable's bootstrap draws from numpy's global generator
+    np.random.seed(seed)  # rliable's bootstrap draws from numpy's global generator: the IQM, then P(improvement)
     iqm = lambda x: np.array([metrics.aggregate_iqm(x)])  # noqa: E731
     point, interval = rly.get_interval_estimates(scores, iqm, reps=reps, confidence_interval_size=CONFIDENCE)
-    others = [r for r in rows if r != baseline]
+    improvement = improvement_estimates(scores, full, tasks, baseline, reps)
+    runs = {r: int(scores[r].shape[0]) for r in rows}
+    notes = [n for n in (runs_per_task_note(list(runs.values())), runs_used_note(tasks, full)) if n]
+    return {
+        "tasks": [list(t) for t in tasks], "normalisation": "per-task min-max over all final returns",
+        "bootstrap_reps": reps, "confidence": CONFIDENCE, "runs_per_task": runs,
+        "runs_by_task": {r: [len(v) for v in full[r]] for r in rows},
+        "notes": notes,
+        "iqm": {r: {"point": float(point[r][0]), "low": float(interval[r][0, 0]), "high": float(interval[r][1, 0])}
+                for r in rows},
+        "probability_of_improvement_interval": (
+            "the wider of rliable's stratified-bootstrap interval and the average over tasks of Newcombe's score "
+            f"intervals for P(X > Y), each at level 1 - {1 - CONFIDENCE:.2f} / {len(tasks)} tasks (Bonferroni)"),
+        "probability_of_improvement": improvement,
+        **gap_and_profiles(scores, reps, seed, gamma),
+    }
+
+
+def improvement_estimates(scores: dict[str, np.ndarray], full: dict[str, list[np.ndarray]], tasks, baseline: str,
+                          reps: int) -> dict:
+    """P(row > baseline) of every other row: rliable's estimate over tasks with its bootstrap
+    interval (from numpy's global generator), widened to the average of the per-task intervals."""
+    others = [r for r in scores if r != baseline]
     pairs = {}
     for r in others:
         n = min(len(scores[r]), len(scores[baseline]))
@@ -179,27 +270,7 @@ def write_aggregates(cells: dict, baseline: str, out: Path, reps: int = 2000, se
                           "low": float(min(boot_low, avg_low)), "high": float(max(boot_high, avg_high)),
                           "bootstrap_low": float(boot_low), "bootstrap_high": float(boot_high),
                           "runs": len(pairs[r][0]), "per_task": by_task}
-    runs = {r: int(scores[r].shape[0]) for r in rows}
-    notes = [n for n in (runs_per_task_note(list(runs.values())), runs_used_note(tasks, full)) if n]
-    summary = {
-        "tasks": [list(t) for t in tasks], "normalisation": "per-task min-max over all final returns",
-        "bootstrap_reps": reps, "confidence": CONFIDENCE, "runs_per_task": runs,
-        "runs_by_task": {r: [len(v) for v in full[r]] for r in rows},
-        "notes": notes,
-        "iqm": {r: {"point": float(point[r][0]), "low": float(interval[r][0, 0]), "high": float(interval[r][1, 0])}
-                for r in rows},
-        "probability_of_improvement_interval": (
-            "the wider of rliable's stratified-bootstrap interval and the average over tasks of Newcombe's score "
-            f"intervals for P(X > Y), each at level 1 - {1 - CONFIDENCE:.2f} / {len(tasks)} tasks (Bonferroni)"),
-        "probability_of_improvement": improvement,
-    }
-    out = Path(out)
-    results.atomic_write_text(out / "aggregates.json", strict_json(summary))
-    paths = [out / "aggregates.json"]
-    paths += _save(iqm_figure(summary, baseline), out, "iqm")
-    if others:
-        paths += _save(improvement_figure(summary, baseline), out, "probability_of_improvement")
-    return paths
+    return improvement
 
 
 def _save(fig: Figure, out: Path, stem: str) -> list[Path]:
@@ -260,4 +331,40 @@ def improvement_figure(summary: dict, baseline: str) -> Figure:
         ax.scatter(points, range(len(others)), marker=TASK_MARKERS[k % len(TASK_MARKERS)], facecolors="white",
                    edgecolors="k", s=28, zorder=3, clip_on=False, label=setting_label(task))
     fig.legend(fontsize=7, loc="outside right upper")
+    return fig
+
+
+def optimality_gap_figure(summary: dict, baseline: str) -> Figure:
+    """Optimality-gap intervals of every row (lower is better), the baseline's gap marked across them."""
+    gaps, gamma = summary["optimality_gap"], summary["optimality_gap_gamma"]
+    entries = [(row_label(r), v["point"], v["low"], v["high"]) for r, v in gaps.items()]
+    notes, tasks = summary.get("notes") or [None], len(summary["tasks"])
+    fig, _ = _interval_plot(entries, f"Optimality gap: mean of max(0, {gamma:g} - min-max normalised final return)\n"
+                            "(1 = best run on the task; lower is better)",
+                            f"Optimality gap over {tasks} task{'' if tasks == 1 else 's'}, 95% stratified-bootstrap CI",
+                            reference=gaps.get(baseline, {}).get("point"),
+                            reference_label=f"{row_label(baseline)} gap", note=notes[0])
+    fig.legend(fontsize=8, loc="outside right upper")
+    return fig
+
+
+def profile_figure(summary: dict) -> Figure:
+    """Performance profiles: for each row, the fraction of runs whose normalised score is above
+    tau, against tau in [0, 1], a step line with its 95% bootstrap band; colours match the curves'."""
+    profile, tasks = summary["performance_profile"], len(summary["tasks"])
+    taus = np.asarray(profile["tau"])
+    fig = Figure(figsize=(7.5, 4.6), layout="constrained")
+    ax = fig.subplots()
+    for i, (row, est) in enumerate(profile["rows"].items()):
+        ax.plot(taus, est["point"], drawstyle="steps-post", color=f"C{i}", label=row_label(row))
+        ax.fill_between(taus, est["low"], est["high"], step="post", color=f"C{i}", alpha=0.15, linewidth=0)
+    ax.set_xlim(0.0, 1.0)
+    ax.set_ylim(0.0, 1.02)
+    ax.set_xlabel("tau: min-max normalised final return (0 = worst run, 1 = best run on the task)")
+    ax.set_ylabel("fraction of runs with score > tau")
+    ax.set_title(f"Performance profiles over {tasks} task{'' if tasks == 1 else 's'} (run-score distributions), "
+                 "95% stratified-bootstrap bands", fontsize=10)
+    ax.legend(fontsize=8)
+    if note := (summary.get("notes") or [None])[0]:
+        fig.supxlabel(note, color="firebrick", fontsize=9)
     return fig

@@ -63,12 +63,13 @@ USAGE = """usage: bpo [--version] {{train,sweep,plot,table,reproduce,evaluate,pr
       table1,ablations,backend_check,probe,a2c}}.py, or a path), locally or as a Slurm job array; re-running
       resumes it.
       Results: OUT/RUN-ID/ + index.json; default OUT: runs/NAME (git-ignored).
-  bpo plot RESULTS_DIR [--out DIR] [--metric COLUMN] [--per-seed] [--smooth N]
+  bpo plot RESULTS_DIR [--out DIR] [--metric COLUMN] [--per-seed] [--smooth N] [--x step|time]
       Learning curves (mean ± SE over seeds), one panel per environment and preset: PNG and PDF;
-      any per-evaluation column (eval_return, BPO's diagnostics), each seed, a trailing mean.
-  bpo table RESULTS_DIR [--out DIR] [--baseline ppo] [--alpha 0.05]
-      Table 1 (Markdown, LaTeX): Welch's t-test against the baseline; rliable IQM and probability
-      of improvement.
+      any per-evaluation column (eval_return, BPO's diagnostics), each seed, a trailing mean;
+      against environment steps or (--x time) seconds of training.
+  bpo table RESULTS_DIR [--out DIR] [--baseline ppo] [--alpha 0.05] [--optimality-gap-gamma 1]
+      Table 1 (Markdown, LaTeX): Welch's t-test against the baseline; rliable's IQM, optimality
+      gap, performance profiles and probability of improvement (figures, aggregates.json).
   bpo reproduce SWEEP [--out DIR] [--seeds N] [--workers N] [--backend local|slurm] [--set KEY=VALUE ...]
                       [--no-progress]
       `bpo sweep SWEEP` (the same runs, so the same numbers), then `bpo plot` and `bpo table` on its
@@ -301,7 +302,7 @@ def _train(cfg, out_dir: Path, show_progress: bool, seed_chunk, options: dict, c
             # Without a progress bar the program has no host callback, so it can be kept in the compile cache.
             out = run_validated(cfg, progress=bar.update if show_progress else None, seed_chunk=seed_chunk,
                                 logger=logger, checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every,
-                                options=options)
+                                options=options, on_resume=bar.resume)
         if logger is not None and cfg.backend != "gymnasium":
             logger.log_run(out.metrics, cfg.ppo.n_steps * cfg.ppo.n_envs)
     except (NonFiniteError, ConfigError) as e:  # ConfigError: a checkpoint of another run in the way

@@ -353,7 +353,8 @@ class AnalysisArgs:
 class TableArgs(AnalysisArgs):
     """Table 1: mean ± SE of the final evaluation over seeds, each row tested against the baseline row
     (Welch's t-test: bold = significant improvement, italic = improvement not significant), as
-    Markdown and LaTeX; with rliable's IQM and probability of improvement across tasks."""
+    Markdown and LaTeX; with rliable's aggregates across tasks: IQM, optimality gap, performance
+    profiles and probability of improvement (figures and aggregates.json)."""
 
     baseline: str | None = None
     """The row the others are compared with; default 'ppo' (or 'reinforce' for episodic sweeps)."""
@@ -364,6 +365,9 @@ class TableArgs(AnalysisArgs):
     two-sided test, still marked only when the row's mean is higher."""
     bootstrap_reps: int = 2000
     """Stratified-bootstrap resamples for the rliable intervals."""
+    optimality_gap_gamma: float = 1.0
+    """The optimality gap's threshold gamma, in (0, 1]: the gap is the mean over runs and tasks of
+    max(0, gamma - score), scores min-max normalised per task (1: the best run on the task)."""
 
 
 @dataclass(frozen=True)
@@ -379,6 +383,11 @@ class PlotArgs(AnalysisArgs):
     """Also draw every seed's curve, thin."""
     smooth: int = 1
     """Average each seed's curve over this many consecutive evaluations first (1: none)."""
+    x: Literal["step", "time"] = "step"
+    """The x axis. step: environment steps (episodes for episodic presets). time: seconds of
+    training at each evaluation (compilation excluded; recorded in summary.json as
+    evaluation_clock by runs since it was added; an older run is named and refused); written as
+    curves-time.png/pdf. Wall-clock times differ across machines and with the machine's load."""
 
 
 def _check_results_dir(path: Path) -> None:
@@ -394,10 +403,14 @@ def table_main(argv: list[str]) -> int:
             raise ConfigError("alpha", f"must be in (0, 1), got {args.alpha}")
         if args.bootstrap_reps < 100:
             raise ConfigError("bootstrap_reps", f"must be an integer >= 100, got {args.bootstrap_reps}")
+        if not 0 < args.optimality_gap_gamma <= 1:
+            raise ConfigError("optimality_gap_gamma", f"must be in (0, 1] (scores are min-max normalised to [0, 1]), "
+                                                      f"got {args.optimality_gap_gamma}")
         ensure_writable_dir(args.out or args.results_dir, "--out")
         runs, skipped = _load_runs(args.results_dir, "bpo table")
         paths = write_tables(runs, args.out or args.results_dir, baseline=args.baseline, alpha=args.alpha,
-                             alternative=args.alternative, reps=args.bootstrap_reps, skipped=skipped)
+                             alternative=args.alternative, reps=args.bootstrap_reps, skipped=skipped,
+                             gamma=args.optimality_gap_gamma)
     except ANALYSIS_ERRORS as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -415,7 +428,7 @@ def plot_main(argv: list[str]) -> int:
         if args.smooth < 1:
             raise ConfigError("smooth", f"must be an integer >= 1, got {args.smooth}")
         paths, no_curve = _plot(runs, args.results_dir, args.out or args.results_dir, "bpo plot",
-                                PlotOptions(args.metric, args.per_seed, args.smooth))
+                                PlotOptions(args.metric, args.per_seed, args.smooth, args.x))
     except ANALYSIS_ERRORS as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

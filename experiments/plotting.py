@@ -4,6 +4,13 @@ and a dashed reference line where the environment's optimal return is known. Lik
 warns (on stderr) when the runs come from different code or MuJoCo versions
 (``experiments.common.provenance_notes``).
 
+The x axis is the curve's step (environment steps, or episodes for episodic presets) or, with
+``x="time"`` (``bpo plot --x time``), the training seconds at each evaluation that the summary
+records (``evaluation_clock``: the loop's time on the host, compilation left out). Wall-clock
+times depend on the machine and on what else ran on it: stderr says so when the runs were timed
+on different devices. A run whose summary has no evaluation times (written before runs recorded
+them) stops ``--x time`` with one line naming it.
+
 Each run's ``curve.csv`` is read and checked by ``experiments.reader.read_curve``: a run whose
 curve is damaged (cut off, a row of NaNs, not a CSV) is left out and returned as skipped. A NaN
 evaluation return is data (a seed that diverged): the mean and SE at that step are over the other
@@ -12,6 +19,7 @@ seeds, the run's legend entry counts its NaN evaluations, and a note on stderr s
 from __future__ import annotations
 
 import sys
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,9 +36,11 @@ from experiments.common import (
     sort_rows,
     sort_settings,
 )
-from experiments.reader import BadFile, Run, Skipped, read_curve
+from experiments.reader import BadFile, Run, Skipped, read_curve, read_evaluation_clock
 
 STEP_LABELS = {"env_step": "environment steps", "episode": "episodes"}
+X_AXES = ("step", "time")
+TIME_LABEL = "training time (s, compilation excluded)"
 
 
 @dataclass(frozen=True)
@@ -43,6 +53,8 @@ class PlotOptions:
     smooth: int = 1
     """Average each seed's curve over this many consecutive evaluations (a trailing window; 1: none)
     before the mean and SE over seeds."""
+    x: str = "step"
+    """The x axis (``X_AXES``): the curve's step, or "time", the training seconds at each evaluation."""
 
 
 def seed_matrix(rows: list[dict], column: str = "eval_return") -> tuple[np.ndarray, np.ndarray]:
@@ -110,16 +122,51 @@ def _label(run: Run, curve: list[dict]) -> str:
     return f"{row_label(run.row)} ({run.seeds} seeds" + (f", {lost} NaN evaluations)" if lost else ")")
 
 
-def _draw_run(ax, run: Run, curve: list[dict], colour: str, options: PlotOptions) -> None:
+def read_clocks(runs: list[Run], curves: dict[str, list[dict]]) -> tuple[dict[str, dict], list[Skipped]]:
+    """{run id: {step: training seconds}} for ``--x time`` (``read_evaluation_clock``), and the
+    runs whose clock is damaged as skipped. Runs with no clock at all are a ``ConfigError`` naming
+    the first: their times were never recorded, so the plot cannot be what was asked for."""
+    clocks, skipped, missing = {}, [], []
+    for r in runs:
+        try:
+            clocks[r.run_id] = read_evaluation_clock(r, curves[r.run_id])
+        except BadFile as e:
+            skipped.append(r.skipped(e))
+        if clocks.get(r.run_id, {}) is None:
+            missing.append(r)
+    if missing:
+        more = len(missing) - 1
+        more = f" (and {more} more run{'s' if more > 1 else ''})" if more else ""
+        raise ConfigError("x", f"{missing[0].path}{more}: summary.json has no evaluation times (evaluation_clock; "
+                               "written before runs recorded them), so no wall-clock axis; allowed: --x step, or "
+                               "train the run again")
+    return {k: v for k, v in clocks.items() if v is not None}, skipped
+
+
+def device_note(runs: list[Run]) -> str | None:
+    """For ``--x time``: a warning when the runs were timed on different devices (or some on an
+    unknown one), whose seconds need not be comparable."""
+    devices = Counter((r.summary.get("provenance") or {}).get("device") or "unknown device" for r in runs)
+    if len(devices) < 2:
+        return None
+    listed = ", ".join(f"{d} ({n} run{'s' if n > 1 else ''})" for d, n in sorted(devices.items()))
+    return (f"Warning: --x time: the runs were timed on different devices: {listed}; wall-clock times differ "
+            "across machines and with load")
+
+
+def _draw_run(ax, run: Run, curve: list[dict], colour: str, options: PlotOptions, clock: dict | None) -> None:
+    """A run's mean ± SE (and each seed's curve) against its steps, or against ``clock``'s seconds."""
     if options.metric not in curve[0]:  # e.g. a BPO diagnostic in a PPO run: no line, no legend entry
         return
     steps, mean, se = mean_se_by_step(curve, options.metric, options.smooth)
+    xs = steps if clock is None else np.array([clock[s] for s in steps])
+    keep = np.isfinite(xs)  # a time recorded as null: the point is left out
     label = _label(run, curve) if options.metric == "eval_return" else f"{row_label(run.row)} ({run.seeds} seeds)"
-    ax.plot(steps, mean, color=colour, label=label)
-    ax.fill_between(steps, mean - se, mean + se, color=colour, alpha=0.2)
+    ax.plot(xs[keep], mean[keep], color=colour, label=label)
+    ax.fill_between(xs[keep], (mean - se)[keep], (mean + se)[keep], color=colour, alpha=0.2)
     if options.per_seed:
         for seed_curve in trailing_mean(seed_matrix(curve, options.metric)[1], options.smooth):
-            ax.plot(steps, seed_curve, color=colour, linewidth=0.6, alpha=0.35)
+            ax.plot(xs[keep], seed_curve[keep], color=colour, linewidth=0.6, alpha=0.35)
 
 
 def check_metric(curves: dict[str, list[dict]], metric: str) -> None:
@@ -135,12 +182,21 @@ DEFAULT_PLOT = PlotOptions()
 def plot_results(runs: list[Run], out: Path, options: PlotOptions = DEFAULT_PLOT) -> tuple[list[Path], list[Skipped]]:
     """Learning curves of ``runs`` (``experiments.store.load_runs``): one panel per (environment,
     preset), one line per row (variant and grid values) with the same colour in every panel;
-    ``OUT/curves.png`` and ``OUT/curves.pdf`` (``curves-METRIC`` for another metric). Returns them
-    and the runs left out because their curve could not be used; no file when no curve could."""
+    ``OUT/curves.png`` and ``OUT/curves.pdf`` (``curves-METRIC`` for another metric, ``-time``
+    after it for ``--x time``). Returns them and the runs left out because their curve (or clock)
+    could not be used; no file when no curve could."""
+    if options.x not in X_AXES:
+        raise ConfigError("x", f"unknown {options.x!r}; allowed: {list(X_AXES)}")
     curves, skipped = read_curves(runs)
     if curves:
         check_metric(curves, options.metric)
     runs = [r for r in runs if r.run_id in curves]
+    clocks = {}
+    if options.x == "time":
+        clocks, no_clock = read_clocks(runs, curves)
+        skipped, runs = skipped + no_clock, [r for r in runs if r.run_id in clocks]
+        if note := device_note(runs):
+            print(f"bpo plot: {note}", file=sys.stderr)
     if not runs:
         return [], skipped
     report_provenance([r.summary for r in runs], "bpo plot")
@@ -156,18 +212,23 @@ def plot_results(runs: list[Run], out: Path, options: PlotOptions = DEFAULT_PLOT
     axes = fig.subplots(nrows, ncols, squeeze=False)
     for ax, setting in zip(axes.flat, settings, strict=False):  # the last row may have spare axes
         for r in sorted(by_setting[setting], key=lambda r: order.index(r.row)):
-            _draw_run(ax, r, curves[r.run_id], colours[r.row], options)
-        if setting[0] in OPTIMAL_RETURNS and options.metric == "eval_return":
-            value = OPTIMAL_RETURNS[setting[0]]
-            ax.axhline(value, color="k", linestyle="--", linewidth=1, label=f"optimum ({value:.2f})")
-        ax.set_title(setting_label(setting))
-        ax.set_xlabel(STEP_LABELS.get(by_setting[setting][0].summary["step_unit"], "steps"))
-        what = "evaluation return" if options.metric == "eval_return" else options.metric
-        smoothed = f", mean of {options.smooth} evaluations" if options.smooth > 1 else ""
-        ax.set_ylabel(f"{what} (mean ± SE{smoothed})")
-        ax.legend(fontsize=7)
+            _draw_run(ax, r, curves[r.run_id], colours[r.row], options, clocks.get(r.run_id))
+        _label_panel(ax, setting, by_setting[setting][0].summary["step_unit"], options)
     for ax in list(axes.flat)[len(settings):]:
         ax.set_visible(False)
     fig.tight_layout()
     stem = "curves" if options.metric == "eval_return" else f"curves-{options.metric}"
-    return save_figure(fig, Path(out), stem, dpi=130), skipped
+    return save_figure(fig, Path(out), stem + ("-time" if options.x == "time" else ""), dpi=130), skipped
+
+
+def _label_panel(ax, setting: tuple[str, str], step_unit: str, options: PlotOptions) -> None:
+    """A panel's optimum line (where known), title, axis labels and legend."""
+    if setting[0] in OPTIMAL_RETURNS and options.metric == "eval_return":
+        value = OPTIMAL_RETURNS[setting[0]]
+        ax.axhline(value, color="k", linestyle="--", linewidth=1, label=f"optimum ({value:.2f})")
+    ax.set_title(setting_label(setting))
+    ax.set_xlabel(TIME_LABEL if options.x == "time" else STEP_LABELS.get(step_unit, "steps"))
+    what = "evaluation return" if options.metric == "eval_return" else options.metric
+    smoothed = f", mean of {options.smooth} evaluations" if options.smooth > 1 else ""
+    ax.set_ylabel(f"{what} (mean ± SE{smoothed})")
+    ax.legend(fontsize=7)

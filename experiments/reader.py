@@ -395,3 +395,32 @@ def read_curve(run_dir: Path, seeds: int | None = None) -> list[dict]:
     rows = [_curve_row(header, fields, path, line) for line, fields in enumerate(lines[1:], start=2)]
     _check_evaluations(rows, seeds, path)
     return rows
+
+
+def _numbers(value) -> bool:
+    return isinstance(value, list) and all(_number(x) for x in value)
+
+
+def read_evaluation_clock(run: Run, curve: list[dict]) -> dict[float, float] | None:
+    """The training seconds at each step of ``curve`` (``read_curve``), from the summary's
+    ``evaluation_clock`` (``bpo.training.summary.evaluation_clock``): {step: seconds}, NaN for a
+    null. None when the summary has none: a run written before runs recorded it. A clock that is
+    not two lists of numbers of one length (``step``, ``elapsed_s``), or that lacks a step of the
+    curve, is a ``BadFile``."""
+    path = run.path / "summary.json"
+    clock = run.summary.get("evaluation_clock")
+    if clock is None:
+        return None
+    if not isinstance(clock, dict):
+        raise BadFile(path, f"evaluation_clock must be an object, got {_shown(clock)}")
+    check_fields({f"evaluation_clock.{k}": v for k, v in clock.items()}, path,
+                 {"evaluation_clock.step": (_numbers, "a list of numbers"),
+                  "evaluation_clock.elapsed_s": (_returns, "a list of numbers (null for NaN)")})
+    steps, seconds = clock["step"], clock["elapsed_s"]
+    if len(steps) != len(seconds):
+        raise BadFile(path, f"evaluation_clock has {len(steps)} steps and {len(seconds)} times")
+    times = {float(s): math.nan if t is None else float(t) for s, t in zip(steps, seconds, strict=True)}
+    missing = sorted({row["step"] for row in curve} - set(times))
+    if missing:
+        raise BadFile(path, f"evaluation_clock has no time for step {missing[0]:g} of curve.csv")
+    return times

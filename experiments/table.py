@@ -36,7 +36,7 @@ import numpy as np
 from bpo import results
 from bpo.config import to_dict
 from bpo.presets import PAPER_TABLE1, paper_setting
-from experiments.aggregates import normalised_runs, runs_used_note, strict_json, write_aggregates
+from experiments.aggregates import GAMMA, normalised_runs, runs_used_note, strict_json, write_aggregates
 from experiments.common import (
     OPTIMAL_RETURNS,
     SETTING_NAMES,
@@ -549,11 +549,13 @@ def _json(table, baselines, alpha, alternative, notes, runs, skipped, paper) -> 
 
 
 def write_tables(runs: list[Run], out: Path, baseline: str | None = None, alpha: float = 0.05,
-                 alternative: str = "greater", reps: int = 2000, skipped: list[Skipped] = ()) -> list[Path]:
+                 alternative: str = "greater", reps: int = 2000, skipped: list[Skipped] = (),
+                 gamma: float = GAMMA) -> list[Path]:
     """table1.md, table1.tex and table1.json of ``runs`` (``experiments.store.load_runs``), and
-    rliable's aggregates beside them, in ``out``; ``skipped``, the run directories left out, are
-    listed in the notes. A ``MixedRuns`` when a cell would pool different configurations, a
-    ``FileNotFoundError`` for a ``baseline`` that no column has (a typo, not a missing column)."""
+    rliable's aggregates beside them (``gamma``: the optimality gap's threshold), in ``out``;
+    ``skipped``, the run directories left out, are listed in the notes. A ``MixedRuns`` when a cell
+    would pool different configurations, a ``FileNotFoundError`` for a ``baseline`` that no column
+    has (a typo, not a missing column)."""
     out = Path(out)
     cells = collect(runs)
     all_rows = {row for rows in cells.values() for row in rows}
@@ -573,4 +575,4 @@ def write_tables(runs: list[Run], out: Path, baseline: str | None = None, alpha:
     results.atomic_write_text(out / "table1.json", strict_json(data))
     paths = [out / "table1.md", out / "table1.tex", out / "table1.json"]
     primary = main_baseline(baselines)
-    return paths + write_aggregates(aggregate_cells(cells, baselines, primary), primary, out, reps)
+    return paths + write_aggregates(aggregate_cells(cells, baselines, primary), primary, out, reps, gamma=gamma)

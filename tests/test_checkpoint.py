@@ -3,6 +3,7 @@ checkpoint to the same results as uninterrupted runs; simulator snapshots; the N
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -307,3 +308,38 @@ def test_ctrl_c_keeps_a_default_run_and_the_same_command_continues_it(tmp_path):
     assert "continuing the interrupted run from its checkpoint" in again.stderr
     same_run_directories(whole, stopped)
     assert not (stopped / "checkpoint").exists()
+
+
+def bar_count(stdout: str, label: str) -> tuple[int, int]:
+    """(done, total) of the last frame of the progress bar labelled ``label`` in a command's
+    output; off a terminal the bar writes whole lines (``bpo.progress``)."""
+    frames = [line for line in stdout.splitlines() if line.startswith(label)]
+    assert frames, f"no progress line starting {label!r} in:\n{stdout}"
+    done, total = re.search(r" (\d+)/(\d+) ", frames[-1]).groups()
+    return int(done), int(total)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("args, label, calls", [
+    (SHORT_CORRIDOR, "short_corridor/ShortCorridor-v0/bpo", 2 * 21),
+    (CARTPOLE_HOST, "cartpole_ppo/CartPole-v1/bpo", 2 * 5),
+], ids=["jax-runner", "gymnasium-host-runner"])
+def test_the_progress_bar_of_a_resumed_run_starts_where_it_stopped_and_ends_full(tmp_path, args, label, calls):
+    """Stopped by Ctrl-C after a checkpoint and run again with the same command, the progress bar
+    counts on from the evaluations made before (it ended at e.g. 4/42 before)."""
+    args = [a for a in args if a != "--no-progress"] + ["--out", str(tmp_path / "run")]
+    proc = subprocess.Popen([sys.executable, "-m", "experiments.cli", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    info, deadline = tmp_path / "run" / "checkpoint" / ckpt.INFO_FILE, time.monotonic() + 300
+    while not info.exists():
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    stopped_at, total = bar_count(out, label)
+    assert total == calls and 0 < stopped_at < calls
+    again = bpo(args)
+    assert again.returncode == 0, again.stderr
+    assert "continuing the interrupted run from its checkpoint" in again.stderr
+    assert bar_count(again.stdout, label) == (calls, calls)

@@ -1,16 +1,22 @@
-"""`bpo plot --metric/--per-seed/--smooth`: any per-evaluation column of the runs, each seed's curve,
-and a trailing mean, checked against plain loops and on a copy of committed results."""
+"""`bpo plot --metric/--per-seed/--smooth/--x time`: any per-evaluation column of the runs, each
+seed's curve, a trailing mean, and the wall-clock axis, checked against plain loops, hand-made
+run directories and a copy of committed results."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
+from matplotlib.figure import Figure
 
 from experiments.cli import main
-from experiments.plotting import trailing_mean
+from experiments.plotting import PlotOptions, _draw_run, read_clocks, read_curves, trailing_mean
+from experiments.store import load_runs
+
+from synthetic_results import provenance_record, synthetic_results
 
 RESULTS = Path(__file__).parents[1] / "results"
 
@@ -39,3 +45,85 @@ def test_a_diagnostic_is_plotted_per_seed_and_smoothed(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "error: metric: no run's curve.csv has 'nope'; allowed: [" in err and "'ess_frac'" in err
     assert main(["plot", str(results), "--smooth", "0", "--out", str(tmp_path / "out")]) == 2
+
+
+def with_clock(run_dir: Path, clock: dict | None) -> None:
+    """Give a run directory's summary an ``evaluation_clock`` (or take it away)."""
+    path = run_dir / "summary.json"
+    summary = json.loads(path.read_text())
+    summary.pop("evaluation_clock", None)
+    if clock is not None:
+        summary["evaluation_clock"] = clock
+    path.write_text(json.dumps(summary))
+
+
+def two_timed_runs(root: Path) -> dict[str, dict]:
+    """PPO and BPO on one task, steps 0, 100, 200 (tests/synthetic_results.py), BPO three times slower."""
+    synthetic_results(root, {("CartPole-v1", "cartpole_ppo"): {"ppo": [10.0, 20.0], "bpo_c1.0_rho1.5": [30.0, 50.0]}})
+    clocks = {"ppo": {"step": [0, 100, 200], "elapsed_s": [0.0, 1.5, 3.0]},
+              "bpo_c1.0_rho1.5": {"step": [0, 100, 200], "elapsed_s": [0.5, 4.5, 9.0]}}
+    for variant, clock in clocks.items():
+        with_clock(root / "CartPole-v1" / "cartpole_ppo" / variant, clock)
+    return clocks
+
+
+def test_x_time_draws_each_run_against_its_recorded_seconds(tmp_path):
+    clocks = two_timed_runs(tmp_path / "runs")
+    runs, _ = load_runs(tmp_path / "runs")
+    curves, _ = read_curves(runs)
+    times, skipped = read_clocks(runs, curves)
+    assert not skipped
+    ax = Figure().subplots()
+    for r in runs:
+        _draw_run(ax, r, curves[r.run_id], "C0", PlotOptions(x="time"), times[r.run_id])
+        line = ax.lines[-1]
+        np.testing.assert_array_equal(line.get_xdata(), clocks[r.row]["elapsed_s"])
+        finals = r.summary["final_eval_returns"]  # the curve rises to them in thirds
+        np.testing.assert_allclose(line.get_ydata(), [np.mean(finals) * k / 3 for k in (1, 2, 3)])
+
+
+def test_x_time_writes_its_own_figure_the_same_bytes_every_time(tmp_path):
+    two_timed_runs(tmp_path / "runs")
+    for out in ("a", "b"):
+        assert main(["plot", str(tmp_path / "runs"), "--x", "time", "--out", str(tmp_path / out)]) == 0
+    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == ["curves-time.pdf", "curves-time.png"]
+    for name in ("curves-time.pdf", "curves-time.png"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+
+
+def test_x_time_on_runs_without_recorded_times_is_one_line_naming_the_run(tmp_path, capsys):
+    results = tmp_path / "fig2"
+    shutil.copytree(RESULTS / "fig2", results)  # committed before runs recorded their times
+    assert main(["plot", str(results), "--x", "time", "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"error: x: {results / 'ShortCorridor-v0-short_corridor-bpo'} (and 1 more run): summary.json has "
+                   "no evaluation times (evaluation_clock; written before runs recorded them), so no wall-clock axis; "
+                   "allowed: --x step, or train the run again"]
+    assert not (tmp_path / "out" / "curves-time.png").exists()
+    assert main(["plot", str(results), "--out", str(tmp_path / "out")]) == 0  # the step axis still works
+
+
+@pytest.mark.parametrize("clock, reason", [
+    ({"step": [0, 100, 200], "elapsed_s": [0.0, 1.0]}, "evaluation_clock has 3 steps and 2 times"),
+    ({"step": [0, 100], "elapsed_s": [0.0, 1.0]}, "evaluation_clock has no time for step 200 of curve.csv"),
+    ({"step": [0, 100, 200], "elapsed_s": "fast"}, "evaluation_clock.elapsed_s must be a list of numbers"),
+    ([1, 2], "evaluation_clock must be an object"),
+], ids=["lengths", "a-step-missing", "not-a-list", "not-an-object"])
+def test_x_time_skips_a_run_whose_recorded_times_are_damaged_and_names_it(tmp_path, capsys, clock, reason):
+    two_timed_runs(tmp_path / "runs")
+    damaged = tmp_path / "runs" / "CartPole-v1" / "cartpole_ppo" / "bpo_c1.0_rho1.5"
+    with_clock(damaged, clock)
+    assert main(["plot", str(tmp_path / "runs"), "--x", "time"]) == 1
+    assert f"skipped {damaged}: summary.json: {reason}" in capsys.readouterr().err
+    assert (tmp_path / "runs" / "curves-time.png").exists()  # from the other run
+
+
+def test_x_time_warns_when_the_runs_were_timed_on_different_devices(tmp_path, capsys):
+    two_timed_runs(tmp_path / "runs")
+    for variant, device in (("ppo", "CPU A"), ("bpo_c1.0_rho1.5", "CPU B")):
+        path = tmp_path / "runs" / "CartPole-v1" / "cartpole_ppo" / variant / "summary.json"
+        summary = json.loads(path.read_text())
+        path.write_text(json.dumps({**summary, "provenance": {**provenance_record(), "device": device}}))
+    assert main(["plot", str(tmp_path / "runs"), "--x", "time"]) == 0
+    assert ("Warning: --x time: the runs were timed on different devices: CPU A (1 run), CPU B (1 run); wall-clock "
+            "times differ across machines and with load") in capsys.readouterr().err

@@ -206,6 +206,10 @@ class EpisodicProgram:
     def first_unit(self, start: int) -> int:
         return max(start - 1, 0) * self.cfg.eval_every
 
+    def evaluations_in(self, iterations: int) -> int:
+        """Every iteration ends with one evaluation."""
+        return min(iterations, self.n_iterations)
+
 
 def make_program(cfg: EpisodicTrainConfig, progress: Callable | None = None) -> EpisodicProgram:
     """The program of ``cfg``: its environment, pi's linear-softmax policy, and for BPO mu's

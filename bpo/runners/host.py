@@ -214,6 +214,12 @@ class HostRunner:
                  "envs": list(self._env.call("take_snapshot"))}
         return (self.key, self.state, self.sde), extra, self.state
 
+    def evaluations_done(self, done: int) -> int:
+        """Evaluations of each seed made and reported after ``done`` updates: all that were
+        submitted, since a snapshot waits for those in flight."""
+        del done
+        return len(self.evals)
+
     def finish(self) -> dict:
         self.evals += self._wait_for_evaluations(self.cfg.n_updates * self.cfg.rollout_size)
         self.eval_worker_time_s = self._evaluations.worker_time_s

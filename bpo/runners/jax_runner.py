@@ -160,6 +160,10 @@ class JaxRunner:
         self._pieces = [_concat(self._pieces, axis=1)]
         return {"carry": carry, "outputs": self._pieces[0]}, {}, carry
 
+    def evaluations_done(self, done: int) -> int:
+        """Evaluations of each seed in the first ``done`` loop iterations."""
+        return self.program.evaluations_in(done)
+
     def policies(self) -> dict:
         """The policies of every seed now (``Program.policies``), on the host."""
         return _concat([jax.tree.map(np.asarray, self.program.policies(c)) for c in self._carries])

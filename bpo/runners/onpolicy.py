@@ -182,6 +182,10 @@ class OnPolicyProgram:
     def first_unit(self, start: int) -> int:
         return start
 
+    def evaluations_in(self, iterations: int) -> int:
+        """Iteration i evaluates first when scheduled (``evaluations_before``)."""
+        return int(evaluations_before(self.cfg)[:iterations].sum())
+
 
 def make_program(cfg: OnPolicyTrainConfig, progress: Callable | None = None) -> OnPolicyProgram:
     """The program of ``cfg``: its environment (JAX, MJX or threads backend) and learner."""

@@ -26,7 +26,9 @@ class Program(Protocol):
       ``start`` on as ``{name: [seeds, units]}`` (units: ``cfg.unit``), for the non-finite check;
     * ``first_unit(start)``: the first unit trained by iteration ``start``;
     * ``policies(carry)``: what the run keeps of its policies (``bpo.training.policies``), read
-      from a carry with or without a seed axis.
+      from a carry with or without a seed axis;
+    * ``evaluations_in(iterations)``: the evaluations of one seed in the first ``iterations``
+      loop iterations (a resumed run's progress bar starts there).
     """
 
     n_iterations: int
@@ -42,6 +44,8 @@ class Program(Protocol):
     def first_unit(self, start: int) -> int: ...
 
     def policies(self, carry) -> dict: ...
+
+    def evaluations_in(self, iterations: int) -> int: ...
 
 
 def whole_run(program: Program):

@@ -101,6 +101,6 @@ def run_rows(cfgs: list[TrainConfig], progress=None, seed_chunk: int | None = No
         metrics = jax.tree.map(lambda x, lo=lo, hi=hi: x[lo:hi], out.metrics)
         outputs.append(RunOutput(config=cfg, metrics=metrics, compile_time_s=out.compile_time_s, wall_time_s=wall,
                                  run_time_s=out.run_time_s, seed_chunk=seed_chunk, backend=out.backend,
-                                 group_size=len(cfgs), threads=out.threads))
+                                 group_size=len(cfgs), threads=out.threads, loop_clock_s=out.loop_clock_s))
     return outputs
 

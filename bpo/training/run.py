@@ -57,7 +57,7 @@ def run(cfg: TrainConfig, progress: Callable | None = None, seed_chunk: int | No
 
 def run_validated(cfg: TrainConfig, progress: Callable | None = None, seed_chunk: int | None = None, logger=None,
                   checkpoint_dir: Path | None = None, checkpoint_every: int = 0,
-                  options: dict | None = None) -> RunOutput:
+                  options: dict | None = None, on_resume: Callable[[int], None] | None = None) -> RunOutput:
     """Train ``cfg.seeds`` independent runs of a validated config.
 
     Seeds of a JAX run are vmapped in chunks of ``seed_chunk`` that run one after another inside
@@ -69,11 +69,12 @@ def run_validated(cfg: TrainConfig, progress: Callable | None = None, seed_chunk
     With ``checkpoint_dir`` and ``checkpoint_every = N > 0`` the run saves a checkpoint every N
     updates (on-policy) or N evaluation blocks (episodic), and continues from the checkpoint in
     ``checkpoint_dir`` when there is one (``bpo.training.driver``); ``options`` (the command's output
-    options) are saved with the checkpoints. The command line and sweeps
+    options) are saved with the checkpoints, and ``on_resume(calls)`` hears how many evaluation
+    callbacks the run had made before (a progress bar's start). The command line and sweeps
     validate their configs where they enter, before any output is created, and call this; library
     code calls ``run``.
     """
     hp = traced_hyperparams(cfg)
     code_version()  # read now and kept (cached): the code that starts the run is the code that made it
     runner = make_runner(cfg, hp, progress, logger, seed_chunk)
-    return drive(runner, cfg, checkpoint_dir, checkpoint_every, options)
+    return drive(runner, cfg, checkpoint_dir, checkpoint_every, options, on_resume)

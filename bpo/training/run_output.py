@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import jax
+import numpy as np
 
 from bpo.config import TrainConfig
 
@@ -22,6 +23,8 @@ class RunOutput:
     eval_worker_time_s: float = 0.0  # host runner: time evaluation took, in a worker process when in the background
     group_size: int = 1  # configurations trained in the same compiled program (bpo.training.rows)
     threads: int = 1  # seed shards trained side by side (bpo.runners.jax_runner); results do not depend on it
+    # Training seconds after 0, 1, ..., n loop iterations (bpo.training.driver's loop clock); None if unknown.
+    loop_clock_s: np.ndarray | None = None
 
 
 def default_seed_chunk() -> int:

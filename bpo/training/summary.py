@@ -61,6 +61,30 @@ def env_steps_per_seed(out: RunOutput) -> float:
     return float(np.mean(np.sum(out.metrics["train"]["episode_length"], axis=1)))
 
 
+def evaluation_steps(out: RunOutput) -> np.ndarray:
+    """The curve's step of each evaluation (the same for every seed): environment steps for
+    on-policy runs, episodes for episodic ones."""
+    ev = out.metrics["eval"]
+    return np.asarray(ev["eval_step"] if isinstance(out.config, OnPolicyTrainConfig) else ev["eval_episode"])[0]
+
+
+def evaluation_clock(out: RunOutput) -> dict | None:
+    """``{"step": [...], "elapsed_s": [...]}``: the training seconds (the driver's loop clock:
+    compilation, initialisation and checkpoint writes left out, every segment of a resumed run
+    counted) when each evaluation was made; None when the run has no clock. On-policy runs
+    evaluate between updates, after as many loop iterations as updates done; an episodic run's
+    k-th evaluation ends its loop iteration k (so after k + 1). Kept in the summary, not in
+    curve.csv, which holds results only and so is the same, byte for byte, run after run."""
+    if out.loop_clock_s is None:
+        return None
+    steps = evaluation_steps(out)
+    if isinstance(out.config, OnPolicyTrainConfig):
+        iterations = out.config.units_at_evaluations(out.metrics["eval"])
+    else:
+        iterations = np.arange(len(steps)) + 1
+    return {"step": [int(x) for x in steps], "elapsed_s": [float(out.loop_clock_s[i]) for i in iterations]}
+
+
 def summarize(out: RunOutput) -> dict:
     """``summary.json``: final returns per seed with their mean, SD and SE (standard deviation over
     seeds, and the standard error of the mean), throughput and timings, the pooled diagnostics with
@@ -91,6 +115,8 @@ def summarize(out: RunOutput) -> dict:
         "backend": out.backend,
         "provenance": provenance(out.backend),
     }
+    if (clock := evaluation_clock(out)) is not None:
+        summary["evaluation_clock"] = clock
     summary["diagnostics"], summary["warnings"] = diagnostics_summary(out)
     if isinstance(cfg, OnPolicyTrainConfig):
         summary["total_timesteps"] = env_steps_per_seed(out)

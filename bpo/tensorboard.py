@@ -3,7 +3,8 @@ outside jit.
 
 The host runner logs live, after every update and evaluation; a JAX-runner run, whose metrics
 come back from one jitted call, is logged from its output arrays when it ends. Scalars are means
-over seeds, x-axis environment steps: ``train/<metric>`` and ``eval/return``. Both sinks get the
+over seeds, x-axis environment steps: ``train/<metric>`` and ``eval/return``; with
+``--per-seed-scalars`` also each seed's, ``train/<metric>/seed<i>`` and ``eval/return/seed<i>``. Both sinks get the
 same scalars (``ScalarLogger``); ``Loggers`` sends them to several.
 """
 
@@ -15,7 +16,10 @@ import numpy as np
 
 
 class ScalarLogger:
-    """What a run logs, in terms of one method, ``scalar(name, value, env_steps)``."""
+    """What a run logs, in terms of one method, ``scalar(name, value, env_steps)``. With
+    ``per_seed`` each seed's value is logged too, as ``<name>/seed<i>`` (one value per seed)."""
+
+    per_seed: bool = False
 
     def scalar(self, name: str, value: float, env_steps: int) -> None:
         raise NotImplementedError
@@ -26,9 +30,19 @@ class ScalarLogger:
             value = np.nanmean(np.asarray(values, dtype=np.float64)) if np.size(values) else np.nan
             if np.isfinite(value):
                 self.scalar(f"train/{name}", float(value), env_steps)
+            self._seeds(f"train/{name}", values, env_steps)
 
     def log_eval(self, env_steps: int, eval_returns) -> None:
         self.scalar("eval/return", float(np.mean(eval_returns)), env_steps)
+        self._seeds("eval/return", eval_returns, env_steps)
+
+    def _seeds(self, name: str, values, env_steps: int) -> None:
+        values = np.asarray(values, dtype=np.float64)
+        if not self.per_seed or values.ndim != 1:  # a metric with more than one value per seed: mean only
+            return
+        for i, value in enumerate(values):
+            if np.isfinite(value):
+                self.scalar(f"{name}/seed{i}", float(value), env_steps)
 
     def log_run(self, metrics: dict, steps_per_update: int) -> None:
         """A finished run's metrics: ``train`` [seeds, updates] and ``eval`` [seeds, evaluations]."""
@@ -81,8 +95,9 @@ class WandbLogger(ScalarLogger):
 class Loggers(ScalarLogger):
     """Several sinks as one."""
 
-    def __init__(self, sinks: list[ScalarLogger]):
+    def __init__(self, sinks: list[ScalarLogger], per_seed: bool = False):
         self.sinks = sinks
+        self.per_seed = per_seed
 
     def scalar(self, name: str, value: float, env_steps: int) -> None:
         for sink in self.sinks:

@@ -137,6 +137,9 @@ class OnPolicyTrainArgs:
     """--track: the W&B project."""
     wandb_entity: str | None = None
     """--track: the W&B entity (team or user); default yours."""
+    per_seed_scalars: bool = False
+    """--tensorboard, --track: also log each seed's scalars (NAME/seed0, NAME/seed1, ...) beside
+    the mean over seeds."""
     seed_chunk: int | None = None
     """Seeds vmapped together; chunks run one after another inside the same jitted call (0 = all
     at once). Default: 10 on a CPU, 0 on a GPU."""
@@ -237,7 +240,8 @@ def resume_main(argv: list[str]) -> int:
                   info["checkpoint_every"], "--resume")
 
 
-OUTPUT_OPTIONS = {"tensorboard": False, "track": False, "wandb_project": "bpo", "wandb_entity": None}
+OUTPUT_OPTIONS = {"tensorboard": False, "track": False, "wandb_project": "bpo", "wandb_entity": None,
+                  "per_seed_scalars": False}
 """What ``bpo train`` writes besides the run directory; kept with checkpoints for ``--resume``."""
 
 
@@ -282,7 +286,7 @@ def make_loggers(cfg, out_dir: Path, options: dict) -> Loggers | None:
     if options["track"]:
         name = f"{cfg.preset}/{cfg.env}/{getattr(cfg, 'variant', '') or cfg.algo}"
         sinks.append(WandbLogger(options["wandb_project"], name, to_dict(cfg), out_dir, options["wandb_entity"]))
-    return Loggers(sinks) if sinks else None
+    return Loggers(sinks, per_seed=options["per_seed_scalars"]) if sinks else None
 
 
 def _train(cfg, out_dir: Path, show_progress: bool, seed_chunk, options: dict, checkpoint_every: int,

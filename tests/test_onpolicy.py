@@ -67,9 +67,10 @@ SLOW_PRESET_RUNS = {("acrobot_ppo", "bpo"), ("mountaincar_continuous_ppo", "bpo"
 
 @pytest.mark.parametrize("name,algo", [
     pytest.param(name, algo, id=f"{algo}-{name}", marks=pytest.mark.slow if (name, algo) in SLOW_PRESET_RUNS else ())
-    for algo in ("ppo", "bpo") for name in ON_POLICY])
+    for algo in ("alone", "bpo") for name in ON_POLICY])
 def test_every_preset_runs_a_tiny_budget(name, algo):
-    cfg = tiny(PRESETS[name], algo=algo, seeds=2)
+    """The preset's method alone (PPO or A2C) and BPO on it."""
+    cfg = tiny(PRESETS[name], algo=PRESETS[name].method if algo == "alone" else algo, seeds=2)
     out = run(cfg)
     ev = out.metrics["eval"]
     assert ev["eval_return"].shape == (2, 2) and np.all(np.isfinite(ev["eval_return"]))

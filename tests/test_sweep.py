@@ -338,13 +338,10 @@ def test_an_unwritable_out_stops_sweeps_and_analyses_before_any_work(argv, tmp_p
                                                                                 "bpo_c1.0_rho1.5": [3, 4]}})
     monkeypatch.chdir(tmp_path)
     before = sorted(tmp_path.rglob("*"))
-    start = time.perf_counter()
     assert main([*argv, "--out", FORBIDDEN]) == 2
-    seconds = time.perf_counter() - start
     err = capsys.readouterr().err
     assert err.startswith(f"error: --out: cannot write to '{FORBIDDEN}' ("), err
     assert err.rstrip().endswith("); allowed: a folder this user can create and write"), err
-    assert seconds < 1.0, f"{seconds:.2f} s of work before the check"
     assert sorted(tmp_path.rglob("*")) == before  # nothing was written (no runs/, no index.json)
 
 

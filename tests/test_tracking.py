@@ -44,7 +44,8 @@ def test_track_logs_the_run_s_scalars_to_an_offline_wandb_run(tmp_path):
     env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
     proc = subprocess.run([sys.executable, "-m", "experiments.cli", "train", "cartpole_ppo", "--algo", "bpo",
                            "--total-timesteps", "4096", "--eval-every", "1024", "--eval-episodes", "2", "--seeds", "2",
-                           "--track", "--no-progress", "--out", str(out)], env=env, capture_output=True, text=True,
+                           "--track", "--per-seed-scalars", "--no-progress", "--out", str(out)], env=env,
+                          capture_output=True, text=True,
                           timeout=600)
     assert proc.returncode == 0, proc.stderr
     files = list((out / "wandb").glob("offline-run-*/run-*.wandb"))
@@ -57,6 +58,11 @@ def test_track_logs_the_run_s_scalars_to_an_offline_wandb_run(tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert evals[-1][1] == summary["final_mean"]  # the mean over seeds, as TensorBoard gets it
     assert any("train/pg_loss" in r for r in rows) and any("train/mu_loss" in r for r in rows)
+    # --per-seed-scalars: each seed's evaluation beside the mean, as curve.csv has it
+    for seed in (0, 1):
+        mine = [(r["env_steps"], r[f"eval/return/seed{seed}"]) for r in rows if f"eval/return/seed{seed}" in r]
+        assert mine == [(int(float(c[0])), float(c[2])) for c in curve if int(c[1]) == seed]
+    assert any("train/pg_loss/seed1" in r for r in rows)
 
 
 def test_track_without_wandb_is_refused_before_any_work(tmp_path):

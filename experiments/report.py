@@ -31,7 +31,7 @@ from experiments.common import (
     welch_power,
 )
 from experiments.store import build_index
-from experiments.table import PAPER_RUNS, format_number, format_p
+from experiments.table import PAPER_RUNS, describe, format_number, format_p
 
 PAGES = ("README.md", "docs/results.md", "docs/reproduction.md", "docs/backends.md", "docs/a2c.md")
 BLOCK = re.compile(r"(<!-- results:(?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /results -->)", re.S)
@@ -149,13 +149,9 @@ def headline_block(results: Path) -> str:
 
 
 def _curve_points(steps_by_seed: list[dict[int, float]], step: int) -> str:
-    """Mean ± SE over seeds of the evaluation at ``step`` (SE: sample SD / sqrt(n))."""
-    values = [s[step] for s in steps_by_seed if step in s]
-    if len(values) < 2:
-        return "–"
-    mean = sum(values) / len(values)
-    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
-    return f"{mean:.0f} ± {sd / math.sqrt(len(values)):.0f}"
+    """Mean ± SE over seeds of the evaluation at ``step`` (``experiments.table.describe``)."""
+    d = describe([s[step] for s in steps_by_seed if step in s])
+    return "–" if d["n"] < 2 else f"{d['mean']:.0f} ± {d['se']:.0f}"
 
 
 def a2c_reference_block(results: Path) -> str:
@@ -173,8 +169,7 @@ def a2c_reference_block(results: Path) -> str:
         ours.setdefault(int(row["seed"]), {})[int(row["step"])] = row["eval_return"]
     mine = list(ours.values())
     a, b = ([s[max(s)] for s in x] for x in (mine, theirs))
-    stats = [(sum(v) / len(v), math.sqrt(sum((x - sum(v) / len(v)) ** 2 for x in v) / (len(v) - 1)), len(v))
-             for v in (a, b)]
+    stats = [(d["mean"], d["sd"], d["n"]) for d in map(describe, (a, b))]
     diff, low, high = welch_interval(*stats[0], *stats[1])
     p = welch_p_from_stats(*stats[0], *stats[1], "two-sided")
     lines = ["| environment steps | " + " | ".join(f"{s // 1000}k" for s in REFERENCE_STEPS) + " |",

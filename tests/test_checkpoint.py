@@ -285,6 +285,20 @@ def test_a_nan_before_any_checkpoint_names_no_checkpoint(tmp_path):
     assert not ckpt.exists(tmp_path)
 
 
+def interrupted_after_a_checkpoint(argv: list[str], out: Path) -> tuple[int, str, str]:
+    """``bpo ARGV`` in a process of its own, sent SIGINT once it has written its first checkpoint
+    into ``out``: (exit code, stdout, stderr)."""
+    proc = subprocess.Popen([sys.executable, "-m", "experiments.cli", *argv], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    info, deadline = out / "checkpoint" / ckpt.INFO_FILE, time.monotonic() + 300
+    while not info.exists():
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=120)
+    return proc.returncode, stdout, stderr
+
+
 @pytest.mark.slow
 def test_ctrl_c_keeps_a_default_run_and_the_same_command_continues_it(tmp_path):
     """`bpo train` checkpoints by default (about ten per run): Ctrl-C keeps the run, and running the
@@ -293,15 +307,8 @@ def test_ctrl_c_keeps_a_default_run_and_the_same_command_continues_it(tmp_path):
     args = SHORT_CORRIDOR[:at] + SHORT_CORRIDOR[at + 2:]
     whole, stopped = tmp_path / "whole", tmp_path / "stopped"
     assert bpo([*args, "--out", str(whole)]).returncode == 0
-    proc = subprocess.Popen([sys.executable, "-m", "experiments.cli", *args, "--out", str(stopped)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    info, deadline = stopped / "checkpoint" / ckpt.INFO_FILE, time.monotonic() + 300
-    while not info.exists():
-        assert proc.poll() is None and time.monotonic() < deadline
-        time.sleep(0.02)
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130, err
+    code, _, err = interrupted_after_a_checkpoint([*args, "--out", str(stopped)], stopped)
+    assert code == 130, err
     assert f"bpo train --resume {stopped}" in err and ckpt.exists(stopped / "checkpoint")
     again = bpo([*args, "--out", str(stopped)])
     assert again.returncode == 0, again.stderr
@@ -328,15 +335,8 @@ def test_the_progress_bar_of_a_resumed_run_starts_where_it_stopped_and_ends_full
     """Stopped by Ctrl-C after a checkpoint and run again with the same command, the progress bar
     counts on from the evaluations made before (it ended at e.g. 4/42 before)."""
     args = [a for a in args if a != "--no-progress"] + ["--out", str(tmp_path / "run")]
-    proc = subprocess.Popen([sys.executable, "-m", "experiments.cli", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    info, deadline = tmp_path / "run" / "checkpoint" / ckpt.INFO_FILE, time.monotonic() + 300
-    while not info.exists():
-        assert proc.poll() is None and time.monotonic() < deadline
-        time.sleep(0.02)
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130, err
+    code, out, err = interrupted_after_a_checkpoint(args, tmp_path / "run")
+    assert code == 130, err
     stopped_at, total = bar_count(out, label)
     assert total == calls and 0 < stopped_at < calls
     again = bpo(args)

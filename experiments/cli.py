@@ -4,7 +4,7 @@
     bpo train RUN/config.json [--out DIR] [overrides]      (a recorded run again)
     bpo sweep SWEEP | --preset P ... [--backend local|slurm] [--dry-run]
     bpo plot RESULTS_DIR / bpo table RESULTS_DIR
-    bpo reproduce SWEEP [--out DIR]          (bpo sweep SWEEP, then bpo plot and bpo table)
+    bpo reproduce SWEEP [--out DIR]          (bpo sweep SWEEP, then bpo plot and bpo table; probe steps)
 
 Every config field is a flag (``--returns.c-bar 1.5``); ``--help`` after a subcommand lists them
 with their documentation. Invalid values stop before anything is compiled.
@@ -78,8 +78,9 @@ USAGE = """usage: bpo [--version] {{train,sweep,plot,table,reproduce,evaluate,pr
       mujoco_small: PPO vs BPO (c_bar 1.0, rho_bar 1.5), mujoco_default, HalfCheetah-v5 and Hopper-v5,
       3 seeds x 300k steps; table1_small; headline: PPO vs BPO (1.0, 1.5) on HalfCheetah-v5 at 1.5M
       steps, mujoco_default (15 seeds) and mujoco_default_authors (10 seeds); a2c: A2C vs BPO-A2C on
-      CartPole, Pendulum and HalfCheetah (5 seeds); table1, ablations. The
-      committed results are regenerated with an explicit --out results/NAME.
+      CartPole, Pendulum and HalfCheetah (5 seeds); probe: BPO (1.0, 1.5) with and without Q-hat on
+      HalfCheetah-v5 and Hopper-v5, 300k steps, then `bpo probe` on each run and `bpo probe-summary`;
+      table1, ablations. The committed results are regenerated with an explicit --out results/NAME.
   bpo evaluate RUN [--episodes N] [--which pi|mu] [--stochastic] [--backend jax|mjx|threads] [--seed S]
       Re-evaluate a run's saved policies (every seed); with the defaults the episodes of its final
       evaluation, so the same number. Writes RUN/evaluations/*.json.

@@ -1,7 +1,8 @@
 """``bpo sweep``, ``bpo plot``, ``bpo table`` and ``bpo reproduce``: argument parsing and checks
 (before anything is started or compiled), then the work in experiments.launch, experiments.plotting
 and experiments.table. ``bpo reproduce NAME`` is ``bpo sweep NAME`` followed by ``bpo plot`` and
-``bpo table`` on its results.
+``bpo table`` on its results (and, for a sweep with a ``probe`` plan, ``bpo probe`` on its BPO
+runs and ``bpo probe-summary``: ``experiments.probe.probe_folder``).
 
 Outputs go to ``runs/NAME`` (git-ignored) unless ``--out`` says otherwise: the committed results
 under ``results/`` are only rewritten on request (``--out results/NAME``). Every command first
@@ -31,6 +32,7 @@ from bpo.results import ensure_writable_dir
 from bpo.validation import validate_environment
 from experiments import launch, store
 from experiments.plotting import DEFAULT_PLOT, PlotOptions, plot_results
+from experiments.probe import probe_folder
 from experiments.reader import BadFile, Run, Skipped
 from experiments.sweep import Grid, RunSpec, Sweep, expand, load_sweep, parse_assignment
 from experiments.table import MixedRuns, write_tables
@@ -249,15 +251,18 @@ def _report_outcome(outcome: launch.Outcome, sweep_dir: Path) -> int:
 @dataclass(frozen=True)
 class ReproduceArgs:
     """Reproduce a result: run the sweep file NAME (as `bpo sweep NAME` does: same configs, seeds and
-    seed chunks, so the same numbers), then `bpo plot` and `bpo table` on its results folder.
-    Finished runs are kept, so running it again resumes it (or only redraws the plot and table)."""
+    seed chunks, so the same numbers), then `bpo plot` and `bpo table` on its results folder, and
+    for a sweep with a probe step (probe) `bpo probe` on its BPO runs and `bpo probe-summary`.
+    Finished runs and probes are kept, so running it again resumes it (or only redraws the outputs)."""
 
     name: Annotated[tyro.conf.Positional[str], tyro.conf.arg(metavar="NAME")]
     """Sweep file: a name in experiments/sweeps (fig2: Figure 2, 100 runs each of REINFORCE and
     BPO-REINFORCE on ShortCorridor; classic: PPO vs BPO-PPO on CartPole and Pendulum; mujoco_small:
     PPO vs BPO (1.0, 1.5) on HalfCheetah and Hopper, 300k steps; table1_small; headline: the paper's
     headline cell, HalfCheetah PPO vs BPO (1.0, 1.5) at 1.5M steps in two settings; a2c: A2C vs
-    BPO-A2C on CartPole, Pendulum and HalfCheetah; table1, ablations) or a path to one."""
+    BPO-A2C on CartPole, Pendulum and HalfCheetah; probe: the return-estimator probe of BPO (1.0,
+    1.5) with and without Q-hat on HalfCheetah and Hopper, 300k steps; table1, ablations) or a path
+    to one."""
     out: Path | None = None
     """Results folder; default runs/NAME (git-ignored). The committed results: --out results/NAME."""
     seeds: int | None = None
@@ -333,6 +338,12 @@ def reproduce_main(argv: list[str]) -> int:
         print(f"error: {e}; see `bpo table --help`", file=sys.stderr)
         return 1
     print((sweep_dir / "table1.md").read_text())
+    if sweep.probe is not None:  # after the tables, which stand whether or not the probes go through
+        try:
+            paths += probe_folder(sweep_dir, sweep.probe, ["bpo", "reproduce", *argv])
+        except (ConfigError, BadFile, ValueError) as e:
+            print(f"error: the probe step: {e}", file=sys.stderr)
+            return 1
     print("wrote " + ", ".join(str(p) for p in paths))
     return _skipped_exit("bpo reproduce", skipped + no_curve, args.allow_skipped)
 

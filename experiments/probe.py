@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -18,7 +18,11 @@ from bpo.provenance import code_version
 from bpo.publish import save_or_rescue
 from bpo.results import atomic_write_json, ensure_writable_dir
 from bpo.training.probe_run import check_probe, probe_run, probed_points
+from experiments import store
 from experiments.common import save_figure
+from experiments.probe_summary import find_probes, markdown, read_probe, summarise, write_summary
+from experiments.reader import BadFile
+from experiments.sweep import ProbePlan, probed
 
 
 @dataclass(frozen=True)
@@ -115,22 +119,21 @@ def _fmt(q: dict, name: str) -> str:
     return f"{med:.3g} [{lo:.3g}, {hi:.3g}]"
 
 
-def probe_main(argv: list[str]) -> int:
-    args = tyro.cli(ProbeArgs, args=argv, prog="bpo probe")
-    try:
-        settings = settings_of(args)
-        saved, points, seeds, _ = check_probe(args.run, args.points, args.seeds, args.backend)
-        out_dir = ensure_writable_dir(args.run / "probe", "run")
-        print(cost_line(settings, probed_points(saved, points), len(seeds)), flush=True)
-        if not args.yes and sys.stdin.isatty() and input("go on? [y/N] ").strip().lower() not in ("y", "yes"):
-            return 1
-        start = time.perf_counter()
-        result = probe_run(args.run, settings, points, seeds, args.backend)
-        wall = time.perf_counter() - start  # compilations included; the training's own is in the run's summary
-    except (ConfigError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    result["provenance"] = {"command": ["bpo", "probe", *argv], "code_version": code_version(), "wall_time_s": wall}
+def probe_and_write(run: Path, settings: ProbeSettings, points, seeds, backend, command: list[str],
+                    ask: bool = False) -> Path | None:
+    """``probe_run`` timed, with its provenance, written to ``RUN/probe/`` (probe.json and the
+    figure, atomically; where that fails, rescued elsewhere and the path returned says so). The
+    arguments are checked (``check_probe``) and the cost printed before anything compiles; with
+    ``ask`` on a terminal, None when the user does not go on."""
+    saved, resolved, seed_list, _ = check_probe(run, points, seeds, backend)
+    out_dir = ensure_writable_dir(run / "probe", "run")
+    print(cost_line(settings, probed_points(saved, resolved), len(seed_list)), flush=True)
+    if ask and sys.stdin.isatty() and input("go on? [y/N] ").strip().lower() not in ("y", "yes"):
+        return None
+    start = time.perf_counter()
+    result = probe_run(run, settings, points, seeds, backend)
+    wall = time.perf_counter() - start  # compilations included; the training's own is in the run's summary
+    result["provenance"] = {"command": command, "code_version": code_version(), "wall_time_s": wall}
 
     def write(folder: Path) -> None:
         atomic_write_json(folder / "probe.json", result)
@@ -138,5 +141,48 @@ def probe_main(argv: list[str]) -> int:
 
     _, rescued = save_or_rescue(out_dir, write, "run", last_resort=lambda: json.dumps(result["points"]))
     print(table(result))
-    print(f"-> {(out_dir if rescued is None else rescued) / 'probe.json'}")
-    return 0 if rescued is None else 1
+    return (out_dir if rescued is None else rescued) / "probe.json"
+
+
+def probe_main(argv: list[str]) -> int:
+    args = tyro.cli(ProbeArgs, args=argv, prog="bpo probe")
+    try:
+        path = probe_and_write(args.run, settings_of(args), args.points, args.seeds, args.backend,
+                               ["bpo", "probe", *argv], ask=not args.yes)
+    except (ConfigError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if path is None:
+        return 1
+    print(f"-> {path}")
+    return 0 if path.parent == args.run / "probe" else 1
+
+
+def probed_as(run: Path, settings: ProbeSettings, points, seeds) -> bool:
+    """Whether ``RUN/probe/probe.json`` holds a probe with these settings at exactly these points
+    and seeds (as ``check_probe`` resolves them); a missing or damaged file is not one."""
+    try:
+        probe = read_probe(run / "probe" / "probe.json")
+    except BadFile:
+        return False
+    return (probe["settings"] == asdict(settings) and [p["point"] for p in probe["points"]] == list(points)
+            and all(sorted(p["seeds"], key=int) == [str(s) for s in seeds] for p in probe["points"]))
+
+
+def probe_folder(folder: Path, plan: ProbePlan, command: list[str]) -> list[Path]:
+    """``bpo reproduce``'s probe step: ``bpo probe`` on every finished on-policy BPO run of the
+    folder at the plan's points and seeds, unless its probe.json already holds exactly that probe,
+    then ``bpo probe-summary`` of the folder. Returns the files written."""
+    for run in store.load_runs(folder)[0]:
+        if not probed(run.config):
+            continue
+        _, points, seeds, _ = check_probe(run.path, plan.points, None, None)
+        if probed_as(run.path, plan.settings, points, seeds):
+            print(f"{run.run_id}: probed already with these settings (probe/probe.json kept)")
+            continue
+        print(f"{run.run_id}: probing", flush=True)
+        probe_and_write(run.path, plan.settings, plan.points, None, None, command)
+    runs = find_probes(folder)
+    summary = summarise(runs, folder, [str(folder)])
+    print(markdown(summary))
+    return write_summary(runs, summary, folder)

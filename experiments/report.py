@@ -38,7 +38,10 @@ BLOCK = re.compile(r"(<!-- results:(?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /re
 # Sweep folders under results/, each made by ``bpo reproduce NAME --out results/NAME``; titles for the README.
 SWEEPS = {"fig2": "Figure 2", "classic": "Classic control", "table1_small": "Table 1 at 100k steps",
           "mujoco_small": "HalfCheetah and Hopper at 300k steps", "headline": "The headline cell at 1.5M steps",
-          "backend_check": "The threads backend against the Gymnasium host runner", "a2c": "A2C vs BPO-A2C"}
+          "backend_check": "The threads backend against the Gymnasium host runner", "a2c": "A2C vs BPO-A2C",
+          "probe": "The estimator probe's runs: BPO with and without Q̂"}
+PROBE = "probe"
+"""The sweep folder whose runs ``bpo reproduce probe`` also probes (its probe_summary.json)."""
 A2C_REFERENCE = ("a2c", "sb3_cartpole.json", "CartPole-v1-cartpole_a2c-a2c")
 """The folder, the reference's curves (``benchmarks/sb3_a2c_reference.py``) and our A2C run beside them."""
 REFERENCE_STEPS = (100_000, 200_000, 300_000, 400_000, 500_000)
@@ -259,9 +262,62 @@ def _glance_variance(results: Path, link: bool = True) -> str | None:
             + (" [`results/variance`](results/variance)" if link else ""))
 
 
+def _probe_summary(results: Path) -> dict | None:
+    path = results / PROBE / "probe_summary.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def _glance_probe(results: Path, link: bool = True) -> str | None:
+    """One line for the probe: per environment and run, the last probed point's pooled median
+    ratios of the variance and of the MSE with their intervals."""
+    summary = _probe_summary(results)
+    if summary is None:
+        return None
+    parts = []
+    for setting in sort_settings({(r["env"], r["preset"]) for r in summary["runs"]}):
+        texts = []
+        for r in (r for r in summary["runs"] if (r["env"], r["preset"]) == setting):
+            last = max(r["points"], key=lambda p: p["update"])
+            texts.append(f"{r['label']}: Var {_ratio(last, 'var')}, MSE {_ratio(last, 'mse')} "
+                         f"at {_budget(last['env_steps'])}")
+        parts.append(f"{setting_label(setting)}: " + "; ".join(texts))
+    first = summary["runs"][0]["points"][-1]
+    return (f"* **The estimator probe** (Var_μ/Var_π and MSE_μ/MSE_π of eq. (6)'s start-state estimate at the "
+            f"last probed point: the median over {first['seeds']} seeds × {first['states_per_seed']} states, "
+            f"[{summary['level']} bootstrap interval]; below 1: μ's estimate is better): " + "; ".join(parts) + "."
+            + (f" [`results/{PROBE}`](results/{PROBE})" if link else ""))
+
+
+def _ratio(point: dict, name: str) -> str:
+    values = [point[f"{name}_ratio_{end}"] for end in ("median", "lo", "hi")]
+    return "n/a" if None in values else f"{values[0]:.3g} [{values[1]:.3g}, {values[2]:.3g}]"
+
+
+def probe_block(results: Path) -> str:
+    """The probe's summary table (``bpo probe-summary``, its title left out), the cost of the
+    probes beside the training's, and the figure."""
+    summary = _probe_summary(results)
+    if summary is None:
+        return f"*Not made yet: `bpo reproduce {PROBE} --out results/{PROBE}`.*\n"
+    folder = results / PROBE
+    train = {r["run_id"]: r["summary"]["wall_time_s"] for r in _runs(folder)}
+    probe = {r["run_id"]: (r["probe_provenance"] or {}).get("wall_time_s") for r in summary["runs"]}
+    costs = [f"`{run}` {train[run] / 60:.1f} min of training, {probe[run] / 60:.1f} min of probing"
+             for run in probe if run in train and probe[run] is not None]
+    versions = sorted({(r["probe_provenance"] or {}).get("code_version", "unknown") for r in summary["runs"]})
+    text = (folder / "probe_summary.md").read_text().split("\n", 2)[2]  # without its '# title' line
+    table = re.sub(r"^## ", "#### ", text, flags=re.M)  # below the page's own headings
+    return (f"Made by `bpo reproduce {PROBE} --out results/{PROBE}` (the runs, then `bpo probe` on each and "
+            f"`bpo probe-summary`). Probed by code {', '.join(versions)}. Wall time of each run's training (a "
+            f"resumed run's from its last start) and of its probe (compilations included): "
+            + "; ".join(costs) + ".\n\n"
+            + table + f"\n![The estimator probe](../results/{PROBE}/probe_summary.png)\n")
+
+
 def glance_block(results: Path) -> str:
-    """The README's one line per result."""
-    lines = [line for line in [*(_glance_sweep(results, name) for name in SWEEPS), _glance_variance(results)]
+    """The README's one line per result (the probe's: its ratios, not its runs' returns)."""
+    lines = [line for line in [*(_glance_sweep(results, name) for name in SWEEPS if name != PROBE),
+                               _glance_probe(results), _glance_variance(results)]
              if line is not None]
     return "\n".join(lines) + "\n"
 
@@ -272,13 +328,17 @@ def _line(line: str | None, made_by: str) -> str:
 
 def blocks(results: Path) -> dict[str, Callable[[], str]]:
     """Block name -> its text: ``glance`` (every result's line), ``NAME`` (a sweep folder's table),
-    ``line-NAME`` (its line alone), ``headline-vs-paper``, ``variance`` and ``line-variance``."""
+    ``line-NAME`` (its line alone), ``headline-vs-paper``, ``probe-summary`` and ``line-probe-summary``
+    (the probe's ratios), ``variance`` and ``line-variance``."""
     return {
         "glance": lambda: glance_block(results),
         **{name: (lambda n=name: sweep_block(results, n)) for name in SWEEPS},
         **{f"line-{name}": (lambda n=name: _line(_glance_sweep(results, n, link=False),
                                                  f"bpo reproduce {n} --out results/{n}")) for name in SWEEPS},
         "headline-vs-paper": lambda: headline_block(results),
+        "probe-summary": lambda: probe_block(results),
+        "line-probe-summary": lambda: _line(_glance_probe(results, link=False),
+                                            f"bpo reproduce {PROBE} --out results/{PROBE}"),
         "a2c-reference": lambda: a2c_reference_block(results),
         "variance": lambda: variance_block(results),
         "line-variance": lambda: _line(_glance_variance(results, link=False),

@@ -19,6 +19,7 @@ from typing import Any
 
 from bpo.config import EXECUTION_ONLY, ConfigError, EpisodicTrainConfig, replace
 from bpo.presets import apply_variant, get_preset
+from bpo.probe import ProbeSettings
 from bpo.validation import validate
 
 SWEEPS_DIR = Path(__file__).parent / "sweeps"
@@ -68,6 +69,18 @@ class Grid:
 
 
 @dataclass(frozen=True)
+class ProbePlan:
+    """``bpo reproduce``'s last step for a sweep that has one (docs/probe.md): ``bpo probe RUN`` on
+    every finished BPO-PPO run of the folder at ``points`` with ``settings`` (a run already probed so
+    is kept), then ``bpo probe-summary`` of the folder."""
+
+    points: tuple[int | str, ...] | None = None
+    """Update counts of kept policies (``save_policies_every``) and/or 'final'; None: all of them."""
+    settings: ProbeSettings = field(default_factory=ProbeSettings)
+    """M, K, H, the reference and the bootstrap (``bpo probe``'s defaults unless given)."""
+
+
+@dataclass(frozen=True)
 class Sweep:
     name: str
     """Results go to runs/NAME/ unless --out says otherwise."""
@@ -79,6 +92,8 @@ class Sweep:
     'reinforce'."""
     alternative: str = "greater"
     """The test ``bpo reproduce`` tabulates with (``bpo table --alternative``)."""
+    probe: ProbePlan | None = None
+    """Probe the runs' return estimator after training (``bpo reproduce`` only); None: no probe."""
 
 
 @dataclass(frozen=True)
@@ -260,7 +275,10 @@ def expand(sweep: Sweep) -> list[RunSpec]:
                            overrides=label + tuple(grid.fixed), label_overrides=label, seeds=grid.seeds)
             without_set = spec.build()
             spec = dataclasses.replace(spec, overrides=spec.overrides + tuple(grid.set_values))
-            run_id = _run_id(spec.config(), grid, variant, label, without_set)
+            cfg = spec.config()
+            if sweep.probe is not None:
+                check_probe_plan(sweep.probe, cfg)
+            run_id = _run_id(cfg, grid, variant, label, without_set)
             if run_id in seen:
                 raise ConfigError("grids", f"two runs share the id {run_id!r}; make their grid values differ")
             seen[run_id] = True
@@ -268,6 +286,24 @@ def expand(sweep: Sweep) -> list[RunSpec]:
     if not specs:
         raise ConfigError("grids", "the sweep has no runs")
     return specs
+
+
+def probed(cfg) -> bool:
+    """Whether ``bpo reproduce``'s probe step probes a run of this config: on-policy BPO (a mu)."""
+    return not isinstance(cfg, EpisodicTrainConfig) and cfg.algo == "bpo"
+
+
+def check_probe_plan(plan: ProbePlan, cfg) -> None:
+    """Each point of the plan is kept by every run it probes, so that a probe step cannot fail
+    after hours of training: a ConfigError naming ``probe.points`` before anything runs."""
+    if not probed(cfg) or plan.points is None:
+        return
+    every = cfg.save_policies_every
+    kept = list(range(every, cfg.n_updates, every)) if every else []  # as bpo.training.driver keeps them
+    for point in plan.points:
+        if point != "final" and point not in kept:
+            raise ConfigError("probe.points", f"{point!r} is not kept by the {cfg.env} {cfg.algo} runs "
+                                              f"(save_policies_every = {every}); allowed: {kept + ['final']}")
 
 
 def load_sweep(name_or_path: str) -> Sweep:

@@ -340,7 +340,7 @@ def reproduce_main(argv: list[str]) -> int:
     print((sweep_dir / "table1.md").read_text())
     if sweep.probe is not None:  # after the tables, which stand whether or not the probes go through
         try:
-            paths += probe_folder(sweep_dir, sweep.probe, ["bpo", "reproduce", *argv])
+            paths += probe_folder(sweep_dir, sweep.probe, ["bpo", "reproduce", *argv], sweep.baseline)
         except (ConfigError, BadFile, ValueError) as e:
             print(f"error: the probe step: {e}", file=sys.stderr)
             return 1

@@ -169,10 +169,11 @@ def probed_as(run: Path, settings: ProbeSettings, points, seeds) -> bool:
             and all(sorted(p["seeds"], key=int) == [str(s) for s in seeds] for p in probe["points"]))
 
 
-def probe_folder(folder: Path, plan: ProbePlan, command: list[str]) -> list[Path]:
+def probe_folder(folder: Path, plan: ProbePlan, command: list[str], baseline: str | None = None) -> list[Path]:
     """``bpo reproduce``'s probe step: ``bpo probe`` on every finished on-policy BPO run of the
     folder at the plan's points and seeds, unless its probe.json already holds exactly that probe,
-    then ``bpo probe-summary`` of the folder. Returns the files written."""
+    then ``bpo probe-summary`` of the folder, with ``--baseline`` the sweep's baseline row where
+    that row was probed. Returns the files written."""
     for run in store.load_runs(folder)[0]:
         if not probed(run.config):
             continue
@@ -183,6 +184,7 @@ def probe_folder(folder: Path, plan: ProbePlan, command: list[str]) -> list[Path
         print(f"{run.run_id}: probing", flush=True)
         probe_and_write(run.path, plan.settings, plan.points, None, None, command)
     runs = find_probes(folder)
-    summary = summarise(runs, folder, [str(folder)])
+    baseline = baseline if baseline in {r.run.row for r in runs} else None
+    summary = summarise(runs, folder, [str(folder), *(["--baseline", baseline] if baseline else [])], baseline)
     print(markdown(summary))
     return write_summary(runs, summary, folder)

@@ -18,12 +18,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
+import numpy as np
 import tyro
 
 from bpo.config import ConfigError
 from bpo.provenance import code_version
 from bpo.results import atomic_write_json, atomic_write_text, ensure_writable_dir
-from experiments.common import report_provenance, row_label, save_figure, setting_label, sort_rows, sort_settings
+from experiments.common import (
+    report_provenance,
+    row_label,
+    save_figure,
+    setting_label,
+    sort_rows,
+    sort_settings,
+    welch_interval,
+    welch_p,
+)
 from experiments.reader import (
     COUNT,
     NAME,
@@ -253,9 +263,13 @@ def run_entry(r: ProbedRun, label: str) -> dict:
             "points": [point_entry(point, p["settings"]["m"]) for point in p["points"]]}
 
 
-def summarise(runs: list[ProbedRun], folder: Path, argv: list[str]) -> dict:
+def summarise(runs: list[ProbedRun], folder: Path, argv: list[str], baseline: str | None = None) -> dict:
     """The summary the table and the JSON file are both written from, with its notes: differing
-    code or MuJoCo versions of the runs (``report_provenance``) and differing probe settings."""
+    code or MuJoCo versions of the runs (``report_provenance``) and differing probe settings; with a
+    ``baseline`` row, each other run of a setting tested against it (``compare_rows``)."""
+    if baseline is not None and baseline not in {r.run.row for r in runs}:
+        raise ConfigError("baseline", f"no probed run has the row {baseline!r}; rows: "
+                                      f"{sorted({r.run.row for r in runs})}")
     notes = report_provenance([r.run.summary for r in runs], "bpo probe-summary")
     distinct = {json.dumps(r.probe["settings"], sort_keys=True) for r in runs}
     if len(distinct) > 1:
@@ -268,7 +282,51 @@ def summarise(runs: list[ProbedRun], folder: Path, argv: list[str]) -> dict:
     return {"provenance": {"command": ["bpo", "probe-summary", *argv], "code_version": code_version()},
             "folder": str(folder), "level": levels_text(runs),
             "settings": runs[0].probe["settings"] if len(distinct) == 1 else None, "notes": notes,
-            "runs": [run_entry(r, names[r.run.run_id]) for r in ordered]}
+            "runs": [run_entry(r, names[r.run.run_id]) for r in ordered], "baseline": baseline,
+            "comparisons": [] if baseline is None else compare_rows([run_entry(r, names[r.run.run_id])
+                                                                    for r in ordered], baseline)}
+
+
+def _log_medians(run: dict, update: int, name: str) -> list[float]:
+    """The seeds' median ratios at ``update`` on a log scale (a seed whose median is n/a or not
+    positive is left out)."""
+    point = next(p for p in run["points"] if p["update"] == update)
+    values = [m[f"{name}_ratio_median"] for m in point["seed_medians"].values()]
+    return [math.log(v) for v in values if v is not None and v > 0]
+
+
+def compare_rows(runs: list[dict], baseline: str) -> list[dict]:
+    """Each run against the run of its setting whose row is ``baseline``, at every update both
+    probed: Welch's two-sided t-test on the seeds' log median ratios (the seeds are the independent
+    units; a seed's median over its M states is one value), reported as the ratio of the geometric
+    means of the seeds' medians, row over baseline, with the 95 % Welch interval."""
+    out = []
+    for base in (r for r in runs if r["row"] == baseline):
+        setting = (base["env"], base["preset"])
+        for run in (r for r in runs if (r["env"], r["preset"]) == setting and r["row"] != baseline):
+            common = sorted({p["update"] for p in run["points"]} & {p["update"] for p in base["points"]})
+            for update in common:
+                entry = {"env": run["env"], "preset": run["preset"], "label": run["label"], "row": run["row"],
+                         "baseline_label": base["label"], "update": update,
+                         "env_steps": next(p["env_steps"] for p in run["points"] if p["update"] == update)}
+                for name in ("var", "mse"):
+                    a, b = _log_medians(run, update, name), _log_medians(base, update, name)
+                    diff, lo, hi = welch_interval(float(np.mean(a)), _sd(a), len(a), float(np.mean(b)), _sd(b),
+                                                  len(b))
+                    entry[name] = {"ratio": _finite(math.exp(diff)), "lo": _finite(math.exp(lo)),
+                                   "hi": _finite(math.exp(hi)), "p": _finite(welch_p(a, b, "two-sided")),
+                                   "n": len(a), "n_baseline": len(b)}
+                out.append(entry)
+    return out
+
+
+def _sd(values: list[float]) -> float:
+    return float(np.std(values, ddof=1)) if len(values) > 1 else math.nan
+
+
+def _finite(x: float) -> float | None:
+    """None for NaN (a JSON file holds no NaN)."""
+    return None if math.isnan(x) else x
 
 
 def _g(x) -> str:
@@ -312,11 +370,37 @@ def markdown(summary: dict) -> str:
         lines += [table_row(r["label"], p) for r in summary["runs"] if (r["env"], r["preset"]) == setting
                   for p in r["points"]]
         lines.append("")
+    lines += comparison_lines(summary)
     lines += ["## Runs", ""]
     for r in summary["runs"]:
         version = (r["probe_provenance"] or {}).get("code_version", "unknown")
         lines.append(f"* `{r['run_id']}`: {r['label']}; probed with {settings_text(r['settings'])}; code {version}")
     return "\n".join(lines) + "\n"
+
+
+def comparison_lines(summary: dict) -> list[str]:
+    """The section of the rows against the baseline row (none without one)."""
+    if summary.get("baseline") is None:
+        return []
+    base = row_label(summary["baseline"])
+    lines = [f"## Against {base}", "",
+             f"Each row against {base} of its setting at the same update: the ratio of the geometric means of "
+             "the seeds' median ratios (row over baseline; below 1: the row's μ does better) with the 95 % Welch "
+             "interval, and Welch's two-sided p on the seeds' log medians; n: seeds (row, baseline). The seeds "
+             "are the independent units here, so the interval is wider than the pooled one over states above.",
+             "", "| setting | row | update | env steps | n | Var ratio, row / baseline [95 %] | p | "
+             "MSE ratio, row / baseline [95 %] | p |", "| --- | --- | ---: | ---: | --- | --- | ---: | --- | ---: |"]
+    for c in summary["comparisons"]:
+        v, m = c["var"], c["mse"]
+        lines.append(f"| {setting_label((c['env'], c['preset']))} | {c['label']} | {c['update']} | "
+                     f"{c['env_steps']:,} | {v['n']}, {v['n_baseline']} | {_g(v['ratio'])} [{_g(v['lo'])}, "
+                     f"{_g(v['hi'])}] | {_p(v['p'])} | {_g(m['ratio'])} [{_g(m['lo'])}, {_g(m['hi'])}] | "
+                     f"{_p(m['p'])} |")
+    return lines + [""]
+
+
+def _p(p: float | None) -> str:
+    return "n/a" if p is None else "< 0.001" if p < 0.0005 else f"{p:.3f}"
 
 
 @dataclass(frozen=True)
@@ -328,6 +412,9 @@ class ProbeSummaryArgs:
     """A results folder whose run directories were probed."""
     out: Path | None = None
     """Where to write probe_summary.png/.pdf/.md/.json; default FOLDER."""
+    baseline: str | None = None
+    """A row, as spec.json names it (e.g. 'bpo_c1.0_rho1.5 bpo.use_q_hat=False'), to test each other
+    row of its setting against (Welch, two-sided, on the seeds' log median ratios); default none."""
 
 
 def write_summary(runs: list[ProbedRun], summary: dict, out: Path) -> list[Path]:
@@ -344,7 +431,7 @@ def probe_summary_main(argv: list[str]) -> int:
     try:
         runs = find_probes(args.folder)
         out = ensure_writable_dir(args.out or args.folder, "--out")
-        summary = summarise(runs, args.folder, argv)
+        summary = summarise(runs, args.folder, argv, args.baseline)
         paths = write_summary(runs, summary, out)
     except (ConfigError, BadFile) as e:
         print(f"error: {e}", file=sys.stderr)

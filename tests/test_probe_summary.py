@@ -8,7 +8,9 @@ from __future__ import annotations
 import json
 import shutil
 
+import numpy as np
 import pytest
+import scipy.stats
 from flax import serialization
 
 from bpo.config import replace
@@ -197,3 +199,37 @@ def test_a_folder_without_probes_exits_2(probed, tmp_path, capsys):
     _refused([str(probed / "a-qhat")], capsys, "it is a run directory itself")
     _refused([str(tmp_path / "missing")], capsys, "is not a folder")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["runs"]
+
+
+def test_each_row_against_the_baseline_row_is_welch_on_the_seeds_log_medians_by_hand(probed, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["probe-summary", str(probed), "--out", str(out), "--baseline", ROWS["b-no-qhat"]]) == 0
+    summary = json.loads((out / "probe_summary.json").read_text())
+    row, base = _probe(probed, "a-qhat"), _probe(probed, "b-no-qhat")
+    comparisons = summary["comparisons"]
+    updates = sorted({p["update"] for p in row["points"]})  # the final policies are those of the last update
+    assert summary["baseline"] == ROWS["b-no-qhat"] and [c["update"] for c in comparisons] == updates == [1, 2]
+    at = lambda probe, u: next(p for p in probe["points"] if p["update"] == u)  # noqa: E731
+    for c in comparisons:
+        p, q = at(row, c["update"]), at(base, c["update"])
+        assert c["row"] == ROWS["a-qhat"] and c["env_steps"] == p["env_steps"]
+        for name in ("var", "mse"):
+            a = np.log([s[f"{name}_ratio_median"] for s in p["seeds"].values()])
+            b = np.log([s[f"{name}_ratio_median"] for s in q["seeds"].values()])
+            va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
+            df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
+            half = scipy.stats.t.ppf(0.975, df) * np.sqrt(va + vb)
+            diff = a.mean() - b.mean()
+            got = c[name]
+            assert got["ratio"] == pytest.approx(np.exp(diff))
+            assert (got["lo"], got["hi"]) == pytest.approx((np.exp(diff - half), np.exp(diff + half)))
+            t = diff / np.sqrt(va + vb)
+            assert got["p"] == pytest.approx(2 * scipy.stats.t.sf(abs(t), df))
+            assert (got["n"], got["n_baseline"]) == (2, 2)
+    md = (out / "probe_summary.md").read_text()
+    assert "## Against BPO bpo.use_q_hat=False" in md
+    assert md.count(f"| {comparisons[0]['label']} | ") == 3 + 2  # its pooled rows, then the comparisons
+    # A row no probed run has: refused, naming the field and the rows there are.
+    assert main(["probe-summary", str(probed), "--out", str(tmp_path / "x"), "--baseline", "ppo"]) == 2
+    err = capsys.readouterr().err
+    assert "baseline: no probed run has the row 'ppo'" in err and ROWS["a-qhat"] in err

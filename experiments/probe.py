@@ -21,7 +21,7 @@ from bpo.training.probe_run import check_probe, probe_run, probed_points
 from experiments import store
 from experiments.common import save_figure
 from experiments.probe_summary import find_probes, markdown, read_probe, summarise, write_summary
-from experiments.reader import BadFile
+from experiments.reader import BadFile, Run
 from experiments.sweep import ProbePlan, probed
 
 
@@ -50,6 +50,13 @@ class ProbeArgs:
     """Seed indices of the run; default all."""
     backend: Literal["jax", "mjx", "threads"] | None = None
     """Where the segments run; default the run's own (threads for a Gymnasium-backend MuJoCo run)."""
+    rho_bar: float | None = None
+    """Probe the estimator with this rho_bar instead of the run's (inf: no truncation); the policies
+    and critic are the run's. Give another --name to keep the probe with the run's own."""
+    c_bar: float | None = None
+    """The same for c_bar."""
+    name: str = "probe"
+    """The folder under RUN the results go to (RUN/NAME/probe.json)."""
     yes: bool = False
     """Do not ask before starting (it never asks when stdin is not a terminal)."""
 
@@ -119,19 +126,22 @@ def _fmt(q: dict, name: str) -> str:
     return f"{med:.3g} [{lo:.3g}, {hi:.3g}]"
 
 
-def probe_and_write(run: Path, settings: ProbeSettings, points, seeds, backend, command: list[str],
-                    ask: bool = False) -> Path | None:
-    """``probe_run`` timed, with its provenance, written to ``RUN/probe/`` (probe.json and the
+def probe_and_write(run: Path, settings: ProbeSettings, points, seeds, backend, command: list[str], *,
+                    ask: bool = False, truncation: tuple = (None, None), name: str = "probe") -> Path | None:
+    """``probe_run`` timed, with its provenance, written to ``RUN/NAME/`` (probe.json and the
     figure, atomically; where that fails, rescued elsewhere and the path returned says so). The
-    arguments are checked (``check_probe``) and the cost printed before anything compiles; with
-    ``ask`` on a terminal, None when the user does not go on."""
-    saved, resolved, seed_list, _ = check_probe(run, points, seeds, backend)
-    out_dir = ensure_writable_dir(run / "probe", "run")
+    arguments are checked (``check_probe``; ``truncation`` is (rho_bar, c_bar), None keeping the
+    run's) and the cost printed before anything compiles; with ``ask`` on a terminal, None when
+    the user does not go on."""
+    saved, resolved, seed_list, _ = check_probe(run, points, seeds, backend, *truncation)
+    if not name or name != Path(name).name or name.startswith("."):
+        raise ConfigError("name", f"must be a plain folder name, got {name!r}")
+    out_dir = ensure_writable_dir(run / name, "run")
     print(cost_line(settings, probed_points(saved, resolved), len(seed_list)), flush=True)
     if ask and sys.stdin.isatty() and input("go on? [y/N] ").strip().lower() not in ("y", "yes"):
         return None
     start = time.perf_counter()
-    result = probe_run(run, settings, points, seeds, backend)
+    result = probe_run(run, settings, points, seeds, backend, *truncation)
     wall = time.perf_counter() - start  # compilations included; the training's own is in the run's summary
     result["provenance"] = {"command": command, "code_version": code_version(), "wall_time_s": wall}
 
@@ -148,24 +158,28 @@ def probe_main(argv: list[str]) -> int:
     args = tyro.cli(ProbeArgs, args=argv, prog="bpo probe")
     try:
         path = probe_and_write(args.run, settings_of(args), args.points, args.seeds, args.backend,
-                               ["bpo", "probe", *argv], ask=not args.yes)
+                               ["bpo", "probe", *argv], ask=not args.yes, truncation=(args.rho_bar, args.c_bar),
+                               name=args.name)
     except (ConfigError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if path is None:
         return 1
     print(f"-> {path}")
-    return 0 if path.parent == args.run / "probe" else 1
+    return 0 if path.parent == args.run / args.name else 1
 
 
-def probed_as(run: Path, settings: ProbeSettings, points, seeds) -> bool:
-    """Whether ``RUN/probe/probe.json`` holds a probe with these settings at exactly these points
-    and seeds (as ``check_probe`` resolves them); a missing or damaged file is not one."""
+def probed_as(run: Run, settings: ProbeSettings, points, seeds) -> bool:
+    """Whether ``RUN/probe/probe.json`` holds a probe with these settings and the run's own
+    truncation at exactly these points and seeds (as ``check_probe`` resolves them); a missing or
+    damaged file is not one."""
     try:
-        probe = read_probe(run / "probe" / "probe.json")
+        probe = read_probe(run.path / "probe" / "probe.json")
     except BadFile:
         return False
+    own = {"rho_bar": run.config.returns.rho_bar, "c_bar": run.config.returns.c_bar}
     return (probe["settings"] == asdict(settings) and [p["point"] for p in probe["points"]] == list(points)
+            and all(probe["returns"].get(k) == v for k, v in own.items())
             and all(sorted(p["seeds"], key=int) == [str(s) for s in seeds] for p in probe["points"]))
 
 
@@ -178,7 +192,7 @@ def probe_folder(folder: Path, plan: ProbePlan, command: list[str], baseline: st
         if not probed(run.config):
             continue
         _, points, seeds, _ = check_probe(run.path, plan.points, None, None)
-        if probed_as(run.path, plan.settings, points, seeds):
+        if probed_as(run, plan.settings, points, seeds):
             print(f"{run.run_id}: probed already with these settings (probe/probe.json kept)")
             continue
         print(f"{run.run_id}: probing", flush=True)

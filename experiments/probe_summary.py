@@ -128,18 +128,18 @@ def read_probe(path: Path) -> dict:
     return data
 
 
-def find_probes(folder: Path) -> list[ProbedRun]:
-    """Every ``FOLDER/*/probe/probe.json`` (not in hidden folders, where a sweep stages runs) with
-    its run, in the order of the folder's names; a ``BadFile`` for the first that cannot be used,
-    a ``ConfigError`` when there is none."""
+def find_probes(folder: Path, name: str = "probe") -> list[ProbedRun]:
+    """Every ``FOLDER/*/NAME/probe.json`` (not in hidden folders, where a sweep stages runs; NAME is
+    ``bpo probe --name``) with its run, in the order of the folder's names; a ``BadFile`` for the
+    first that cannot be used, a ``ConfigError`` when there is none."""
     folder = Path(folder)
     if not folder.is_dir():
         raise ConfigError("folder", f"{str(folder)!r} is not a folder")
-    paths = sorted(p for p in folder.glob("*/probe/probe.json") if not p.parts[-3].startswith("."))
+    paths = sorted(p for p in folder.glob(f"*/{name}/probe.json") if not p.parts[-3].startswith("."))
     if not paths:
         hint = (" (it is a run directory itself: give the folder that holds its runs)"
-                if (folder / "probe" / "probe.json").exists() else "")
-        raise ConfigError("folder", f"no probe results in {str(folder)!r}: no FOLDER/*/probe/probe.json{hint}; run "
+                if (folder / name / "probe.json").exists() else "")
+        raise ConfigError("folder", f"no probe results in {str(folder)!r}: no FOLDER/*/{name}/probe.json{hint}; run "
                                     "`bpo probe RUN` on its runs first")
     found = []
     for path in paths:
@@ -374,7 +374,9 @@ def markdown(summary: dict) -> str:
     lines += ["## Runs", ""]
     for r in summary["runs"]:
         version = (r["probe_provenance"] or {}).get("code_version", "unknown")
-        lines.append(f"* `{r['run_id']}`: {r['label']}; probed with {settings_text(r['settings'])}; code {version}")
+        ret = r["returns"]
+        lines.append(f"* `{r['run_id']}`: {r['label']}; probed with {settings_text(r['settings'])}; the estimator's "
+                     f"ρ̄ = {ret.get('rho_bar')}, c̄ = {ret.get('c_bar')}; code {version}")
     return "\n".join(lines) + "\n"
 
 
@@ -412,16 +414,25 @@ class ProbeSummaryArgs:
     """A results folder whose run directories were probed."""
     out: Path | None = None
     """Where to write probe_summary.png/.pdf/.md/.json; default FOLDER."""
+    name: str = "probe"
+    """Read FOLDER/*/NAME/probe.json (``bpo probe --name``) and write NAME_summary.* (probe_summary.*
+    for the default)."""
     baseline: str | None = None
     """A row, as spec.json names it (e.g. 'bpo_c1.0_rho1.5 bpo.use_q_hat=False'), to test each other
     row of its setting against (Welch, two-sided, on the seeds' log median ratios); default none."""
 
 
-def write_summary(runs: list[ProbedRun], summary: dict, out: Path) -> list[Path]:
+def stem(name: str) -> str:
+    """The summary files' name for probes in RUN/NAME: probe_summary for the default NAME."""
+    return STEM if name == "probe" else f"{name}_summary"
+
+
+def write_summary(runs: list[ProbedRun], summary: dict, out: Path, name: str = "probe") -> list[Path]:
     """The JSON file, the table and the figure, each written atomically."""
-    atomic_write_json(out / f"{STEM}.json", summary)
-    atomic_write_text(out / f"{STEM}.md", markdown(summary))
-    return [out / f"{STEM}.json", out / f"{STEM}.md", *save_figure(summary_figure(runs), out, STEM, dpi=120)]
+    base = stem(name)
+    atomic_write_json(out / f"{base}.json", summary)
+    atomic_write_text(out / f"{base}.md", markdown(summary))
+    return [out / f"{base}.json", out / f"{base}.md", *save_figure(summary_figure(runs), out, base, dpi=120)]
 
 
 def probe_summary_main(argv: list[str]) -> int:
@@ -429,10 +440,10 @@ def probe_summary_main(argv: list[str]) -> int:
     probe.json or run file, no probe results)."""
     args = tyro.cli(ProbeSummaryArgs, args=argv, prog="bpo probe-summary")
     try:
-        runs = find_probes(args.folder)
+        runs = find_probes(args.folder, args.name)
         out = ensure_writable_dir(args.out or args.folder, "--out")
         summary = summarise(runs, args.folder, argv, args.baseline)
-        paths = write_summary(runs, summary, out)
+        paths = write_summary(runs, summary, out, args.name)
     except (ConfigError, BadFile) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

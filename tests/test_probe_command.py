@@ -111,7 +111,10 @@ def test_a_ppo_run_and_a_folder_without_policies_are_refused(bpo_run, tmp_path, 
                                                 ("--ref-k", "1", "ref_k must be >= 2"),
                                                 ("--points", "7", "points:"),
                                                 ("--points", "last", "points: must be update counts"),
-                                                ("--seeds", "2", "seeds:")])
+                                                ("--seeds", "2", "seeds:"),
+                                                ("--rho-bar", "0", "returns.rho_bar"),
+                                                ("--c-bar", "-1", "returns.c_bar"),
+                                                ("--name", "../elsewhere", "name: must be a plain folder name")])
 def test_bad_values_name_the_field(bpo_run, capsys, flag, value, field):
     _refused([str(bpo_run), flag, value, "--yes"], capsys, field)
 
@@ -119,3 +122,33 @@ def test_bad_values_name_the_field(bpo_run, capsys, flag, value, field):
 def test_settings_are_checked_before_the_run_is_read(tmp_path, capsys):
     _refused([str(tmp_path), "--m", "-3"], capsys, "m must be >= 1, got -3")
     np.testing.assert_equal(list(tmp_path.iterdir()), [])
+
+
+def test_other_truncation_probes_the_same_policies_into_another_folder(bpo_run, tmp_path, capsys):
+    """--rho-bar/--c-bar change only the probe's estimator: the run's own values give the default
+    probe's numbers, no truncation (inf) gives other numbers, each in its --name folder, and
+    `bpo probe-summary --name` summarises that folder's probes. mu is made far sharper than pi (its
+    logits x 20), so that pi/mu exceeds the run's truncation levels."""
+    def sharp_mu(payload):
+        for tree in (payload["final"], *payload["during"].values()):
+            tree["mu_params"] = jax.tree.map(lambda x: np.asarray(x) * 20.0, tree["actor_params"])
+
+    bpo_run = _copy(bpo_run, tmp_path / "runs" / "sharp-mu", sharp_mu)
+    cfg = json.loads((bpo_run / "config.json").read_text())["returns"]
+    one = [*SMALL, "--points", "1"]
+    runs = [(["--name", "probe-default"], "probe-default"),
+            (["--rho-bar", str(cfg["rho_bar"]), "--c-bar", str(cfg["c_bar"]), "--name", "probe-own"], "probe-own"),
+            (["--rho-bar", "inf", "--c-bar", "inf", "--name", "probe-untruncated"], "probe-untruncated")]
+    for extra, _ in runs:
+        assert main(["probe", str(bpo_run), *one, *extra]) == 0
+    got = {name: json.loads((bpo_run / name / "probe.json").read_text()) for _, name in runs}
+    assert got["probe-own"]["points"] == got["probe-default"]["points"]
+    assert got["probe-own"]["returns"] == got["probe-default"]["returns"]
+    untruncated = got["probe-untruncated"]
+    assert (untruncated["returns"]["rho_bar"], untruncated["returns"]["c_bar"]) == (float("inf"), float("inf"))
+    assert cfg["rho_bar"] == cfg["c_bar"] == 1.5  # so the weights above 1.5 are no longer cut
+    assert untruncated["points"][0]["pooled"] != got["probe-default"]["points"][0]["pooled"]
+    capsys.readouterr()
+    assert main(["probe-summary", str(bpo_run.parent), "--name", "probe-untruncated"]) == 0
+    text = (bpo_run.parent / "probe-untruncated_summary.md").read_text()
+    assert "ρ̄ = inf, c̄ = inf" in text and not (bpo_run.parent / "probe_summary.md").exists()

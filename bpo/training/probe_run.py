@@ -23,11 +23,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from bpo import distributions
-from bpo.config import ConfigError, EpisodicTrainConfig, traced_hyperparams
+from bpo.config import ConfigError, EpisodicTrainConfig, replace, traced_hyperparams
 from bpo.learner import make_learner
 from bpo.normalization import RunningStats
 from bpo.probe import ProbeReturns, ProbeSettings, probe_segments, probe_statistics, reference_values, visited_states
 from bpo.training.policies import SavedPolicies, load_policies, task_backend
+from bpo.validation import validate
 from envs import make_env
 
 FINAL = "final"
@@ -42,9 +43,19 @@ def _point(p, kept: list) -> int | str:
         raise ConfigError("points", f"must be update counts or 'final'; kept: {kept}, got {p!r}") from None
 
 
-def check_probe(run_dir: Path, points=None, seeds=None, backend: str | None = None):
+def with_truncation(cfg, rho_bar: float | None = None, c_bar: float | None = None):
+    """The run's config with the estimator's truncation levels replaced (None keeps the run's; inf:
+    no truncation), checked as a config is: the same pi, mu and critic probed with other rho_bar,
+    c_bar. Only the probe's estimator changes; nothing is trained with them."""
+    changes = {name: v for name, v in (("returns.rho_bar", rho_bar), ("returns.c_bar", c_bar)) if v is not None}
+    return validate(replace(cfg, **changes)) if changes else cfg
+
+
+def check_probe(run_dir: Path, points=None, seeds=None, backend: str | None = None, rho_bar: float | None = None,
+                c_bar: float | None = None):
     """Everything checked before any compilation: (saved policies, points, seeds, backend). Points
-    are update counts of kept policies or ``"final"`` (default: all of them); seeds are indices."""
+    are update counts of kept policies or ``"final"`` (default: all of them); seeds are indices;
+    ``rho_bar`` and ``c_bar`` replace the run's (``with_truncation``)."""
     saved = load_policies(run_dir)  # refuses a folder without policies
     if isinstance(saved.config, EpisodicTrainConfig) or "mu_params" not in saved.final:
         raise ConfigError("run", f"{str(run_dir)!r} is not a BPO-PPO run (algo={saved.config.algo}): it has no "
@@ -60,6 +71,7 @@ def check_probe(run_dir: Path, points=None, seeds=None, backend: str | None = No
             raise ConfigError("seeds", f"must be in [0, {saved.seeds - 1}], got {s}")
     if not points or not seeds:
         raise ConfigError("points" if not points else "seeds", "must name at least one")
+    with_truncation(saved.config, rho_bar, c_bar)
     return saved, points, seeds, task_backend(saved, backend)
 
 
@@ -128,12 +140,14 @@ def point_key(settings: ProbeSettings, update: int, seed: int) -> jax.Array:
     return jax.random.fold_in(jax.random.fold_in(jax.random.PRNGKey(settings.seed), update), seed)
 
 
-def probe_run(run_dir: Path, settings: ProbeSettings, points=None, seeds=None, backend: str | None = None) -> dict:
+def probe_run(run_dir: Path, settings: ProbeSettings, points=None, seeds=None, backend: str | None = None,
+              rho_bar: float | None = None, c_bar: float | None = None) -> dict:
     """The probe at every requested point and seed of a BPO-PPO run (module docstring): per point its
     update count, environment steps (update x rollout size), per seed ``probe_statistics`` (plus the
-    reference's ended fraction) and ``pooled``: the same over the states of all seeds together."""
-    saved, points, seeds, backend = check_probe(run_dir, points, seeds, backend)
-    cfg = saved.config
+    reference's ended fraction) and ``pooled``: the same over the states of all seeds together.
+    ``rho_bar``/``c_bar``: the estimator's truncation instead of the run's (``with_truncation``)."""
+    saved, points, seeds, backend = check_probe(run_dir, points, seeds, backend, rho_bar, c_bar)
+    cfg = with_truncation(saved.config, rho_bar, c_bar)
     env = make_env(cfg.env, backend, cfg.physics_threads, (cfg.mjx_iterations, cfg.mjx_ls_iterations))
     probe = make_probe_fn(cfg, env, settings)
     results, done = [], {}

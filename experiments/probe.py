@@ -169,36 +169,49 @@ def probe_main(argv: list[str]) -> int:
     return 0 if path.parent == args.run / args.name else 1
 
 
-def probed_as(run: Run, settings: ProbeSettings, points, seeds) -> bool:
-    """Whether ``RUN/probe/probe.json`` holds a probe with these settings and the run's own
-    truncation at exactly these points and seeds (as ``check_probe`` resolves them); a missing or
-    damaged file is not one."""
+def probed_as(run: Run, settings: ProbeSettings, points, seeds, name: str = "probe",
+              truncation: tuple = (None, None)) -> bool:
+    """Whether ``RUN/NAME/probe.json`` holds a probe with these settings and truncation (None: the
+    run's own level) at exactly these points and seeds (as ``check_probe`` resolves them); a
+    missing or damaged file is not one."""
     try:
-        probe = read_probe(run.path / "probe" / "probe.json")
+        probe = read_probe(run.path / name / "probe.json")
     except BadFile:
         return False
     own = {"rho_bar": run.config.returns.rho_bar, "c_bar": run.config.returns.c_bar}
+    wanted = {k: own[k] if v is None else v for k, v in zip(("rho_bar", "c_bar"), truncation, strict=True)}
     return (probe["settings"] == asdict(settings) and [p["point"] for p in probe["points"]] == list(points)
-            and all(probe["returns"].get(k) == v for k, v in own.items())
+            and all(probe["returns"].get(k) == v for k, v in wanted.items())
             and all(sorted(p["seeds"], key=int) == [str(s) for s in seeds] for p in probe["points"]))
+
+
+def _probe_once(run: Run, settings: ProbeSettings, points, name: str, truncation: tuple, command: list[str]) -> None:
+    """``bpo probe`` of one run into ``RUN/NAME``, unless it holds that probe already."""
+    _, resolved, seeds, _ = check_probe(run.path, points, None, None, *truncation)
+    if probed_as(run, settings, resolved, seeds, name, truncation):
+        print(f"{run.run_id}: probed already with these settings ({name}/probe.json kept)")
+        return
+    print(f"{run.run_id}: probing into {name}/", flush=True)
+    probe_and_write(run.path, settings, points, None, None, command, truncation=truncation, name=name)
 
 
 def probe_folder(folder: Path, plan: ProbePlan, command: list[str], baseline: str | None = None) -> list[Path]:
     """``bpo reproduce``'s probe step: ``bpo probe`` on every finished on-policy BPO run of the
-    folder at the plan's points and seeds, unless its probe.json already holds exactly that probe,
-    then ``bpo probe-summary`` of the folder, with ``--baseline`` the sweep's baseline row where
-    that row was probed. Returns the files written."""
+    folder at the plan's points, and again for each of its variants into its own folder (a probe
+    already there with the same settings is kept), then ``bpo probe-summary`` of the folder for
+    each, with ``--baseline`` the sweep's baseline row where that row was probed. Returns the
+    files written."""
+    probes = [("probe", plan.points, (None, None)), *((v.name, v.points, (v.rho_bar, v.c_bar)) for v in plan.variants)]
     for run in store.load_runs(folder)[0]:
-        if not probed(run.config):
-            continue
-        _, points, seeds, _ = check_probe(run.path, plan.points, None, None)
-        if probed_as(run, plan.settings, points, seeds):
-            print(f"{run.run_id}: probed already with these settings (probe/probe.json kept)")
-            continue
-        print(f"{run.run_id}: probing", flush=True)
-        probe_and_write(run.path, plan.settings, plan.points, None, None, command)
-    runs = find_probes(folder)
-    baseline = baseline if baseline in {r.run.row for r in runs} else None
-    summary = summarise(runs, folder, [str(folder), *(["--baseline", baseline] if baseline else [])], baseline)
-    print(markdown(summary))
-    return write_summary(runs, summary, folder)
+        if probed(run.config):
+            for name, points, truncation in probes:
+                _probe_once(run, plan.settings, points, name, truncation, command)
+    written = []
+    for name, _, _ in probes:
+        runs = find_probes(folder, name)
+        base = baseline if baseline in {r.run.row for r in runs} else None
+        argv = [str(folder), *(["--name", name] if name != "probe" else []), *(["--baseline", base] if base else [])]
+        summary = summarise(runs, folder, argv, base)
+        print(markdown(summary))
+        written += write_summary(runs, summary, folder, name)
+    return written

@@ -30,6 +30,7 @@ from experiments.common import (
     welch_p_from_stats,
     welch_power,
 )
+from experiments.probe_summary import stem as summary_stem
 from experiments.store import build_index
 from experiments.table import PAPER_RUNS, describe, format_number, format_p
 
@@ -42,6 +43,8 @@ SWEEPS = {"fig2": "Figure 2", "classic": "Classic control", "table1_small": "Tab
           "probe": "The estimator probe's runs: BPO with and without Q̂"}
 PROBE = "probe"
 """The sweep folder whose runs ``bpo reproduce probe`` also probes (its probe_summary.json)."""
+PROBES = {"probe": "the run's own truncation", "probe-untruncated": "untruncated, ρ̄ = c̄ = ∞"}
+"""The probes of that folder's runs (``bpo probe --name``), each summarised in NAME_summary.*."""
 A2C_REFERENCE = ("a2c", "sb3_cartpole.json", "CartPole-v1-cartpole_a2c-a2c")
 """The folder, the reference's curves (``benchmarks/sb3_a2c_reference.py``) and our A2C run beside them."""
 REFERENCE_STEPS = (100_000, 200_000, 300_000, 400_000, 500_000)
@@ -262,15 +265,15 @@ def _glance_variance(results: Path, link: bool = True) -> str | None:
             + (" [`results/variance`](results/variance)" if link else ""))
 
 
-def _probe_summary(results: Path) -> dict | None:
-    path = results / PROBE / "probe_summary.json"
+def _probe_summary(results: Path, name: str = "probe") -> dict | None:
+    path = results / PROBE / f"{summary_stem(name)}.json"
     return json.loads(path.read_text()) if path.is_file() else None
 
 
-def _glance_probe(results: Path, link: bool = True) -> str | None:
-    """One line for the probe: per environment and run, the last probed point's pooled median
+def _glance_probe(results: Path, link: bool = True, name: str = "probe") -> str | None:
+    """One line for a probe: per environment and run, the last probed point's pooled median
     ratios of the variance and of the MSE with their intervals."""
-    summary = _probe_summary(results)
+    summary = _probe_summary(results, name)
     if summary is None:
         return None
     parts = []
@@ -282,7 +285,8 @@ def _glance_probe(results: Path, link: bool = True) -> str | None:
                          f"at {_budget(last['env_steps'])}")
         parts.append(f"{setting_label(setting)}: " + "; ".join(texts))
     first = summary["runs"][0]["points"][-1]
-    return (f"* **The estimator probe** (Var_μ/Var_π and MSE_μ/MSE_π of eq. (6)'s start-state estimate at the "
+    return (f"* **The estimator probe, {PROBES[name]}** (Var_μ/Var_π and MSE_μ/MSE_π of eq. (6)'s start-state "
+            "estimate at the "
             f"last probed point: the median over {first['seeds']} seeds × {first['states_per_seed']} states, "
             f"[{summary['level']} bootstrap interval]; below 1: μ's estimate is better): " + "; ".join(parts) + "."
             + (f" [`results/{PROBE}`](results/{PROBE})" if link else ""))
@@ -293,10 +297,10 @@ def _ratio(point: dict, name: str) -> str:
     return "n/a" if None in values else f"{values[0]:.3g} [{values[1]:.3g}, {values[2]:.3g}]"
 
 
-def probe_block(results: Path) -> str:
-    """The probe's summary table (``bpo probe-summary``, its title left out), the cost of the
+def probe_block(results: Path, name: str = "probe") -> str:
+    """A probe's summary table (``bpo probe-summary``, its title left out), the cost of the
     probes beside the training's, and the figure."""
-    summary = _probe_summary(results)
+    summary = _probe_summary(results, name)
     if summary is None:
         return f"*Not made yet: `bpo reproduce {PROBE} --out results/{PROBE}`.*\n"
     folder = results / PROBE
@@ -305,19 +309,19 @@ def probe_block(results: Path) -> str:
     costs = [f"`{run}` {train[run] / 60:.1f} min of training, {probe[run] / 60:.1f} min of probing"
              for run in probe if run in train and probe[run] is not None]
     versions = sorted({(r["probe_provenance"] or {}).get("code_version", "unknown") for r in summary["runs"]})
-    text = (folder / "probe_summary.md").read_text().split("\n", 2)[2]  # without its '# title' line
+    text = (folder / f"{summary_stem(name)}.md").read_text().split("\n", 2)[2]  # without its '# title' line
     table = re.sub(r"^## ", "#### ", text, flags=re.M)  # below the page's own headings
     return (f"Made by `bpo reproduce {PROBE} --out results/{PROBE}` (the runs, then `bpo probe` on each and "
             f"`bpo probe-summary`). Probed by code {', '.join(versions)}. Wall time of each run's training (a "
             f"resumed run's from its last start) and of its probe (compilations included): "
             + "; ".join(costs) + ".\n\n"
-            + table + f"\n![The estimator probe](../results/{PROBE}/probe_summary.png)\n")
+            + table + f"\n![The estimator probe, {PROBES[name]}](../results/{PROBE}/{summary_stem(name)}.png)\n")
 
 
 def glance_block(results: Path) -> str:
     """The README's one line per result (the probe's: its ratios, not its runs' returns)."""
     lines = [line for line in [*(_glance_sweep(results, name) for name in SWEEPS if name != PROBE),
-                               _glance_probe(results), _glance_variance(results)]
+                               *(_glance_probe(results, name=name) for name in PROBES), _glance_variance(results)]
              if line is not None]
     return "\n".join(lines) + "\n"
 
@@ -328,17 +332,18 @@ def _line(line: str | None, made_by: str) -> str:
 
 def blocks(results: Path) -> dict[str, Callable[[], str]]:
     """Block name -> its text: ``glance`` (every result's line), ``NAME`` (a sweep folder's table),
-    ``line-NAME`` (its line alone), ``headline-vs-paper``, ``probe-summary`` and ``line-probe-summary``
-    (the probe's ratios), ``variance`` and ``line-variance``."""
+    ``line-NAME`` (its line alone), ``headline-vs-paper``, ``NAME-summary`` and ``line-NAME-summary``
+    for each probe of ``PROBES`` (its ratios), ``variance`` and ``line-variance``."""
     return {
         "glance": lambda: glance_block(results),
         **{name: (lambda n=name: sweep_block(results, n)) for name in SWEEPS},
         **{f"line-{name}": (lambda n=name: _line(_glance_sweep(results, n, link=False),
                                                  f"bpo reproduce {n} --out results/{n}")) for name in SWEEPS},
         "headline-vs-paper": lambda: headline_block(results),
-        "probe-summary": lambda: probe_block(results),
-        "line-probe-summary": lambda: _line(_glance_probe(results, link=False),
-                                            f"bpo reproduce {PROBE} --out results/{PROBE}"),
+        **{f"{name}-summary": (lambda n=name: probe_block(results, n)) for name in PROBES},
+        **{f"line-{name}-summary": (lambda n=name: _line(_glance_probe(results, link=False, name=n),
+                                                         f"bpo reproduce {PROBE} --out results/{PROBE}"))
+           for name in PROBES},
         "a2c-reference": lambda: a2c_reference_block(results),
         "variance": lambda: variance_block(results),
         "line-variance": lambda: _line(_glance_variance(results, link=False),

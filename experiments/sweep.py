@@ -69,15 +69,29 @@ class Grid:
 
 
 @dataclass(frozen=True)
+class ProbeVariant:
+    """One more probe of the same runs, its estimator's truncation changed: ``bpo probe RUN --name
+    NAME --points ... --rho-bar R --c-bar C`` (None keeps the run's level; inf: none)."""
+
+    name: str
+    """The folder under each run, and the summary's files (NAME_summary.*); not 'probe'."""
+    points: tuple[int | str, ...] | None = None
+    rho_bar: float | None = None
+    c_bar: float | None = None
+
+
+@dataclass(frozen=True)
 class ProbePlan:
     """``bpo reproduce``'s last step for a sweep that has one (docs/probe.md): ``bpo probe RUN`` on
     every finished BPO-PPO run of the folder at ``points`` with ``settings`` (a run already probed so
-    is kept), then ``bpo probe-summary`` of the folder."""
+    is kept), the same for each of ``variants``, then ``bpo probe-summary`` of the folder for each."""
 
     points: tuple[int | str, ...] | None = None
     """Update counts of kept policies (``save_policies_every``) and/or 'final'; None: all of them."""
     settings: ProbeSettings = field(default_factory=ProbeSettings)
     """M, K, H, the reference and the bootstrap (``bpo probe``'s defaults unless given)."""
+    variants: tuple[ProbeVariant, ...] = ()
+    """Further probes with other truncation levels, each into its own folder."""
 
 
 @dataclass(frozen=True)
@@ -296,14 +310,24 @@ def probed(cfg) -> bool:
 def check_probe_plan(plan: ProbePlan, cfg) -> None:
     """Each point of the plan is kept by every run it probes, so that a probe step cannot fail
     after hours of training: a ConfigError naming ``probe.points`` before anything runs."""
-    if not probed(cfg) or plan.points is None:
+    names = [v.name for v in plan.variants]
+    for name in names:
+        if name == "probe" or not re.fullmatch(r"[\w-]+", name) or names.count(name) > 1:
+            raise ConfigError("probe.variants", f"name {name!r}: must be a distinct plain folder name (letters, "
+                                                "digits, _ and -), not 'probe'")
+    if not probed(cfg):
         return
     every = cfg.save_policies_every
     kept = list(range(every, cfg.n_updates, every)) if every else []  # as bpo.training.driver keeps them
-    for point in plan.points:
-        if point != "final" and point not in kept:
-            raise ConfigError("probe.points", f"{point!r} is not kept by the {cfg.env} {cfg.algo} runs "
-                                              f"(save_policies_every = {every}); allowed: {kept + ['final']}")
+    for where, points in (("probe.points", plan.points), *((f"probe.variants[{v.name}].points", v.points)
+                                                           for v in plan.variants)):
+        for point in points or ():
+            if point != "final" and point not in kept:
+                raise ConfigError(where, f"{point!r} is not kept by the {cfg.env} {cfg.algo} runs "
+                                         f"(save_policies_every = {every}); allowed: {kept + ['final']}")
+    for v in plan.variants:
+        validate(replace(cfg, **{f"returns.{k}": x for k, x in (("rho_bar", v.rho_bar), ("c_bar", v.c_bar))
+                                 if x is not None}))
 
 
 def load_sweep(name_or_path: str) -> Sweep:

@@ -16,7 +16,7 @@ from bpo.config import ConfigError
 from bpo.presets import get_preset
 from experiments import report
 from experiments.cli import main
-from experiments.sweep import Grid, ProbePlan, Sweep, expand, load_sweep
+from experiments.sweep import Grid, ProbePlan, ProbeVariant, Sweep, expand, load_sweep
 
 SETTINGS = "ProbeSettings(m=4, k=4, horizon=16, ref_k=8, ref_horizon=32)"
 BY_HAND = ["--m", "4", "--k", "4", "--horizon", "16", "--ref-k", "8", "--ref-horizon", "32", "--points", "1",
@@ -30,10 +30,12 @@ def _sweep_file(folder: Path, settings: str = SETTINGS) -> Path:
     fixed = (("total_timesteps", 2 * size), ("eval_every", size), ("eval_episodes", 2), ("save_policies_every", 1))
     path = folder / "tiny_probe.py"
     path.write_text("from bpo.probe import ProbeSettings\n"
-                    "from experiments.sweep import Grid, ProbePlan, Sweep\n\n"
+                    "from experiments.sweep import Grid, ProbePlan, ProbeVariant, Sweep\n\n"
                     "SWEEP = Sweep(name='tiny_probe', grids=(Grid(preset='cartpole_ppo', variants=('ppo', 'bpo'),\n"
                     f"             fixed={fixed!r}, seeds=2),),\n"
-                    f"             probe=ProbePlan(points=(1,), settings={settings}))\n")
+                    f"             probe=ProbePlan(points=(1,), settings={settings},\n"
+                    "    variants=(ProbeVariant('probe-untruncated', points=(1,),\n"
+                    "                           rho_bar=float('inf'), c_bar=float('inf')),)))\n")
     return path
 
 
@@ -45,12 +47,20 @@ def test_probe_points_not_kept_by_a_run_are_refused_before_anything_runs():
     for points in ((3,), (4,), ("2",)):  # not a multiple; the last update (kept as 'final'); not an int
         with pytest.raises(ConfigError, match=r"probe\.points: .* allowed: \[2, 'final'\]"):
             expand(Sweep(name="s", grids=(grid,), probe=ProbePlan(points=points)))
+    for variant, message in ((ProbeVariant("probe"), r"probe\.variants: name 'probe'"),
+                             (ProbeVariant("a/b"), r"probe\.variants: name 'a/b'"),
+                             (ProbeVariant("x", points=(3,)), r"probe\.variants\[x\]\.points: 3 is not kept"),
+                             (ProbeVariant("x", rho_bar=0.0), r"returns\.rho_bar")):
+        with pytest.raises(ConfigError, match=message):
+            expand(Sweep(name="s", grids=(grid,), probe=ProbePlan(variants=(variant,))))
     # A PPO run is not probed, so the plan does not constrain it.
     ppo = Grid(preset="cartpole_ppo", variants=("ppo",), fixed=(("total_timesteps", four),), seeds=1)
     assert len(expand(Sweep(name="s", grids=(ppo,), probe=ProbePlan(points=(3,))))) == 1
     # The committed measurement: its five points are kept by each of its runs.
     sweep = load_sweep("probe")
     assert sweep.probe.points == (29, 58, 87, 116, 145) and len(expand(sweep)) == 4
+    assert [(v.name, v.points, v.rho_bar, v.c_bar) for v in sweep.probe.variants] == [
+        ("probe-untruncated", (145,), float("inf"), float("inf"))]
 
 
 def test_reproduce_probes_the_bpo_runs_once_and_summarises_them(tmp_path, capsys):
@@ -58,7 +68,8 @@ def test_reproduce_probes_the_bpo_runs_once_and_summarises_them(tmp_path, capsys
     argv = ["reproduce", str(sweep_file), "--out", str(out), "--no-progress", "--workers", "1"]
     assert main(argv) == 0
     printed = capsys.readouterr().out
-    assert f"{BPO_RUN}: probing" in printed and "# Estimator probe" in printed
+    assert f"{BPO_RUN}: probing into probe/" in printed and "# Estimator probe" in printed
+    assert f"{BPO_RUN}: probing into probe-untruncated/" in printed
     probe_file = out / BPO_RUN / "probe" / "probe.json"
     probe = json.loads(probe_file.read_text())
     assert [p["point"] for p in probe["points"]] == [1] and sorted(probe["points"][0]["seeds"]) == ["0", "1"]
@@ -70,6 +81,11 @@ def test_reproduce_probes_the_bpo_runs_once_and_summarises_them(tmp_path, capsys
     for name in ("probe_summary.md", "probe_summary.png", "table1.md", "curves.png"):
         assert (out / name).is_file(), name
     _check_report_blocks(out, probe)
+    untruncated = json.loads((out / BPO_RUN / "probe-untruncated" / "probe.json").read_text())
+    assert (untruncated["returns"]["rho_bar"], untruncated["returns"]["c_bar"]) == (float("inf"), float("inf"))
+    assert untruncated["settings"] == probe["settings"] and [p["point"] for p in untruncated["points"]] == [1]
+    assert "ρ̄ = inf, c̄ = inf" in (out / "probe-untruncated_summary.md").read_text()
+    assert "ρ̄ = 1.5, c̄ = 1.5" in (out / "probe_summary.md").read_text()  # cartpole_ppo's own levels
 
     # The same probe by hand on a copy of the run: the same numbers.
     by_hand = tmp_path / "by_hand"
@@ -81,19 +97,23 @@ def test_reproduce_probes_the_bpo_runs_once_and_summarises_them(tmp_path, capsys
     # Again: the runs and the probe are kept, byte for byte; the summary is written again.
     before = probe_file.read_bytes()
     assert main(argv) == 0
-    assert f"{BPO_RUN}: probed already with these settings" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert f"{BPO_RUN}: probed already with these settings (probe/probe.json kept)" in printed
+    assert f"{BPO_RUN}: probed already with these settings (probe-untruncated/probe.json kept)" in printed
     assert probe_file.read_bytes() == before
 
     # A damaged probe.json is not a probe: made again, the same numbers.
     probe_file.write_text("{")
     assert main(argv) == 0
-    assert f"{BPO_RUN}: probing" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert f"{BPO_RUN}: probing into probe/" in printed and "probing into probe-untruncated/" not in printed
     assert json.loads(probe_file.read_text())["points"] == probe["points"]
 
     # Other settings: probed again with them (the runs are kept).
     other = _sweep_file(tmp_path, SETTINGS.replace("m=4", "m=5"))
     assert main(["reproduce", str(other), "--out", str(out), "--no-progress", "--workers", "1"]) == 0
-    assert f"{BPO_RUN}: probing" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert f"{BPO_RUN}: probing into probe/" in printed and f"{BPO_RUN}: probing into probe-untruncated/" in printed
     assert json.loads(probe_file.read_text())["settings"]["m"] == 5
 
 

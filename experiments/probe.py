@@ -17,7 +17,7 @@ from bpo.probe import ProbeSettings, format_cost, probe_cost
 from bpo.provenance import code_version
 from bpo.publish import save_or_rescue
 from bpo.results import atomic_write_json, ensure_writable_dir
-from bpo.training.probe_run import check_probe, probe_run, probed_points
+from bpo.training.probe_run import check_probe, check_probe_name, probe_run, probed_points
 from experiments import store
 from experiments.common import save_figure
 from experiments.probe_summary import find_probes, markdown, read_probe, summarise, write_summary
@@ -134,8 +134,7 @@ def probe_and_write(run: Path, settings: ProbeSettings, points, seeds, backend, 
     run's) and the cost printed before anything compiles; with ``ask`` on a terminal, None when
     the user does not go on."""
     saved, resolved, seed_list, _ = check_probe(run, points, seeds, backend, *truncation)
-    if not name or name != Path(name).name or name.startswith("."):
-        raise ConfigError("name", f"must be a plain folder name, got {name!r}")
+    check_probe_name(name)
     out_dir = ensure_writable_dir(run / name, "run")
     print(cost_line(settings, probed_points(saved, resolved), len(seed_list)), flush=True)
     if ask and sys.stdin.isatty() and input("go on? [y/N] ").strip().lower() not in ("y", "yes"):

@@ -20,6 +20,7 @@ from typing import Any
 from bpo.config import EXECUTION_ONLY, ConfigError, EpisodicTrainConfig, replace
 from bpo.presets import apply_variant, get_preset
 from bpo.probe import ProbeSettings
+from bpo.training.probe_run import check_probe_name, with_truncation
 from bpo.validation import validate
 
 SWEEPS_DIR = Path(__file__).parent / "sweeps"
@@ -312,9 +313,9 @@ def check_probe_plan(plan: ProbePlan, cfg) -> None:
     after hours of training: a ConfigError naming ``probe.points`` before anything runs."""
     names = [v.name for v in plan.variants]
     for name in names:
-        if name == "probe" or not re.fullmatch(r"[\w-]+", name) or names.count(name) > 1:
-            raise ConfigError("probe.variants", f"name {name!r}: must be a distinct plain folder name (letters, "
-                                                "digits, _ and -), not 'probe'")
+        check_probe_name(name, "probe.variants")
+        if name == "probe" or names.count(name) > 1:
+            raise ConfigError("probe.variants", f"name {name!r}: each variant needs its own folder, not 'probe'")
     if not probed(cfg):
         return
     every = cfg.save_policies_every
@@ -326,8 +327,7 @@ def check_probe_plan(plan: ProbePlan, cfg) -> None:
                 raise ConfigError(where, f"{point!r} is not kept by the {cfg.env} {cfg.algo} runs "
                                          f"(save_policies_every = {every}); allowed: {kept + ['final']}")
     for v in plan.variants:
-        validate(replace(cfg, **{f"returns.{k}": x for k, x in (("rho_bar", v.rho_bar), ("c_bar", v.c_bar))
-                                 if x is not None}))
+        with_truncation(cfg, v.rho_bar, v.c_bar)
 
 
 def load_sweep(name_or_path: str) -> Sweep:

@@ -48,7 +48,7 @@ def test_probe_points_not_kept_by_a_run_are_refused_before_anything_runs():
         with pytest.raises(ConfigError, match=r"probe\.points: .* allowed: \[2, 'final'\]"):
             expand(Sweep(name="s", grids=(grid,), probe=ProbePlan(points=points)))
     for variant, message in ((ProbeVariant("probe"), r"probe\.variants: name 'probe'"),
-                             (ProbeVariant("a/b"), r"probe\.variants: name 'a/b'"),
+                             (ProbeVariant("a/b"), r"probe\.variants: must be a plain folder name .* got 'a/b'"),
                              (ProbeVariant("x", points=(3,)), r"probe\.variants\[x\]\.points: 3 is not kept"),
                              (ProbeVariant("x", rho_bar=0.0), r"returns\.rho_bar")):
         with pytest.raises(ConfigError, match=message):

@@ -15,6 +15,7 @@ the seed index, so the same command gives the same numbers.
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict
 from pathlib import Path
 
@@ -41,6 +42,13 @@ def _point(p, kept: list) -> int | str:
         return p if p == FINAL else int(p)
     except ValueError:
         raise ConfigError("points", f"must be update counts or 'final'; kept: {kept}, got {p!r}") from None
+
+
+def check_probe_name(name: str, field: str = "name") -> None:
+    """A probe's folder under its run (``bpo probe --name``): a plain name of letters, digits, _
+    and -, so that it can never point outside the run directory."""
+    if not re.fullmatch(r"[\w-]+", name):
+        raise ConfigError(field, f"must be a plain folder name (letters, digits, _ and -), got {name!r}")
 
 
 def with_truncation(cfg, rho_bar: float | None = None, c_bar: float | None = None):

@@ -72,6 +72,11 @@ def sort_settings(settings) -> list[tuple[str, str]]:
     return sorted(set(settings), key=key)
 
 
+def format_p(p: float | None) -> str:
+    """A p-value for a table: three decimals, '< 0.001', 'nan', or '–' where there is none."""
+    return "–" if p is None else "nan" if math.isnan(p) else "< 0.001" if p < 0.0005 else f"{p:.3f}"
+
+
 def welch_p(row_values, baseline_values, alternative: str = "greater") -> float:
     """Welch's t-test p-value of row mean vs baseline mean; 'greater' is one-sided (row > baseline).
 

@@ -25,6 +25,7 @@ from bpo.config import ConfigError
 from bpo.provenance import code_version
 from bpo.results import atomic_write_json, atomic_write_text, ensure_writable_dir
 from experiments.common import (
+    format_p,
     report_provenance,
     row_label,
     save_figure,
@@ -279,12 +280,12 @@ def summarise(runs: list[ProbedRun], folder: Path, argv: list[str], baseline: st
     names = labels(runs)
     settings, order = sort_settings(r.setting for r in runs), sort_rows(r.run.row for r in runs)
     ordered = sorted(runs, key=lambda r: (settings.index(r.setting), order.index(r.run.row), names[r.run.run_id]))
+    entries = [run_entry(r, names[r.run.run_id]) for r in ordered]
     return {"provenance": {"command": ["bpo", "probe-summary", *argv], "code_version": code_version()},
             "folder": str(folder), "level": levels_text(runs),
             "settings": runs[0].probe["settings"] if len(distinct) == 1 else None, "notes": notes,
-            "runs": [run_entry(r, names[r.run.run_id]) for r in ordered], "baseline": baseline,
-            "comparisons": [] if baseline is None else compare_rows([run_entry(r, names[r.run.run_id])
-                                                                    for r in ordered], baseline)}
+            "runs": entries, "baseline": baseline,
+            "comparisons": [] if baseline is None else compare_rows(entries, baseline)}
 
 
 def _log_medians(run: dict, update: int, name: str) -> list[float]:
@@ -334,12 +335,16 @@ def _g(x) -> str:
     return "n/a" if x is None else f"{x:.3g}"
 
 
+def ratio_text(stats: dict, name: str) -> str:
+    """'median [lo, hi]' of the ratio ``name`` ('var' or 'mse') of a point's statistics."""
+    med, lo, hi = (_g(stats[f"{name}_ratio_{end}"]) for end in ("median", "lo", "hi"))
+    return f"{med} [{lo}, {hi}]"
+
+
 def table_row(label: str, p: dict) -> str:
     """One Markdown row of a point (``point_entry``)."""
-    var, mse = ([_g(p[f"{n}_ratio_{end}"]) for end in ("median", "lo", "hi")] for n in ("var", "mse"))
-    return (f"| {label} | {p['point']} | {p['env_steps']:,} | {var[0]} [{var[1]}, {var[2]}] | "
-            f"{mse[0]} [{mse[1]}, {mse[2]}] | {p['frac_var_mu_lower']:.2f} | {_g(p['ess_frac_mean'])} | "
-            f"{p['seeds']} × {p['states_per_seed']} |")
+    return (f"| {label} | {p['point']} | {p['env_steps']:,} | {ratio_text(p, 'var')} | {ratio_text(p, 'mse')} | "
+            f"{p['frac_var_mu_lower']:.2f} | {_g(p['ess_frac_mean'])} | {p['seeds']} × {p['states_per_seed']} |")
 
 
 def settings_text(s: dict) -> str:
@@ -402,7 +407,7 @@ def comparison_lines(summary: dict) -> list[str]:
 
 
 def _p(p: float | None) -> str:
-    return "n/a" if p is None else "< 0.001" if p < 0.0005 else f"{p:.3f}"
+    return "n/a" if p is None else format_p(p)
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ import tyro
 from bpo.presets import PAPER_TABLE1, paper_setting
 from bpo.results import atomic_write_text, read_curve, read_summary
 from experiments.common import (
+    format_p,
     row_label,
     setting_label,
     sort_rows,
@@ -30,9 +31,10 @@ from experiments.common import (
     welch_p_from_stats,
     welch_power,
 )
+from experiments.probe_summary import ratio_text
 from experiments.probe_summary import stem as summary_stem
 from experiments.store import build_index
-from experiments.table import PAPER_RUNS, describe, format_number, format_p
+from experiments.table import PAPER_RUNS, describe, format_number
 
 PAGES = ("README.md", "docs/results.md", "docs/reproduction.md", "docs/backends.md", "docs/a2c.md")
 BLOCK = re.compile(r"(<!-- results:(?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /results -->)", re.S)
@@ -281,7 +283,7 @@ def _glance_probe(results: Path, link: bool = True, name: str = "probe") -> str 
         texts = []
         for r in (r for r in summary["runs"] if (r["env"], r["preset"]) == setting):
             last = max(r["points"], key=lambda p: p["update"])
-            texts.append(f"{r['label']}: Var {_ratio(last, 'var')}, MSE {_ratio(last, 'mse')} "
+            texts.append(f"{r['label']}: Var {ratio_text(last, 'var')}, MSE {ratio_text(last, 'mse')} "
                          f"at {_budget(last['env_steps'])}")
         parts.append(f"{setting_label(setting)}: " + "; ".join(texts))
     first = summary["runs"][0]["points"][-1]
@@ -290,11 +292,6 @@ def _glance_probe(results: Path, link: bool = True, name: str = "probe") -> str 
             f"last probed point: the median over {first['seeds']} seeds × {first['states_per_seed']} states, "
             f"[{summary['level']} bootstrap interval]; below 1: μ's estimate is better): " + "; ".join(parts) + "."
             + (f" [`results/{PROBE}`](results/{PROBE})" if link else ""))
-
-
-def _ratio(point: dict, name: str) -> str:
-    values = [point[f"{name}_ratio_{end}"] for end in ("median", "lo", "hi")]
-    return "n/a" if None in values else f"{values[0]:.3g} [{values[1]:.3g}, {values[2]:.3g}]"
 
 
 def probe_block(results: Path, name: str = "probe") -> str:

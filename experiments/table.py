@@ -40,6 +40,7 @@ from experiments.aggregates import GAMMA, normalised_runs, runs_used_note, stric
 from experiments.common import (
     OPTIMAL_RETURNS,
     SETTING_NAMES,
+    format_p,
     holm,
     provenance_counts,
     report_provenance,
@@ -295,10 +296,6 @@ def _marked_text(cell: dict, latex: bool, paper: bool) -> str:
         return text + extra + (r"$^{\dagger}$" if cell["mark"] == "worse" else "")
     text = {"bold": f"**{text}**", "italic": f"*{text}*"}.get(cell["mark"], text)
     return text + extra + (f" {WORSE}" if cell["mark"] == "worse" else "")
-
-
-def format_p(p: float | None) -> str:
-    return "–" if p is None else "nan" if math.isnan(p) else "< 0.001" if p < 0.0005 else f"{p:.3f}"
 
 
 def _count(n: int, word: str) -> str:

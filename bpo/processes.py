@@ -18,10 +18,29 @@ ignored, since schedulers often send several (a preemption, then a requeue) and 
 way is what they ask for.
 
 Sweep workers call it keeping SIGINT: the sweep forwards the signal to them.
+
+**Which thread takes a signal.** A process-directed signal is delivered to some thread that does
+not block it, and its handler runs on that thread's stack, interrupting whatever it was doing. In
+``bpo`` that thread is often inside XLA's compiled code (the host runner calls it from the main
+thread hundreds of times a second); a handler run on top of JIT-generated kernels is not safe with
+every library XLA links (oneDNN documents heap corruption from exactly this, its AVX-512 GEMM
+keeping its stack pointer in heap memory). Twice a CI run's ``bpo train`` aborted in glibc
+("corrupted size vs. prev_size") right after a test sent it SIGINT or SIGTERM, before it printed
+its message; neither was reproducible on the development machine (AMD, no AVX-512). So the
+``bpo`` command and its sweep workers call ``receive_signals_on_a_thread()`` first: SIGINT and
+SIGTERM are blocked in every thread (threads inherit the mask, XLA's included) and one thread
+that runs nothing else takes them with ``sigwait`` and hands each to the main thread as Python
+would (``_thread.interrupt_main``: the installed Python handler runs there, between bytecodes),
+or ends the process as the default disposition would. What changes for Python code: a blocking
+call in the main thread (a sleep, a lock wait) is no longer cut short by the signal, which takes
+effect when the call returns. Child processes inherit the blocked mask; ``die_with_parent``, the
+first thing each of ours does, unblocks it (sweep workers then block it again for their own thread;
+multiprocessing's resource tracker keeps it, and ignores both signals anyway).
 """
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import ctypes
 import os
@@ -29,6 +48,7 @@ import signal
 import sys
 import threading
 from collections.abc import Iterator
+from multiprocessing import resource_tracker
 
 _PR_SET_PDEATHSIG = 1
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -58,10 +78,39 @@ def die_with_parent(parent_pid: int | None = None, keep_sigint: bool = False) ->
     Python between fork and exec of a multithreaded process can deadlock)."""
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)  # the parent's thread had them blocked
     if not keep_sigint:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
     if parent_pid is not None and os.getppid() != parent_pid:
         os._exit(1)
+
+
+def receive_signals_on_a_thread() -> None:
+    """From now on SIGINT and SIGTERM reach this process's Python handlers only through a thread of
+    their own (module docstring), never by interrupting a thread that runs compiled code. Call it
+    from the main thread before any other thread starts; once per process."""
+    if threading.current_thread() is not threading.main_thread():
+        raise RuntimeError("receive_signals_on_a_thread: call it from the main thread")
+    # multiprocessing's resource tracker, when it starts, unblocks both signals in the thread that
+    # started it (a pool or a vector env would start it from the main thread mid-run): start it now.
+    resource_tracker.ensure_running()
+    signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+    threading.Thread(target=_hand_over_signals, daemon=True, name="bpo-signals").start()
+
+
+def _hand_over_signals() -> None:
+    """Take each stop signal and do what its disposition says: run the Python handler in the main
+    thread, ignore it, or end the process by that signal."""
+    while True:
+        signum = signal.sigwait(_STOP_SIGNALS)
+        handler = signal.getsignal(signum)
+        if handler is signal.SIG_IGN:
+            continue
+        if handler is signal.SIG_DFL or handler is None:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, [signum])  # on this thread only: the default action
+            signal.raise_signal(signum)
+            continue
+        _thread.interrupt_main(signum)
 
 
 def requested() -> int | None:

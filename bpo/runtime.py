@@ -24,16 +24,21 @@ the client starts at the first JAX computation:
   environment step 132 -> 115 us with synchronous dispatch). The JAX runner makes one long call
   and waits for it, so it does not care. ``BPO_CPU_ASYNC_DISPATCH=1`` keeps JAX's default.
 
-One is applied by the ``bpo`` command (and by each sweep worker), not on import, so that a
-library user's process keeps JAX's own cache settings:
+Two are applied by the ``bpo`` command (and by each sweep worker), not on import, so that a
+library user's process keeps JAX's own cache settings and its own crash handling:
 
 * ``enable_compile_cache()``: compiled programs are kept on disk (``BPO_COMPILE_CACHE``, default
   ``~/.cache/bpo/xla``; empty turns it off), so a repeated run of the same configuration, with any
   seed (keys are arguments, not constants), skips XLA compilation.
+* ``report_crashes()``: a process that dies of a fatal signal (SIGSEGV, SIGABRT from a corrupted
+  heap, SIGBUS, SIGILL, SIGFPE) prints the Python stack of every thread first (``faulthandler``).
+  Such a crash happens in native code (XLA, MuJoCo, NumPy), where Python has no traceback; without
+  this it leaves one line of glibc's, as a CI run once did, and nothing says what was running.
 """
 
 from __future__ import annotations
 
+import faulthandler
 import os
 from pathlib import Path
 
@@ -65,6 +70,13 @@ def enable_compile_cache() -> str | None:
     jax.config.update("jax_compilation_cache_dir", folder)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
     return folder
+
+
+def report_crashes() -> None:
+    """Print every thread's Python stack to stderr when a fatal signal ends the process (module
+    docstring); a no-op where faulthandler is already on (``python -X faulthandler``, pytest)."""
+    if not faulthandler.is_enabled():
+        faulthandler.enable(all_threads=True)
 
 
 def cpu_threads() -> int:

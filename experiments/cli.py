@@ -10,11 +10,19 @@ Every config field is a flag (``--returns.c-bar 1.5``); ``--help`` after a subco
 with their documentation. Invalid values stop before anything is compiled.
 
 The top layer (docs/design.md): it may import anything of ``bpo``, ``envs`` and ``experiments``, and
-nothing imports it. The console script ``bpo`` is ``experiments.cli:main``; ``python -m experiments.cli``
-does the same.
+nothing imports it. The console script ``bpo`` is ``experiments.program:main``, which blocks the
+stop signals and then runs ``main`` here; ``python -m experiments.cli`` does the same.
 """
 
 from __future__ import annotations
+
+import signal
+
+if __name__ == "__main__":
+    # The program itself: SIGINT and SIGTERM are blocked before the imports below start any thread
+    # (NumPy's, XLA's), so that every thread inherits the mask and only the thread started by
+    # ``receive_signals_on_a_thread`` takes them (bpo.processes).
+    signal.pthread_sigmask(signal.SIG_BLOCK, (signal.SIGINT, signal.SIGTERM))
 
 import importlib.metadata
 import json
@@ -30,12 +38,12 @@ from bpo import checkpoint as ckpt
 from bpo.checkpoint import NonFiniteError
 from bpo.config import ConfigError, EpisodicTrainConfig, OnPolicyTrainConfig, from_dict, to_dict
 from bpo.presets import PRESETS, VARIANTS, apply_variant, get_preset
-from bpo.processes import Interrupted, stop_requests
+from bpo.processes import Interrupted, receive_signals_on_a_thread, stop_requests
 from bpo.progress import EvalProgress
 from bpo.provenance import code_version
 from bpo.publish import check_publishable, publish_run_dir, save_or_rescue
 from bpo.results import ensure_writable_dir
-from bpo.runtime import enable_compile_cache
+from bpo.runtime import enable_compile_cache, report_crashes
 from bpo.tensorboard import Loggers, TensorBoardLogger, WandbLogger
 from bpo.training import (
     checkpointable,
@@ -362,7 +370,13 @@ def _preparse(argv: list[str], flag: str) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``bpo``; output cut off by its reader (``bpo ... --help | head -1``) ends it quietly."""
+    """``bpo``; output cut off by its reader (``bpo ... --help | head -1``) ends it quietly. As the
+    program itself (no ``argv``: the ``bpo`` script, ``python -m experiments.cli``) it first takes
+    SIGINT and SIGTERM on a thread of their own (``bpo.processes``); called with ``argv`` (in
+    another Python program, a test) it leaves that program's signal handling as it is."""
+    report_crashes()
+    if argv is None:
+        receive_signals_on_a_thread()
     try:
         return _dispatch(sys.argv[1:] if argv is None else list(argv))
     except BrokenPipeError:

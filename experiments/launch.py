@@ -20,10 +20,17 @@ continues from its last checkpoint, and what it left in ``.staging`` is deleted.
 
 from __future__ import annotations
 
+import signal
+
+if __name__ == "__main__":
+    # The program itself: SIGINT and SIGTERM are blocked before the imports below start any thread
+    # (NumPy's, XLA's), so that every thread inherits the mask and only the thread started by
+    # ``worker_main`` takes them (bpo.processes).
+    signal.pthread_sigmask(signal.SIG_BLOCK, (signal.SIGINT, signal.SIGTERM))
+
 import contextlib
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -40,7 +47,7 @@ from bpo import checkpoint as ckpt
 from bpo import processes, results
 from bpo.config import ConfigError
 from bpo.progress import console
-from bpo.runtime import enable_compile_cache
+from bpo.runtime import enable_compile_cache, report_crashes
 from bpo.training import default_checkpoint_every, program_key, run_rows, run_validated, write
 from bpo.training.rows import can_share
 from bpo.training.run_output import default_seed_chunk
@@ -227,9 +234,11 @@ class SlurmRun:
 
 def worker_main(sweep_dir: str, run_id: str) -> int:
     """A local worker process: ``execute`` with the run lock its sweep took for it; the exit code."""
+    report_crashes()
     if SWEEP_PID_ENV in os.environ:
         # Not SIGINT: the sweep forwards it (a Ctrl-C reaches a worker once, through the sweep).
         processes.die_with_parent(int(os.environ.pop(SWEEP_PID_ENV)), keep_sigint=True)
+    processes.receive_signals_on_a_thread()
     lock = None
     if LOCK_FD_ENV in os.environ:
         lock = store.adopt_run_lock(sweep_dir, run_id, int(os.environ.pop(LOCK_FD_ENV)))

@@ -4,7 +4,8 @@ module level or inside a function, is an edge of the import graph.
     experiments.cli  ->  experiments  ->  bpo  ->  envs        (an arrow: "may import")
 
 No cycles among the modules; the command line, ``experiments.cli``, is the top layer: it may import
-anything and nothing imports it; ``bpo`` and ``envs`` never import ``experiments``; ``envs`` imports
+anything and only the console script's entry point (``experiments.program``, which sets the signal
+mask first) imports it; ``bpo`` and ``envs`` never import ``experiments``; ``envs`` imports
 nothing from ``bpo``; inside ``bpo`` imports point down: core -> learners -> runners -> training.
 """
 
@@ -16,8 +17,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("bpo", "envs", "experiments")
-# The entry point (the console script ``bpo``), the top layer: it may import any module, none imports it.
+# The command line, the top layer: it may import any module, and only the script's entry point imports it.
 COMMAND_LINE = "experiments.cli"
+# The console script ``bpo``: blocks the stop signals before any import (bpo.processes), then runs the
+# command line; it imports nothing else of ours, and nothing imports it.
+ENTRY_POINT = "experiments.program"
 
 
 @cache
@@ -156,8 +160,11 @@ def test_envs_import_nothing_from_bpo():
     assert not _edges("envs", "bpo")
 
 
-def test_nothing_imports_the_command_line():
-    assert not [edge for package in PACKAGES for edge in _edges(package, COMMAND_LINE)]
+def test_nothing_imports_the_command_line_but_the_script_s_entry_point():
+    assert [edge for package in PACKAGES for edge in _edges(package, COMMAND_LINE)] == \
+        [f"{ENTRY_POINT} -> {COMMAND_LINE}"]
+    assert not [edge for package in PACKAGES for edge in _edges(package, ENTRY_POINT)]
+    assert import_graph()[ENTRY_POINT] == {COMMAND_LINE}
 
 
 # The order inside ``bpo`` (docs/design.md): a module imports only modules of its own layer or
@@ -167,9 +174,12 @@ BPO_LAYERS = (("learners", ("bpo.agents", "bpo.learner")), ("runners", ("bpo.run
 
 
 def layer_of(module: str) -> int:
-    """0 for envs, 1 for bpo's core, 2-4 for BPO_LAYERS, 5 for experiments, 6 for the command line."""
+    """0 for envs, 1 for bpo's core, 2-4 for BPO_LAYERS, 5 for experiments, 6 for the command line,
+    7 for the script's entry point."""
     if _in(module, "envs"):
         return 0
+    if module == ENTRY_POINT:
+        return 7
     if module == COMMAND_LINE:
         return 6
     if _in(module, "experiments"):
@@ -191,4 +201,4 @@ def test_layers_point_down():
 def test_layer_ranks():
     assert [layer_of(m) for m in ("envs.functional", "bpo.returns", "bpo.agents.bpo", "bpo.learner",
                                   "bpo.runners.host", "bpo.training.run", "experiments.sweep",
-                                  "experiments.commands", COMMAND_LINE)] == [0, 1, 2, 2, 3, 4, 5, 5, 6]
+                                  "experiments.commands", COMMAND_LINE, ENTRY_POINT)] == [0, 1, 2, 2, 3, 4, 5, 5, 6, 7]

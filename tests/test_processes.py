@@ -5,6 +5,7 @@ multiprocessing's resource tracker) is left alive."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -110,6 +111,57 @@ def test_no_child_outlives_a_host_run(tmp_path, signum):
         time.sleep(0.1)
     left = [p for p in descendants if alive(p)]
     assert not left, [Path(f"/proc/{p}/cmdline").read_bytes()[:200] for p in left]
+
+
+def blocked_signals(pid: int, tid: int | None = None) -> set[int]:
+    """The signals a thread blocks (its process's main thread without ``tid``), from /proc."""
+    path = Path(f"/proc/{pid}/task/{tid or pid}/status")
+    mask = int(next(line.split()[1] for line in path.read_text().splitlines() if line.startswith("SigBlk:")), 16)
+    return {n for n in range(1, 65) if mask >> (n - 1) & 1}
+
+
+@pytest.mark.slow
+@pytest.mark.mujoco
+def test_no_thread_that_runs_compiled_code_takes_a_stop_signal(tmp_path):
+    """A signal handler run on top of JIT-compiled kernels can corrupt the heap (bpo.processes), so
+    in ``bpo train`` every thread, XLA's included, blocks SIGINT and SIGTERM: one of them takes
+    them with sigwait. Its child processes (evaluation worker, environment workers) block neither,
+    and the run still stops with a checkpoint and exit code 143."""
+    proc = start([*HOST, "--out", str(tmp_path / "run")])
+    wait_for(lambda: len(children(proc.pid)) >= 12, proc, 300)
+    threads = [int(t.name) for t in Path(f"/proc/{proc.pid}/task").iterdir()]
+    assert len(threads) > 3  # the main thread, XLA's threads, the evaluation pool's, this module's
+    stop = {signal.SIGINT, signal.SIGTERM}
+    unblocked = [t for t in threads if not stop <= blocked_signals(proc.pid, t)]
+    # The kernel lifts the mask of a thread while it waits in sigwait: that one thread takes them.
+    waiting = [t for t in unblocked
+               if Path(f"/proc/{proc.pid}/task/{t}/wchan").read_text().startswith("do_sigtimedwait")]
+    assert len(waiting) == 1 and unblocked == waiting, f"threads taking SIGINT or SIGTERM: {unblocked} of {threads}"
+    for child in children(proc.pid):
+        with contextlib.suppress(OSError):  # a short-lived helper may be gone already
+            cmdline = Path(f"/proc/{child}/cmdline").read_bytes()
+            if b"resource_tracker" not in cmdline:  # multiprocessing's: it ignores both signals anyway
+                assert not stop & blocked_signals(child), cmdline[:200]
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err
+    assert "stopped by SIGTERM after update" in err
+
+
+@pytest.mark.slow
+def test_a_run_killed_by_a_fatal_signal_prints_every_thread_s_python_stack(tmp_path):
+    """A crash in native code (glibc aborting on a corrupted heap, a segfault) has no Python
+    traceback; ``bpo`` prints each thread's Python stack first (``bpo.runtime.report_crashes``),
+    so a log says what was running. The real process, killed by a real SIGABRT mid-training."""
+    proc = start([*SHORT_CORRIDOR, "--checkpoint-every", "5", "--out", str(tmp_path / "run")])
+    wait_for(lambda: ckpt.exists(tmp_path / "run" / "checkpoint"), proc)
+    proc.send_signal(signal.SIGABRT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == -signal.SIGABRT, err
+    assert "Fatal Python error: Aborted" in err, err
+    main_thread = err.split("most recent call first", 1)[1]
+    assert "bpo/training/driver.py" in main_thread and "experiments/cli.py" in main_thread, err
+    assert err.count("Thread 0x") >= 2, err  # the main thread and the stall guard, at least
 
 
 def test_stop_requests_take_the_first_signal_and_a_second_ctrl_c_aborts():

@@ -234,8 +234,15 @@ def _ppid(pid: int) -> int | None:
 
 
 def _children(pid: int) -> list[int]:
-    """The processes whose parent is ``pid`` (from /proc/*/stat)."""
-    return [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and _ppid(int(p.name)) == pid]
+    """The processes whose parent is ``pid`` (from /proc/*/stat), but multiprocessing's resource
+    tracker, which every ``bpo`` program starts first (``bpo.processes.receive_signals_on_a_thread``)."""
+    def tracker(child: int) -> bool:
+        try:
+            return b"resource_tracker" in Path(f"/proc/{child}/cmdline").read_bytes()
+        except OSError:
+            return False
+    return [int(p.name) for p in Path("/proc").iterdir()
+            if p.name.isdigit() and _ppid(int(p.name)) == pid and not tracker(int(p.name))]
 
 
 def _alive(pid: int) -> bool:

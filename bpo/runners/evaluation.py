@@ -26,6 +26,7 @@ from bpo.config import OnPolicyTrainConfig
 from bpo.learner import make_learner
 from bpo.processes import die_with_parent
 from bpo.runners.seeds import seed_map
+from bpo.runtime import report_crashes
 from envs.gymnasium_envs import EVAL_STREAM, env_seeds, gym_spec, make_vector_env
 
 
@@ -62,6 +63,7 @@ _worker: PolicyEvaluator | None = None
 def _start_worker(cfg: OnPolicyTrainConfig, parent_pid: int) -> None:
     global _worker
     die_with_parent(parent_pid)
+    report_crashes()
     _worker = PolicyEvaluator(cfg)
 
 
@@ -90,7 +92,9 @@ class Evaluations:
             self._pool, self._inline = None, PolicyEvaluator(cfg)
 
     def submit(self, env_step: int, actor_params, stats, eval_index: int) -> None:
-        host = jax.tree.map(np.asarray, (actor_params, stats))  # what a worker process can unpickle
+        # Copies, not views of XLA's buffers: the pool pickles them later on a thread of its own,
+        # and what crosses threads here is plain host memory that XLA neither owns nor frees.
+        host = jax.tree.map(lambda x: np.array(x, copy=True), (actor_params, stats))
         if self._pool is not None:
             future = self._pool.submit(_evaluate_in_worker, *host, eval_index)
         else:

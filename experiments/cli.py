@@ -10,7 +10,7 @@ Every config field is a flag (``--returns.c-bar 1.5``); ``--help`` after a subco
 with their documentation. Invalid values stop before anything is compiled.
 
 The top layer (docs/design.md): it may import anything of ``bpo``, ``envs`` and ``experiments``, and
-nothing imports it. The console script ``bpo`` is ``experiments.program:main``, which blocks the
+only the script's entry point imports it. The console script ``bpo`` is ``experiments.program:main``, which blocks the
 stop signals and then runs ``main`` here; ``python -m experiments.cli`` does the same.
 """
 

@@ -41,10 +41,14 @@ def test_the_readme_policy_example_acts_with_a_committed_policy(monkeypatch, cap
 
 def test_bpo_evaluate_repeats_the_committed_final_return_the_readme_quotes(tmp_path):
     """``bpo evaluate`` on a copy of the committed run gives every seed's recorded final return
-    exactly, and the README quotes their mean."""
+    exactly, and the README quotes their mean. Exactly only on the CPU model that recorded it:
+    on another one the compiled kernels differ and Pendulum's episodes drift apart (an AMD EPYC
+    gave -556.34 for a seed recorded as -556.36 on an Intel Xeon, and one seed 0.4 % off;
+    docs/runs.md), so there the repetition is skipped, saying why."""
     import json
     import shutil
 
+    from bpo.provenance import provenance
     from experiments.cli import main
 
     run = tmp_path / "run"
@@ -52,5 +56,9 @@ def test_bpo_evaluate_repeats_the_committed_final_return_the_readme_quotes(tmp_p
     assert main(["evaluate", str(run)]) == 0
     (result,) = [json.loads(p.read_text()) for p in (run / "evaluations").glob("*.json")]
     summary = json.loads((run / "summary.json").read_text())
-    assert result["per_seed_mean"] == summary["final_eval_returns"]
     assert f"{summary['final_mean']:.2f} over {summary['seeds']} seeds" in (ROOT / "README.md").read_text()
+    here, recorded = provenance("cpu")["device"], summary["provenance"]["device"]
+    if here != recorded:
+        pytest.skip(f"the run was recorded on {recorded!r} and this CPU is {here!r}: exact repetition holds on "
+                    "the recording CPU model only")
+    assert result["per_seed_mean"] == summary["final_eval_returns"]

@@ -74,8 +74,9 @@ def die_with_parent(parent_pid: int | None = None, keep_sigint: bool = False) ->
     """Linux: this process gets SIGKILL when its parent dies, however it dies; and, unless
     ``keep_sigint``, it leaves SIGINT to the parent (a Ctrl-C reaches the whole process group, but
     the parent decides how the work stops). With ``parent_pid``, a parent that died before this call
-    ends this process now. Called by the child itself, first thing (not as a ``preexec_fn``: running
-    Python between fork and exec of a multithreaded process can deadlock)."""
+    ends this process now. It also unblocks SIGINT and SIGTERM, which a child of a ``bpo`` program
+    inherits blocked (``receive_signals_on_a_thread``). Called by the child itself, first thing (not
+    as a ``preexec_fn``: running Python between fork and exec of a multithreaded process can deadlock)."""
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)  # the parent's thread had them blocked

@@ -372,10 +372,11 @@ def _preparse(argv: list[str], flag: str) -> str | None:
 def main(argv: list[str] | None = None) -> int:
     """``bpo``; output cut off by its reader (``bpo ... --help | head -1``) ends it quietly. As the
     program itself (no ``argv``: the ``bpo`` script, ``python -m experiments.cli``) it first takes
-    SIGINT and SIGTERM on a thread of their own (``bpo.processes``); called with ``argv`` (in
-    another Python program, a test) it leaves that program's signal handling as it is."""
-    report_crashes()
+    SIGINT and SIGTERM on a thread of their own (``bpo.processes``) and reports native crashes
+    (``bpo.runtime.report_crashes``); called with ``argv`` (in another Python program, a test) it
+    leaves that program's signal handling as it is (docs/runtime.md)."""
     if argv is None:
+        report_crashes()
         receive_signals_on_a_thread()
     try:
         return _dispatch(sys.argv[1:] if argv is None else list(argv))

@@ -153,7 +153,7 @@ def finished_seeds(out: Path) -> dict[int, dict]:
         try:
             rec = json.loads(path.read_text())
         except (OSError, ValueError) as e:
-            raise SystemExit(f"{path}: not a readable seed record ({e}); move it away and run the seed again")
+            raise SystemExit(f"{path}: not a readable seed record ({e}); move it away and run the seed again") from e
         if rec.get("format") != FORMAT or not rec.get("finished"):
             raise SystemExit(f"{path}: not a finished seed record of this script (format {FORMAT})")
         done[int(rec["seed"])] = rec

@@ -172,6 +172,27 @@ class BehaviourConfig:
     """Weight of an entropy bonus in mu's loss (eqs. 15, 16 have none; the authors' code adds PPO's
     entropy coefficient there, 0.001 on MuJoCo). Static."""
 
+    # The authors' public code's bugs, each off by default (docs/authors_code.md rows 14, 15, 17
+    # and 21); together on in the preset ``mujoco_authors_code``.
+    q_hat_reward: Literal["r_hat", "last_q_batch_reward"] = "r_hat"
+    """The reward Q-hat's FQE regresses on: 'r_hat', r-hat = 2 r Q - r^2 of each row (eqs. 7, 14);
+    'last_q_batch_reward', the raw rewards of the last minibatch Q's FQE stepped on, the same vector
+    for every Q-hat minibatch, unrelated to its rows (the authors' code passes ``rewards=rewards``,
+    left over from the Q loop, to its Q-hat update). Needs q_batch_size rows in both loops."""
+    mu_q_hat_batch_min: bool = False
+    """Continuous mu loss: replace Q-hat(s, a) of each sample in eq. (16) by its minimum over the
+    minibatch, one scalar (the authors' code's ``jnp.min(q_hat_values, axis=0)``), so that one
+    sample's -0.5 log Q-hat weighs as much as the batch-mean KL term."""
+    mu_q_hat_unclipped_actions: bool = False
+    """Continuous mu loss: Q-hat reads mu's samples unclipped in eq. (16), while the stored actions
+    and a' ~ pi are clipped (the authors' code passes the action bounds to mu's update and does not
+    use them)."""
+    replay_epoch_filled_only: bool = False
+    """While D fills, an FQE or mu epoch is one pass over the rows D holds (fewer minibatches, as
+    in the authors' code), instead of a pass padded with repeated rows to replay_size rows. Needs
+    the rollout and replay_size to be multiples of q_batch_size and mu_batch_size, so that every
+    minibatch is whole."""
+
 
 @dataclass(frozen=True)
 class EpisodicBehaviourConfig(BehaviourConfig):

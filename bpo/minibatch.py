@@ -17,7 +17,8 @@ Step = Callable[[Any, jax.Array, jax.Array], tuple[Any, Any]]
 """(carry, row indices [batch_size], key) -> (carry, metrics of the step)."""
 
 
-def minibatch_epochs(key, carry, step: Step, *, n_epochs: int, indices: Callable[[jax.Array], jax.Array]):
+def minibatch_epochs(key, carry, step: Step, *, n_epochs: int, indices: Callable[[jax.Array], jax.Array],
+                     n_active=None):
     """``n_epochs`` passes; each is a scan of ``step`` over the minibatches of ``indices(k)``.
 
     Args:
@@ -26,16 +27,47 @@ def minibatch_epochs(key, carry, step: Step, *, n_epochs: int, indices: Callable
         step: one minibatch step, ``(carry, idx, key) -> (carry, metrics)``.
         n_epochs: static number of passes.
         indices: index key -> ``[n_minibatches, batch_size]`` row indices of one epoch.
+        n_active: None, or a (traced) count: only the first ``n_active`` minibatches of each epoch
+            step; the others leave the carry as it is and are left out of the metrics' means
+            (``bpo.replay_epoch_filled_only``: an epoch of a filling replay is one pass over the
+            rows it holds, as in the authors' code, not a pass padded to its capacity).
     Returns:
         The final carry and every metric averaged over all steps of all epochs."""
+    guarded = step if n_active is None else _skipped_past(step, n_active)
 
     def epoch(carry, k):
         k_idx, k_samples = jax.random.split(k)
         idx = indices(k_idx)
-        return jax.lax.scan(lambda c, xs: step(c, *xs), carry, (idx, jax.random.split(k_samples, idx.shape[0])))
+        xs = (idx, jax.random.split(k_samples, idx.shape[0]))
+        if n_active is not None:
+            xs = (jnp.arange(idx.shape[0]), *xs)
+        return jax.lax.scan(lambda c, x: guarded(c, *x), carry, xs)
 
     carry, metrics = jax.lax.scan(epoch, carry, jax.random.split(key, n_epochs))
-    return carry, jax.tree.map(jnp.mean, metrics)
+    if n_active is None:
+        return carry, jax.tree.map(jnp.mean, metrics)
+    # skipped steps contribute zeros; divide by the steps that ran
+    return carry, jax.tree.map(lambda m: jnp.sum(m) / (n_epochs * n_active), metrics)
+
+
+def _skipped_past(step: Step, n_active):
+    """``step`` at minibatch positions below ``n_active``; the carry unchanged and zero metrics above."""
+
+    def guarded(carry, position, idx, k):
+        metrics_shape = jax.eval_shape(step, carry, idx, k)[1]
+        skip = lambda: (carry, jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), metrics_shape))  # noqa: E731
+        return jax.lax.cond(position < n_active, lambda: step(carry, idx, k), skip)
+
+    return guarded
+
+
+def last_minibatch(key, *, n_epochs: int, indices: Callable[[jax.Array], jax.Array], n_active=None) -> jax.Array:
+    """The row indices of the last minibatch that ``minibatch_epochs`` steps on with these arguments
+    (the same key splits), without running it: the authors' Q-hat reads that minibatch's rewards
+    (``bpo.q_hat_reward = 'last_q_batch_reward'``)."""
+    k_idx, _ = jax.random.split(jax.random.split(key, n_epochs)[-1])
+    idx = indices(k_idx)
+    return idx[-1] if n_active is None else idx[n_active - 1]
 
 
 def permuted_minibatches(key, n: int, batch_size: int) -> jax.Array:

@@ -9,6 +9,8 @@ are sensible settings for environments the paper does not use.
 * ``mujoco_default``: Table 4, Gymnasium MuJoCo v5, 1.5M steps.
 * ``mujoco_default_authors``: the authors' public configuration of ``mujoco_default``: every switch
   this project offers set to their code's value (docs/authors_code.md, "The authors' preset").
+* ``mujoco_authors_code``: ``mujoco_default_authors`` with the authors' code's bugs switched on
+  (docs/authors_code.md, "Their code as it runs").
 * ``mujoco_gsde``: Table 3 with the per-environment overrides of Table 5 (``ENV_OVERRIDES``), 2M steps.
 * ``cartpole_a2c``, ``pendulum_a2c``, ``mujoco_a2c``: A2C and BPO-A2C (``method = 'a2c'``) with
   rl-baselines3-zoo's A2C settings (docs/a2c.md).
@@ -191,6 +193,14 @@ PRESETS = {
         bpo=_MUJOCO_GSDE_BPO,
     ),
 }
+# The authors' public code as it runs, bugs included: their configuration with the four switches
+# that reproduce what their code does where the paper says otherwise (docs/authors_code.md, rows
+# 14, 15, 17 and 21; each off elsewhere).
+PRESETS["mujoco_authors_code"] = replace(
+    PRESETS["mujoco_default_authors"], preset="mujoco_authors_code",
+    bpo=replace(PRESETS["mujoco_default_authors"].bpo, q_hat_reward="last_q_batch_reward", mu_q_hat_batch_min=True,
+                mu_q_hat_unclipped_actions=True, replay_epoch_filled_only=True),
+)
 
 # Table 5: per-environment changes to a preset, applied when the environment is chosen.
 ENV_OVERRIDES = {
@@ -243,7 +253,7 @@ PAPER_TABLE1 = {
 }
 DEFAULT_ABLATION_BASE = "bpo_c1.0_rho1.5"
 # Presets that run a column of Table 1 with other settings: the paper's numbers for that column apply.
-PAPER_COLUMNS = {"mujoco_default_authors": "mujoco_default"}
+PAPER_COLUMNS = {"mujoco_default_authors": "mujoco_default", "mujoco_authors_code": "mujoco_default"}
 
 
 def paper_setting(env: str, preset: str) -> tuple[str, str]:

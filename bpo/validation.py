@@ -142,6 +142,7 @@ def validate(cfg):
     _validate_returns(cfg.returns)
     _in_unit_interval("returns.lam", cfg.returns.lam)
     _validate_behaviour(cfg.bpo)
+    _validate_authors_bugs(cfg.bpo, None, discrete=True)  # ShortCorridor: discrete actions
     _widths("bpo.mu_hidden", cfg.bpo.mu_hidden)
     b = cfg.bpo
     if cfg.algo == "bpo" and b.clip_targets and r.gamma >= 1.0:
@@ -175,6 +176,29 @@ def _validate_behaviour(b: BehaviourConfig) -> None:
     _in_unit_interval("bpo.polyak_tau", b.polyak_tau)
     _positive("bpo.q_hat_floor", b.q_hat_floor)
     _non_negative("bpo.mu_ent_coef", b.mu_ent_coef)
+
+
+def _validate_authors_bugs(b: BehaviourConfig, rollout: int | None, discrete: bool) -> None:
+    """The switches that reproduce the authors' code's bugs apply where their code has them.
+
+    ``rollout``: transitions per update (None: episodes of varying length, BPO-REINFORCE)."""
+    for name in ("mu_q_hat_batch_min", "mu_q_hat_unclipped_actions"):
+        if getattr(b, name) and discrete:
+            raise ConfigError(f"bpo.{name}", "changes eq. (16), the continuous mu loss; this run's actions are "
+                              "discrete (leave it False)")
+    if b.mu_q_hat_unclipped_actions and not getattr(b, "clip_actions", True):
+        raise ConfigError("bpo.mu_q_hat_unclipped_actions", "has no effect with bpo.clip_actions False, where no "
+                          "action is clipped (leave it False)")
+    if not b.replay_epoch_filled_only:
+        return
+    if rollout is None:
+        raise ConfigError("bpo.replay_epoch_filled_only", "needs rollouts of a fixed length (BPO-PPO or BPO-A2C); "
+                          "episodes vary in length (leave it False)")
+    for name in ("q_batch_size", "mu_batch_size"):
+        size = getattr(b, name)
+        if rollout % size or b.replay_size % size:
+            raise ConfigError("bpo.replay_epoch_filled_only", f"needs whole minibatches: bpo.{name}={size} must "
+                              f"divide the rollout ({rollout}) and bpo.replay_size ({b.replay_size})")
 
 
 def _validate_env_backend(cfg: OnPolicyTrainConfig) -> None:
@@ -233,6 +257,7 @@ def _validate_action_space(cfg: OnPolicyTrainConfig) -> None:
     spec = make_env(cfg.env).spec if cfg.backend == "jax" else gym_spec(cfg.env)
     if cfg.ppo.use_sde and spec.discrete:
         raise ConfigError("ppo.use_sde", f"needs continuous actions; {cfg.env} has discrete actions")
+    _validate_authors_bugs(cfg.bpo, cfg.rollout_size, spec.discrete)
     if not spec.discrete and cfg.bpo.mu_loss != "cross_entropy":
         raise ConfigError("bpo.mu_loss", f"chooses between the discrete losses of eq. (15); {cfg.env} has continuous "
                           "actions, whose mu loss is eq. (16): leave it 'cross_entropy'")

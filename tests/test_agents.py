@@ -12,7 +12,7 @@ import pytest
 
 from bpo import replay as rb
 from bpo.agents.reinforce import exponential_schedule, reinforce_loss, reinforce_update
-from bpo.minibatch import minibatch_epochs, permuted_minibatches
+from bpo.minibatch import last_minibatch, minibatch_epochs, permuted_minibatches
 from bpo.networks import SHORT_CORRIDOR_FEATURES, LinearSoftmax, two_action_logits
 
 
@@ -132,3 +132,23 @@ def test_minibatch_epochs_over_a_filling_replay_use_only_its_filled_rows():
                                                   indices=lambda k: rb.epoch_indices(k, replay, 4))
     assert int(n_steps) == 8 and int(counts.sum()) == 32
     assert np.all(np.asarray(counts)[:5] >= 6) and np.all(np.asarray(counts)[5:] == 0)
+
+
+def test_filled_only_epochs_make_one_pass_over_the_rows_a_filling_replay_holds():
+    """``n_active`` (bpo.replay_epoch_filled_only, the authors' epochs while D fills): 8 of 16 rows
+    filled in minibatches of 4: each of 3 epochs steps on 2 minibatches, every filled row exactly
+    once per epoch, as a plain loop over a permutation of the 8 rows would; the metrics average the
+    6 steps that ran; ``last_minibatch`` names the rows of the last of them."""
+    replay = rb.add(rb.init_replay({"x": 0.0}, 16), {"x": jnp.arange(16.0)}, jnp.arange(16) < 8)
+    key, indices = jax.random.PRNGKey(5), (lambda k: rb.epoch_indices(k, replay, 4))
+    step, carry = record_steps(16, 6)
+    (counts, n_steps, seen_idx, _), metrics = jax.jit(lambda c: minibatch_epochs(
+        key, c, step, n_epochs=3, indices=indices, n_active=jnp.int32(2)))(carry)
+    assert int(n_steps) == 6
+    np.testing.assert_array_equal(counts, [3] * 8 + [0] * 8)
+    assert float(metrics["step"]) == pytest.approx(np.mean(np.arange(6)))
+    np.testing.assert_array_equal(last_minibatch(key, n_epochs=3, indices=indices, n_active=2), seen_idx[5])
+    # without n_active: the epoch is padded to 16 rows, and the last minibatch is the fourth
+    step, carry = record_steps(16, 12)
+    (_, _, seen_idx, _), _ = minibatch_epochs(key, carry, step, n_epochs=3, indices=indices)
+    np.testing.assert_array_equal(last_minibatch(key, n_epochs=3, indices=indices), seen_idx[11])

@@ -9,7 +9,7 @@ import pytest
 from bpo.agents.bpo import make_behaviour, mu_loss
 from bpo.behaviour import behaviour_target_log_probs, continuous_mu_loss, discrete_mu_loss
 from bpo.config import replace
-from bpo.distributions import logits_dist
+from bpo.distributions import Dist, logits_dist
 from bpo.presets import get_preset
 
 
@@ -101,3 +101,36 @@ def test_continuous_q_reads_the_action_the_environment_executes(clip):
     np.testing.assert_array_equal(beh.q_output(params, obs, raw), want)
     unclipped = beh.q_net.apply(params, jnp.concatenate([obs, raw], axis=-1))[..., 0]
     assert np.allclose(beh.q_output(params, obs, raw), unclipped) != clip
+
+
+@pytest.mark.parametrize("batch_min,unclipped", [(False, False), (True, False), (False, True), (True, True)])
+def test_the_authors_mu_loss_switches_against_a_hand_computation(batch_min, unclipped):
+    """bpo.mu_q_hat_batch_min and bpo.mu_q_hat_unclipped_actions (the authors' eq. (16)): the loss
+    is mean(ln mu - ln pi) - 0.5 mean(ln Q-hat), with Q-hat read at the clipped or the raw samples,
+    and per sample or as the minimum over the minibatch; computed here in NumPy from the same draws."""
+    cfg = replace(get_preset("mujoco_default").bpo, zero_init_head=False, clip_targets=False, q_hat_head="softplus",
+                  mu_q_hat_batch_min=batch_min, mu_q_hat_unclipped_actions=unclipped)
+    beh = make_behaviour(cfg, False, 2, mu_apply=lambda p, o: Dist(p[0], jnp.exp(p[1])),
+                         action_low=-np.ones(2), action_high=np.ones(2), clip_actions=True)
+    obs = jnp.array([[0.3, -0.2], [0.1, 0.4], [-0.6, 0.2], [0.0, 0.9]])
+    mu = (jnp.array([[0.9, -0.5], [-1.2, 0.2], [0.1, 0.4], [0.5, 1.1]]), jnp.full((4, 2), -0.2))
+    pi = Dist(jnp.zeros((4, 2)), jnp.full((4, 2), 0.8))
+    q_hat_params = beh.q_net.init(jax.random.PRNGKey(1), jnp.zeros(4))
+    key = jax.random.PRNGKey(2)
+    got = float(mu_loss(mu, key, obs, pi, q_hat_params, None, None, beh=beh))
+
+    eps = np.asarray(jax.random.normal(key, (4, 2)), np.float64)
+    loc, scale = np.asarray(mu[0], np.float64), np.exp(np.asarray(mu[1], np.float64))
+    a = loc + scale * eps
+    assert np.any(np.abs(a) > 1)  # some samples leave the bounds, so clipping matters
+
+    def log_normal(x, m, s):
+        return np.sum(-0.5 * ((x - m) / s) ** 2 - np.log(s) - 0.5 * np.log(2 * np.pi), axis=-1)
+
+    seen = a if unclipped else np.clip(a, -1, 1)
+    out = np.asarray(beh.q_net.apply(q_hat_params, jnp.concatenate([obs, jnp.asarray(seen, jnp.float32)], -1)))[:, 0]
+    q_hat = np.expm1(np.log1p(np.exp(out.astype(np.float64))) + 1e-6)  # symexp(softplus + 1e-6), all > 0 here
+    q_hat = np.maximum(q_hat, cfg.q_hat_floor)
+    log_q = np.full(4, np.log(q_hat.min())) if batch_min else np.log(q_hat)
+    want = np.mean(log_normal(a, loc, scale) - log_normal(a, 0.0, 0.8) - 0.5 * log_q)
+    assert got == pytest.approx(want, rel=1e-5, abs=1e-5)

@@ -258,6 +258,11 @@ BEHAVIOUR_SWITCHES = [
     ("cartpole_continuous_ppo", {"bpo.q_hat_head": "softplus"}, ("q_hat_loss",)),
     # r-hat and mu's Q-hat from the Polyak target networks: Q is fitted as before; mu's targets move.
     ("cartpole_ppo", {"bpo.value_net": "target"}, ("mu_loss",)),
+    # The authors' code's bugs (docs/authors_code.md rows 14, 15, 17, 21).
+    ("cartpole_ppo", {"bpo.q_hat_reward": "last_q_batch_reward"}, ("q_hat_loss",)),
+    ("cartpole_continuous_ppo", {"bpo.q_hat_reward": "last_q_batch_reward"}, ("q_hat_loss",)),
+    # 64 of 192 rows at the first update: 2 minibatches an epoch instead of 6
+    ("cartpole_ppo", {"bpo.replay_epoch_filled_only": True}, ("q_loss", "q_hat_loss", "mu_loss")),
 ]
 
 
@@ -277,11 +282,24 @@ def test_behaviour_step_switches_change_what_they_govern(preset, switches, chang
         assert not np.any(metrics["q_clip_frac"]) and not np.any(metrics["q_hat_clip_frac"])
     if "bpo.clip_lower_bounds" in switches:  # only the lower bound binds this early
         assert np.all(base["q_hat_clip_frac"] > 0) and not np.any(metrics["q_hat_clip_frac"])
-    if {"bpo.value_net", "bpo.q_hat_head", "bpo.clip_lower_bounds"} & set(switches):  # Q fitted as before
+    if {"bpo.value_net", "bpo.q_hat_head", "bpo.clip_lower_bounds", "bpo.q_hat_reward"} & set(switches):  # Q as before
         assert same(metrics["q_loss"][0], base["q_loss"][0])
     if "bpo.symlog_targets" in switches:
         # Q's network regresses Q itself instead of symlog(Q): with values up to 10, larger errors.
         assert np.all(metrics["q_loss"] > 3 * base["q_loss"])
+
+
+@pytest.mark.parametrize("switch", ["bpo.mu_q_hat_batch_min", "bpo.mu_q_hat_unclipped_actions"])
+def test_the_authors_mu_switches_change_mu_alone(switch):
+    """The authors' eq. (16) (rows 15, 17): mu's loss changes, Q and Q-hat before it do not. Q-hat
+    is positive (softplus head) and unclamped, or this early it sits at its floor everywhere and
+    the switches have nothing to act on."""
+    positive = (("bpo.q_hat_head", "softplus"), ("bpo.clip_targets", False))
+    base, _ = three_updates("cartpole_continuous_ppo", positive)
+    metrics, _ = three_updates("cartpole_continuous_ppo", positive + ((switch, True),))
+    for key in PPO_METRICS + ("q_loss", "q_hat_loss"):
+        assert same(metrics[key][0], base[key][0]), f"{key} changed"
+    assert not same(metrics["mu_loss"][0], base["mu_loss"][0])
 
 
 # Continuous actions: with clipped targets, Q-hat is clamped to [floor, r_hat_max / (1 - gamma^2)],

@@ -55,6 +55,18 @@ def test_authors_preset_is_table_4_with_every_setting_of_the_authors_code():
     assert sort_settings([HCA, ("Hopper-v5", "mujoco_default"), HC]) == [HC, HCA, ("Hopper-v5", "mujoco_default")]
 
 
+def test_the_authors_code_preset_is_their_configuration_with_their_bugs_on():
+    """``mujoco_authors_code``: ``mujoco_default_authors`` and the four switches of their code's
+    bugs (docs/authors_code.md rows 14, 15, 17, 21), nothing else; compared with the paper's
+    default column."""
+    config, code = _flat(get_preset("mujoco_default_authors")), _flat(get_preset("mujoco_authors_code"))
+    differ = {k: (config[k], code[k]) for k in config if config[k] != code[k]}
+    assert differ == {"preset": ("mujoco_default_authors", "mujoco_authors_code"),
+                      "bpo.q_hat_reward": ("r_hat", "last_q_batch_reward"), "bpo.mu_q_hat_batch_min": (False, True),
+                      "bpo.mu_q_hat_unclipped_actions": (False, True), "bpo.replay_epoch_filled_only": (False, True)}
+    assert paper_setting("HalfCheetah-v5", "mujoco_authors_code") == HC
+
+
 def test_headline_sweep_is_the_papers_cell_in_both_settings():
     specs = expand(load_sweep("headline"))
     cells = {(s.preset, s.variant): s.config() for s in specs}

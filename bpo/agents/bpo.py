@@ -46,7 +46,7 @@ from bpo.fqe import (
     to_real,
     value_params,
 )
-from bpo.minibatch import minibatch_epochs
+from bpo.minibatch import last_minibatch, minibatch_epochs
 from bpo.networks import MLP
 from bpo.optim import clipped_adam
 
@@ -103,17 +103,18 @@ class Behaviour:
             return jax.nn.softplus(outputs) + Q_HAT_SOFTPLUS_EPS
         return outputs
 
-    def q_output(self, params, obs, action, hat: bool = False):
-        """Network output at (s, a) of Q (or Q-hat with ``hat``): symlog(Q) with symlog targets, Q otherwise."""
+    def q_output(self, params, obs, action, hat: bool = False, clip: bool = True):
+        """Network output at (s, a) of Q (or Q-hat with ``hat``): symlog(Q) with symlog targets, Q
+        otherwise. ``clip = False`` reads a continuous action as given even with ``clip_actions``."""
         if self.discrete:
             return take_action(self.head(self.q_net.apply(params, obs), hat), action)
-        if self.clip_actions:  # Q reads the action the environment executed
+        if self.clip_actions and clip:  # Q reads the action the environment executed
             action = distributions.clip_action(action, self.action_low, self.action_high)
         x = jnp.concatenate([obs, action], axis=-1)
         return self.head(self.q_net.apply(params, x), hat)[..., 0]
 
-    def q_value(self, params, obs, action, hat: bool = False):
-        return to_real(self.q_output(params, obs, action, hat), self.cfg.symlog_targets)
+    def q_value(self, params, obs, action, hat: bool = False, clip: bool = True):
+        return to_real(self.q_output(params, obs, action, hat, clip), self.cfg.symlog_targets)
 
     def next_values(self, pi_next: Dist, params, batch, hat: bool = False):
         """E_{a'~pi(.|s')} Q(s', a') on a minibatch (rows ``batch['idx']`` of the buffer)."""
@@ -162,28 +163,44 @@ def make_behaviour(cfg: BehaviourConfig, discrete: bool, n_actions: int, mu_appl
 
 
 def fqe_epochs(key, q_state: QState, replay: rb.Replay, rewards_field: str, gamma, bounds, pi_next: Dist, log_pi,
-               *, beh: Behaviour, tx: optax.GradientTransformation, hp) -> tuple[QState, dict]:
+               *, beh: Behaviour, tx: optax.GradientTransformation, hp, fixed_rewards=None) -> tuple[QState, dict]:
     """Algorithm 1 lines 10-11 (Q, eq. 13: ``rewards_field = 'reward'``) or 13-14 (Q-hat, eq. 14:
     ``'r_hat'`` and gamma^2, from ``second_moment_problem``): ``n_qvf_epochs`` random passes over
     the filled part of D in minibatches of ``q_batch_size``, one ``fqe_step`` each, with targets
     clipped to ``bounds``.
 
     ``pi_next``: pi(.|s') and ``log_pi``: log pi(a|s) on every row of the buffer (pi is fixed).
+    ``fixed_rewards``: None, or ``q_batch_size`` rewards given to every minibatch in place of its
+    rows' own (``bpo.q_hat_reward = 'last_q_batch_reward'``, the authors' code's Q-hat).
     Returns the new state and the metrics of ``fqe_step`` averaged over all steps."""
-    cfg, settings = beh.cfg, beh.fqe_settings()
+    settings = beh.fqe_settings()
     hat = rewards_field == "r_hat"
 
     def step(state, idx, k):
         batch = rb.gather(replay, idx)
-        batch.update(reward=batch[rewards_field], idx=idx, key=k)
+        batch.update(reward=batch[rewards_field] if fixed_rewards is None else fixed_rewards, idx=idx, key=k)
         return fqe_step(
             state, batch, log_pi[idx], predict=lambda p, b: beh.q_output(p, b["obs"], b["action"], hat),
             next_values=lambda p, b: beh.next_values(pi_next, p, b, hat), tx=tx, gamma=gamma, bounds=bounds,
             tau=hp.polyak_tau, reg_coef=hp.symlog_reg_coef, settings=settings,
         )
 
-    return minibatch_epochs(key, q_state, step, n_epochs=cfg.n_qvf_epochs,
-                            indices=lambda k: rb.epoch_indices(k, replay, cfg.q_batch_size))
+    return minibatch_epochs(key, q_state, step, **fqe_schedule(beh, replay))
+
+
+def fqe_schedule(beh: Behaviour, replay: rb.Replay) -> dict:
+    """The minibatch schedule of an FQE problem (``minibatch_epochs``'s keyword arguments)."""
+    cfg = beh.cfg
+    return dict(n_epochs=cfg.n_qvf_epochs, indices=lambda k: rb.epoch_indices(k, replay, cfg.q_batch_size),
+                n_active=filled_minibatches(beh, replay, cfg.q_batch_size))
+
+
+def filled_minibatches(beh: Behaviour, replay: rb.Replay, batch_size: int):
+    """With ``bpo.replay_epoch_filled_only``, the minibatches of one pass over the rows D holds
+    (the authors' code's epochs while D fills); else None (every epoch is |D| rows)."""
+    if not beh.cfg.replay_epoch_filled_only:
+        return None
+    return jnp.maximum((replay.size + batch_size - 1) // batch_size, 1)
 
 
 def mu_loss(params, key, obs, pi_dist: Dist, q_hat_params, hat_cap, q_hat_all_actions, *, beh: Behaviour):
@@ -213,7 +230,10 @@ def fit_to_target(key, mu_dist: Dist, obs, pi_dist: Dist, q_hat_params, hat_cap,
     log_pi = distributions.log_prob(pi_dist, action, discrete=False)
     if cfg.use_q_hat:
         cap = hat_cap if cfg.clip_targets else None
-        q_hat = floored_q_hat(beh.q_value(q_hat_params, obs, action, hat=True), cfg.q_hat_floor, cap)
+        q_hat = floored_q_hat(beh.q_value(q_hat_params, obs, action, hat=True, clip=not cfg.mu_q_hat_unclipped_actions),
+                              cfg.q_hat_floor, cap)
+        if cfg.mu_q_hat_batch_min:  # the authors' code: one scalar for the whole minibatch
+            q_hat = jnp.broadcast_to(jnp.min(q_hat), q_hat.shape)
     else:
         q_hat = jnp.ones_like(log_mu)
     return continuous_mu_loss(log_mu, log_pi, q_hat)
@@ -239,7 +259,8 @@ def mu_epochs(key, mu_params, mu_opt_state, replay: rb.Replay, pi_here: Dist, q_
 
     (mu_params, mu_opt_state), mean_loss = minibatch_epochs(
         key, (mu_params, mu_opt_state), step, n_epochs=beh.cfg.n_mu_epochs,
-        indices=lambda k: rb.epoch_indices(k, replay, beh.cfg.mu_batch_size))
+        indices=lambda k: rb.epoch_indices(k, replay, beh.cfg.mu_batch_size),
+        n_active=filled_minibatches(beh, replay, beh.cfg.mu_batch_size))
     return mu_params, mu_opt_state, mean_loss
 
 
@@ -270,7 +291,10 @@ def behaviour_step(key, state: BehaviourState, replay: rb.Replay, pi_dist_fn: Di
     r_hat_max = jnp.maximum(state.r_hat_max, jnp.max(jnp.where(filled, r_hat, -jnp.inf)))
     hat_bounds = q_hat_bounds(r_hat_max, gamma, lower=cfg.clip_lower_bounds)
     replay = replay.replace(data={**data, "r_hat": r_hat})
-    q_hat, q_hat_metrics = fqe(k_qh, state.q_hat, replay, "r_hat", gamma_hat, hat_bounds)
+    stale = None
+    if cfg.q_hat_reward == "last_q_batch_reward":  # the authors' code: Q's last minibatch's raw rewards
+        stale = data["reward"][last_minibatch(k_q, **fqe_schedule(beh, replay))]
+    q_hat, q_hat_metrics = fqe(k_qh, state.q_hat, replay, "r_hat", gamma_hat, hat_bounds, fixed_rewards=stale)
 
     q_hat_params = value_params(q_hat, cfg.value_net)
     q_hat_all = beh.discrete_q_hat(q_hat_params, data["obs"], hat_bounds[1]) if beh.discrete else None

@@ -119,7 +119,8 @@ class BehaviourConfig:
     """Zero-initialised final layer of Q and Q-hat (Appendix C.2)."""
     q_init: Literal["lecun", "orthogonal"] = "lecun"
     """Initialisation of the hidden kernels of Q and Q-hat (the paper does not say): LeCun normal
-    (flax's default), or orthogonal with gain 1 (the authors' public MuJoCo configuration)."""
+    (flax's default), or orthogonal with gain 1 (the authors' public code: every ``ppo_bpo_zero*``
+    block of their configs.yaml sets it, in every setting)."""
     symlog_targets: bool = True
     """Q networks predict symlog(Q); targets are symlog-ed, predictions symexp-ed (Section 5.2).
     Off is the 'no symlog' ablation (Figure 5)."""

@@ -2,7 +2,9 @@
 are sensible settings for environments the paper does not use.
 
 * ``short_corridor``: Table 2 (Figure 2), REINFORCE and BPO-REINFORCE on ShortCorridor.
-* ``cartpole_ppo``: the authors' CartPole-v1 settings for PPO and BPO-PPO (docs/choices.md).
+* ``cartpole_ppo``: the authors' CartPole-v1 settings for PPO and BPO-PPO (docs/choices.md), except
+  the Q and Q-hat networks: ReLU here (theirs tanh) and LeCun-normal initialisation (theirs
+  orthogonal with their ``ppo_bpo_zero*`` blocks; ``bpo.q_init = "orthogonal"`` gives it).
 * ``cartpole_continuous_ppo``, ``acrobot_ppo``, ``pendulum_ppo``, ``mountaincar_continuous_ppo``,
   ``short_corridor_ppo``: classic control with PPO/BPO-PPO (rl-zoo-like PPO settings; the BPO part
   follows ``cartpole_ppo`` scaled to the rollout size).
@@ -35,7 +37,9 @@ from bpo.config import (
 from bpo.config import replace as replace_dotted
 
 # The authors' CartPole settings (8 envs x 32 steps, batch 256, 20 epochs, decayed lr and clip; tanh
-# 64-unit actor and critic with LeCun-normal init; no observation normalisation).
+# 64-unit actor and critic with LeCun-normal init; no observation normalisation). Not theirs: the Q
+# and Q-hat networks below are ReLU (theirs tanh) with LeCun-normal init (theirs orthogonal under
+# their ppo_bpo_zero* blocks); docs/choices.md, "The authors' CartPole settings".
 _CARTPOLE_PPO = PPOConfig(
     learning_rate=1e-3, lr_schedule="linear", n_steps=32, n_envs=8, batch_size=256, n_epochs=20, gamma=0.98,
     gae_lambda=0.8, clip_range=0.2, clip_range_schedule="linear", ent_coef=0.0, vf_coef=0.5, max_grad_norm=0.5,

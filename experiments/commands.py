@@ -363,9 +363,11 @@ class AnalysisArgs:
 @dataclass(frozen=True)
 class TableArgs(AnalysisArgs):
     """Table 1: mean ± SE of the final evaluation over seeds, each row tested against the baseline row
-    (Welch's t-test: bold = significant improvement, italic = improvement not significant), as
-    Markdown and LaTeX; with rliable's aggregates across tasks: IQM, optimality gap, performance
-    profiles and probability of improvement (figures and aggregates.json)."""
+    (Welch's t-test, each cell's own and unadjusted: bold = higher mean at p < alpha, italic = higher
+    mean at p >= alpha, † = lower mean at p < alpha; how many stay significant after Holm's adjustment
+    is said under the table), as Markdown and LaTeX; with rliable's aggregates across tasks: IQM,
+    optimality gap, performance profiles and probability of improvement (figures and
+    aggregates.json)."""
 
     baseline: str | None = None
     """The row the others are compared with; default 'ppo' (or 'reinforce' for episodic sweeps)."""

@@ -118,6 +118,23 @@ def welch_interval(mean: float, sd: float, n: int, baseline_mean: float, baselin
     return mean - baseline_mean, mean - baseline_mean - half, mean - baseline_mean + half
 
 
+def one_sample_t(values, null: float = 0.0, confidence: float = 0.95) -> tuple[float, float, float, float]:
+    """(mean, low, high, p): Student's one-sample t-test of the mean of ``values`` against ``null``,
+    two-sided, with its ``confidence`` interval (n - 1 degrees of freedom; the interval is the one
+    the test inverts). Fewer than two values, or values with no spread, give NaN for what needs a
+    spread (the mean is still returned)."""
+    n = len(values)
+    mean = math.fsum(values) / n if n else math.nan
+    if n < 2:
+        return mean, math.nan, math.nan, math.nan
+    se = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (n - 1) / n)
+    if se == 0 or not math.isfinite(se):
+        return mean, math.nan, math.nan, math.nan
+    half = float(stats.t.ppf(0.5 + confidence / 2, n - 1)) * se
+    p = 2 * float(stats.t.sf(abs(mean - null) / se, n - 1))
+    return mean, mean - half, mean + half, min(1.0, p)
+
+
 def welch_power(gap: float, sd: float, n: int, baseline_sd: float, baseline_n: int, alpha: float = 0.05,
                 alternative: str = "greater") -> float:
     """The probability that Welch's test at level ``alpha`` rejects when the true difference of the

@@ -26,6 +26,7 @@ from bpo.provenance import code_version
 from bpo.results import atomic_write_json, atomic_write_text, ensure_writable_dir
 from experiments.common import (
     format_p,
+    one_sample_t,
     report_provenance,
     row_label,
     save_figure,
@@ -246,12 +247,31 @@ def summary_figure(runs: list[ProbedRun]):
 
 def point_entry(point: dict, m: int) -> dict:
     """One point of a run as the summary keeps it: the pooled statistics the table shows, its seeds
-    and states, and each seed's median ratios (the thin lines)."""
+    and states, each seed's median ratios (the thin lines) and the test of those medians with the
+    seeds as the units (``seed_test``)."""
+    medians = {seed: {name: stats[name] for name in ("var_ratio_median", "mse_ratio_median")}
+               for seed, stats in sorted(point["seeds"].items(), key=lambda kv: int(kv[0]))}
     return {"point": point["point"], "update": point["update"], "env_steps": point["env_steps"],
             "seeds": len(point["seeds"]), "states_per_seed": m,
             **{name: point["pooled"][name] for name in STAT_FIELDS},
-            "seed_medians": {seed: {name: stats[name] for name in ("var_ratio_median", "mse_ratio_median")}
-                             for seed, stats in point["seeds"].items()}}
+            "seed_medians": medians,
+            "seed_test": {name: seed_test([v[f"{name}_ratio_median"] for v in medians.values()])
+                          for name in ("var", "mse")}}
+
+
+def seed_test(medians: list) -> dict:
+    """The seeds' median ratios of one point tested with the seeds as the independent units:
+    Student's one-sample t-test, two-sided, of their logs against 0 (ratio 1), reported as the
+    geometric mean of the medians with the 95 % t interval (exp of the mean log and of its
+    interval). A seed whose median is n/a or not positive is left out (``n`` counts the others);
+    fewer than two, or no spread, leave the interval and p None. The pooled bootstrap beside it
+    treats every state of every seed as independent, which the states of one seed are not."""
+    logs = [math.log(v) for v in medians if v is not None and v > 0]
+    if not logs:
+        return {"n": 0, "geomean": None, "lo": None, "hi": None, "p": None}
+    mean, lo, hi, p = one_sample_t(logs)
+    return {"n": len(logs), "geomean": _finite(math.exp(mean)), "lo": _finite(math.exp(lo)),
+            "hi": _finite(math.exp(hi)), "p": _finite(p)}
 
 
 def run_entry(r: ProbedRun, label: str) -> dict:
@@ -341,9 +361,19 @@ def ratio_text(stats: dict, name: str) -> str:
     return f"{med} [{lo}, {hi}]"
 
 
+def seed_texts(p: dict, name: str) -> tuple[str, str]:
+    """('1.22, 0.24, 1.28', '0.717 [0.07, 7.3], p = 0.611'): a point's seeds' median ratios ``name``
+    ('var' or 'mse') in seed order, and their test with the seeds as the units (``seed_test``)."""
+    medians = ", ".join(_g(v[f"{name}_ratio_median"]) for v in p["seed_medians"].values())
+    t = p["seed_test"][name]
+    return medians, f"{_g(t['geomean'])} [{_g(t['lo'])}, {_g(t['hi'])}], p = {_p(t['p'])}"
+
+
 def table_row(label: str, p: dict) -> str:
     """One Markdown row of a point (``point_entry``)."""
-    return (f"| {label} | {p['point']} | {p['env_steps']:,} | {ratio_text(p, 'var')} | {ratio_text(p, 'mse')} | "
+    (var_seeds, var_test), (mse_seeds, mse_test) = seed_texts(p, "var"), seed_texts(p, "mse")
+    return (f"| {label} | {p['point']} | {p['env_steps']:,} | {ratio_text(p, 'var')} | {var_seeds} | {var_test} | "
+            f"{ratio_text(p, 'mse')} | {mse_seeds} | {mse_test} | "
             f"{p['frac_var_mu_lower']:.2f} | {_g(p['ess_frac_mean'])} | {p['seeds']} × {p['states_per_seed']} |")
 
 
@@ -362,7 +392,13 @@ def markdown(summary: dict) -> str:
              "states (below 1: μ's estimate varies, or errs, less than π's); μ lower: the fraction of states where "
              "μ's variance is lower; ESS/K: Kish's effective sample size of μ's K segments over K, mean over "
              "states; seeds × M states per seed. The final policies repeat the last kept point's numbers where "
-             "they are the same policies (docs/probe.md).", ""]
+             "they are the same policies (docs/probe.md).", "",
+             "The pooled interval treats every state of every seed as independent; the states of one seed share "
+             "its policy, critic and training, so the seeds are the independent units. Beside it, with the seeds "
+             "as the units: each seed's median over its M states (seed order), and Student's one-sample t-test, "
+             "two-sided, of the seeds' log medians against 0 (ratio 1), as the geometric mean of the seeds' "
+             "medians with its 95 % t interval and p (n - 1 degrees of freedom; with few seeds only large, "
+             "consistent departures from 1 reach p < 0.05).", ""]
     s = summary["settings"]
     lines += [f"Probe settings: {settings_text(s)}." if s else "Probe settings differ between runs (Runs).", ""]
     for note in summary["notes"]:
@@ -370,8 +406,11 @@ def markdown(summary: dict) -> str:
     settings = sort_settings({(r["env"], r["preset"]) for r in summary["runs"]})
     for setting in settings:
         lines += [f"## {setting_label(setting)}", "",
-                  f"| row | point | env steps | Var_μ/Var_π [{level}] | MSE_μ/MSE_π [{level}] | μ lower (var) | "
-                  "ESS/K | seeds × M |", "| --- | --- | ---: | --- | --- | ---: | ---: | --- |"]
+                  f"| row | point | env steps | Var_μ/Var_π, pooled [{level}] | Var: seeds' medians | "
+                  "Var: seeds' geometric mean [95 % t], p | "
+                  f"MSE_μ/MSE_π, pooled [{level}] | MSE: seeds' medians | MSE: seeds' geometric mean [95 % t], p | "
+                  "μ lower (var) | ESS/K | seeds × M |",
+                  "| --- | --- | ---: | --- | --- | --- | --- | --- | --- | ---: | ---: | --- |"]
         lines += [table_row(r["label"], p) for r in summary["runs"] if (r["env"], r["preset"]) == setting
                   for p in r["points"]]
         lines.append("")

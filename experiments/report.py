@@ -34,7 +34,7 @@ from experiments.common import (
 from experiments.probe_summary import ratio_text
 from experiments.probe_summary import stem as summary_stem
 from experiments.store import build_index
-from experiments.table import PAPER_RUNS, describe, format_number
+from experiments.table import PAPER_RUNS, describe, format_number, multiple_comparisons
 
 PAGES = ("README.md", "docs/results.md", "docs/reproduction.md", "docs/backends.md", "docs/a2c.md")
 BLOCK = re.compile(r"(<!-- results:(?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /results -->)", re.S)
@@ -246,8 +246,24 @@ def _glance_sweep(results: Path, name: str, link: bool = True) -> str | None:
     return (f"* **{SWEEPS[name]}** ({', '.join(budgets)}; {'/'.join(map(str, seeds))} seeds per cell; made on "
             f"{devices}; mean ± SE; "
             f"p: {'two-sided' if data.get('alternative') == 'two-sided' else 'one-sided'} Welch test against "
-            f"{row_label(data['baseline'])}, † = significantly worse): "
+            f"{row_label(data['baseline'])}, {_marks_text(cells, data)}): "
             + "; ".join(parts) + "." + (f" [`results/{name}`](results/{name})" if link else ""))
+
+
+def _marks_text(cells: dict, data: dict) -> str:
+    """What † means in a sweep's line, and how many cells at an unadjusted p < alpha (a higher mean,
+    bold in its table, or a lower one, †) stay below alpha after Holm's adjustment over the folder's
+    tests (table1.json's cells carry p_holm and p_worse_holm)."""
+    alpha = data.get("alpha", 0.05)
+    mc = multiple_comparisons(cells, alpha, data.get("alternative", "greater"))
+    text = f"† = lower mean at unadjusted p < {alpha} (each cell's own Welch test)"
+    marked, kept = mc["bold"] + mc["worse"], mc["bold_after_holm"] + mc["worse_after_holm"]
+    if not mc["tests"]:
+        return text
+    if not marked:
+        return text + f"; no cell at unadjusted p < {alpha}"
+    return (text + f"; cells at unadjusted p < {alpha}: {marked}, of which {kept} stay{'s' if kept == 1 else ''} "
+            f"significant after Holm's adjustment over the {mc['tests']} test{'s' if mc['tests'] > 1 else ''}")
 
 
 def _glance_variance(results: Path, link: bool = True) -> str | None:
@@ -290,7 +306,9 @@ def _glance_probe(results: Path, link: bool = True, name: str = "probe") -> str 
     return (f"* **The estimator probe, {PROBES[name]}** (Var_μ/Var_π and MSE_μ/MSE_π of eq. (6)'s start-state "
             "estimate at the "
             f"last probed point: the median over {first['seeds']} seeds × {first['states_per_seed']} states, "
-            f"[{summary['level']} bootstrap interval]; below 1: μ's estimate is better): " + "; ".join(parts) + "."
+            f"[{summary['level']} bootstrap interval over the pooled states, which treats them as independent; "
+            "the test with the seeds as the units is in the probe's table]; below 1: μ's estimate is better): "
+            + "; ".join(parts) + "."
             + (f" [`results/{PROBE}`](results/{PROBE})" if link else ""))
 
 

@@ -63,8 +63,9 @@ WORSE = "†"
 
 
 def mark(mean: float, baseline_mean: float, p: float, alpha: float, p_worse: float | None = None) -> str:
-    """'bold' (significant improvement), 'italic' (improvement, not significant), 'worse' (lower
-    mean, and ``p_worse``, the test for a lower mean, is significant) or ''."""
+    """'bold' (higher mean, ``p`` < ``alpha``), 'italic' (higher mean, ``p`` >= ``alpha``), 'worse' (lower
+    mean, and ``p_worse``, the test for a lower mean, is below ``alpha``) or ''. Each is the cell's own
+    test, unadjusted for the others (``multiple_comparisons`` counts what survives Holm's)."""
     if mean > baseline_mean:
         return "bold" if p < alpha else "italic"
     if mean < baseline_mean and p_worse is not None and p_worse < alpha:
@@ -334,15 +335,25 @@ def _compared(table: dict, settings, rows, baseline: str | dict) -> list[str]:
     return [r for r in rows if any((s, r) in table and baselines.get(s) != r for s in settings)]
 
 
-def legend(baseline: str | dict, alpha: float, alternative: str, markdown: bool = True) -> str:
-    """What the cells and the marks mean."""
+def legend(baseline: str | dict, alpha: float, alternative: str, markdown: bool = True,
+           mc: dict | None = None) -> str:
+    """What the cells and the marks mean: each mark is its cell's own test, unadjusted; with ``mc``
+    (``multiple_comparisons``), how many marked cells stay significant after Holm's adjustment."""
     bold, italic = ("**bold**", "*italic*") if markdown else ("bold", "italic")
     side = "one-sided" if alternative == "greater" else "two-sided"
-    loss = f"one-sided test for a lower mean, p < {alpha}" if alternative == "greater" else f"p < {alpha}"
-    return (f"Mean ± SE of the final evaluation return over seeds (SE = SD / √n), with the SD over seeds in "
+    loss = "one-sided test for a lower mean" if alternative == "greater" else "two-sided test"
+    text = (f"Mean ± SE of the final evaluation return over seeds (SE = SD / √n), with the SD over seeds in "
             f"parentheses. Welch's t-test ({side}) of each row against {against(baseline)}: {bold} = higher mean "
-            f"with p < {alpha}, {italic} = higher mean with p ≥ {alpha}, {WORSE} = lower mean, significantly "
-            f"({loss}).")
+            f"with unadjusted p < {alpha} (each cell's own Welch test), {italic} = higher mean with p ≥ {alpha}, "
+            f"{WORSE} = lower mean with unadjusted p < {alpha} (each cell's own Welch test, {loss}).")
+    if mc is not None and mc["tests"]:
+        over = f"Holm's adjustment over the {_count(mc['tests'], 'tested cell')}"
+        kept = [f"{mc[f'{name}_after_holm']} of {mc[name]} {shown} cell{'' if mc[name] == 1 else 's'}"
+                for name, shown in (("bold", "bold"), ("worse", WORSE)) if mc[name]]
+        verb = "stays" if mc["bold"] + mc["worse"] == 1 else "stay"
+        text += (f" After {over}, {' and '.join(kept)} {verb} significant at {alpha}." if kept else
+                 f" No cell is marked before {over}, so none after it.")
+    return text
 
 
 def multiple_comparisons(table: dict, alpha: float, alternative: str) -> dict:
@@ -402,7 +413,7 @@ def to_markdown(table: dict, settings, rows, baseline: str | dict, alpha: float,
     same cells, ``notes`` (the provenance warnings) and ``runs`` (``run_lines``)."""
     lines = _grid(table, settings, rows, lambda c: _cell_text(c, False))
     side = "one-sided p for a higher mean than" if alternative == "greater" else "two-sided p against"
-    lines += ["", legend(baseline, alpha, alternative), "",
+    lines += ["", legend(baseline, alpha, alternative, mc=multiple_comparisons(table, alpha, alternative)), "",
               f"p-values ({side} {against(baseline)}; two-sided p in parentheses):", ""]
     lines += _grid(table, settings, _compared(table, settings, rows, baseline),
                    lambda c: "–" if c is None or c["p"] is None else
@@ -457,7 +468,7 @@ def to_latex(table: dict, settings, rows, baseline: str | dict = "ppo", alpha: f
     for row in rows:
         lines.append(f"{row_label(row, latex=True)} & " + " & ".join(_cell_text(table.get((s, row)), True)
                                                                      for s in settings) + r" \\")
-    text = legend(baseline, alpha, alternative, markdown=False)
+    text = legend(baseline, alpha, alternative, markdown=False, mc=multiple_comparisons(table, alpha, alternative))
     for plain, tex in (("±", r"$\pm$"), ("√n", r"$\sqrt{n}$"), ("≥", r"$\geq$"), ("<", "$<$"), (WORSE, r"$^{\dagger}$"),
                        ("bold =", r"\textbf{bold} ="), ("italic =", r"\textit{italic} =")):
         text = text.replace(plain, tex)

@@ -18,6 +18,7 @@ from bpo.presets import get_preset
 from bpo.training import run, write
 from bpo.training.policies import FILE
 from experiments.cli import main
+from experiments.common import format_p
 from experiments.probe_summary import STAT_FIELDS, find_probes, summary_figure
 from experiments.sweep import RunSpec
 
@@ -70,13 +71,26 @@ def _table_cells(md: str) -> dict:
     return rows
 
 
+def _seed_test_by_hand(medians: list[float]) -> tuple[float, float, float, float]:
+    """(geometric mean, low, high, p) of the seeds' medians from SciPy's one-sample t-test on their
+    logs, two-sided, against 0."""
+    logs = np.log(medians)
+    test = scipy.stats.ttest_1samp(logs, 0.0)
+    half = scipy.stats.t.ppf(0.975, len(logs) - 1) * logs.std(ddof=1) / np.sqrt(len(logs))
+    return np.exp(logs.mean()), np.exp(logs.mean() - half), np.exp(logs.mean() + half), float(test.pvalue)
+
+
 def _expected_cells(p: dict, m: int) -> list[str]:
     """A point's cells written out here from probe.json, independently of the command's code."""
     q = p["pooled"]
     g = lambda x: "n/a" if x is None else f"{x:.3g}"  # noqa: E731
-    return [f"{p['env_steps']:,}", *(f"{g(q[f'{n}_ratio_median'])} [{g(q[f'{n}_ratio_lo'])}, {g(q[f'{n}_ratio_hi'])}]"
-                                     for n in ("var", "mse")),
-            f"{q['frac_var_mu_lower']:.2f}", g(q["ess_frac_mean"]), f"{len(p['seeds'])} × {m}"]
+    cells = [f"{p['env_steps']:,}"]
+    for n in ("var", "mse"):
+        medians = [p["seeds"][s][f"{n}_ratio_median"] for s in sorted(p["seeds"], key=int)]
+        geo, lo, hi, pvalue = _seed_test_by_hand(medians)
+        cells += [f"{g(q[f'{n}_ratio_median'])} [{g(q[f'{n}_ratio_lo'])}, {g(q[f'{n}_ratio_hi'])}]",
+                  ", ".join(g(v) for v in medians), f"{g(geo)} [{g(lo)}, {g(hi)}], p = {format_p(pvalue)}"]
+    return cells + [f"{q['frac_var_mu_lower']:.2f}", g(q["ess_frac_mean"]), f"{len(p['seeds'])} × {m}"]
 
 
 def test_table_and_json_hold_the_numbers_of_each_probe(probed, tmp_path, capsys):
@@ -99,6 +113,11 @@ def test_table_and_json_hold_the_numbers_of_each_probe(probed, tmp_path, capsys)
             assert mine["seed_medians"] == {s: {k: v[k] for k in ("var_ratio_median", "mse_ratio_median")}
                                             for s, v in theirs["seeds"].items()}
             assert cells[(entry["label"], str(theirs["point"]))] == _expected_cells(theirs, probe["settings"]["m"])
+            for n in ("var", "mse"):  # the seeds as the units: SciPy's one-sample t-test on the log medians
+                medians = [theirs["seeds"][s][f"{n}_ratio_median"] for s in sorted(theirs["seeds"], key=int)]
+                got = mine["seed_test"][n]
+                assert got["n"] == len(medians) == 2
+                assert (got["geomean"], got["lo"], got["hi"], got["p"]) == pytest.approx(_seed_test_by_hand(medians))
     a, b = (_probe(probed, name)["points"][0]["pooled"] for name in ROWS)
     assert a["var_ratio_median"] != b["var_ratio_median"]  # the two runs are told apart
     assert b["ess_frac_mean"] == pytest.approx(1.0, rel=1e-5)  # mu = pi in the second copy: every weight 1

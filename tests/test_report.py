@@ -56,14 +56,15 @@ def test_authors_preset_is_table_4_with_every_setting_of_the_authors_code():
 
 
 def test_the_authors_code_preset_is_their_configuration_with_their_bugs_on():
-    """``mujoco_authors_code``: ``mujoco_default_authors`` and the four switches of their code's
-    bugs (docs/authors_code.md rows 14, 15, 17, 21), nothing else; compared with the paper's
+    """``mujoco_authors_code``: ``mujoco_default_authors`` and the five switches of their code's
+    bugs (docs/authors_code.md rows 14, 15, 17, 21, 22), nothing else; compared with the paper's
     default column."""
     config, code = _flat(get_preset("mujoco_default_authors")), _flat(get_preset("mujoco_authors_code"))
     differ = {k: (config[k], code[k]) for k in config if config[k] != code[k]}
     assert differ == {"preset": ("mujoco_default_authors", "mujoco_authors_code"),
                       "bpo.q_hat_reward": ("r_hat", "last_q_batch_reward"), "bpo.mu_q_hat_batch_min": (False, True),
-                      "bpo.mu_q_hat_unclipped_actions": (False, True), "bpo.replay_epoch_filled_only": (False, True)}
+                      "bpo.mu_q_hat_unclipped_actions": (False, True), "bpo.replay_epoch_filled_only": (False, True),
+                      "bpo.fqe_unclipped_actions": (False, True)}
     assert paper_setting("HalfCheetah-v5", "mujoco_authors_code") == HC
 
 
@@ -146,6 +147,23 @@ def test_committed_pages_match_the_committed_results():
     """The README and docs blocks were written by `bpo report` from results/ as committed."""
     assert any("<!-- results:" in (ROOT / p).read_text() for p in PAGES)
     assert report(ROOT / "results", ROOT, check=True) == []
+
+
+def test_a_sweeps_line_says_its_marks_are_unadjusted_and_how_many_survive_holm():
+    """The README's line of a folder counts the cells at an unadjusted p < alpha (bold or † in its
+    table) and those still below alpha after Holm's adjustment, from table1.json's cells: A2C's
+    Pendulum cell (p = 0.044, Holm 0.089) and Table 1 at 100k steps' two † cells (Holm 0.24)."""
+    from experiments.report import _glance_sweep
+
+    for name, count, kept, tests in (("a2c", 1, 0, 2), ("table1_small", 2, 0, 8)):
+        cells = json.loads((ROOT / "results" / name / "table1.json").read_text())["cells"]
+        held = sum(min(c["p_holm"], c["p_worse_holm"]) < 0.05 for c in cells if c.get("mark") in ("bold", "worse"))
+        assert sum(c.get("mark") in ("bold", "worse") for c in cells) == count and held == kept
+        line = _glance_sweep(ROOT / "results", name)
+        assert "† = lower mean at unadjusted p < 0.05 (each cell's own Welch test)" in line
+        assert (f"cells at unadjusted p < 0.05: {count}, of which {kept} stay significant after Holm's adjustment "
+                f"over the {tests} tests") in line
+    assert "no cell at unadjusted p < 0.05" in _glance_sweep(ROOT / "results", "headline")
 
 
 SUMMARY_FIELDS = {"preset", "algo", "env", "seeds", "step_unit", "final_eval_returns", "final_mean", "final_sd",

@@ -1,5 +1,5 @@
 """Table 1 from synthetic results whose means and Welch p-values are known by construction: the
-right cells are bold, italic or † (significantly worse), in Markdown, LaTeX and JSON, with the SD
+right cells are bold, italic or † (lower mean at an unadjusted p < 0.05), in Markdown, LaTeX and JSON, with the SD
 beside the SE, Holm's adjustment against a hand computation, the paper's numbers (as SD over 10
 runs), known optima and the runs beside them; runs with the paper's exact means and SDs give the
 paper's 20 marks; rliable's aggregates against a plain computation, with honest intervals and
@@ -22,6 +22,7 @@ from experiments.aggregates import improvement_figure, iqm_figure, newcombe_inte
 from experiments.cli import main
 from experiments.common import (
     holm,
+    one_sample_t,
     provenance_notes,
     save_figure,
     welch_interval,
@@ -29,7 +30,14 @@ from experiments.common import (
     welch_p_from_stats,
     welch_power,
 )
-from experiments.table import compute_paper_table, compute_table, mark, multiple_comparisons, to_markdown
+from experiments.table import (
+    compute_paper_table,
+    compute_table,
+    legend,
+    mark,
+    multiple_comparisons,
+    to_markdown,
+)
 
 from synthetic_results import exact_sample, fake_run, provenance_record, synthetic_results
 
@@ -177,12 +185,18 @@ def test_bpo_table_writes_marked_markdown_latex_and_aggregates(tmp_path, capsys)
     text = "\n".join(md)
     assert ("Mean ± SE of the final evaluation return over seeds (SE = SD / √n), with the SD over seeds in "
             "parentheses.") in text
-    assert "† = lower mean, significantly (one-sided test for a lower mean, p < 0.05)" in text  # the legend
+    assert ("† = lower mean with unadjusted p < 0.05 (each cell's own Welch test, one-sided test for a lower "
+            "mean)") in text  # the legend: each mark is its cell's own test, and how many survive Holm's
+    assert "**bold** = higher mean with unadjusted p < 0.05 (each cell's own Welch test)" in text
+    mc = json.loads((tmp_path / "out" / "table1.json").read_text())["multiple_comparisons"]
+    assert (mc["bold"], mc["worse"]) == (3, 1)  # EXPECTED's marks; how many survive Holm's, in the legend
+    assert (f"After Holm's adjustment over the 7 tested cells, {mc['bold_after_holm']} of 3 bold cells and "
+            f"{mc['worse_after_holm']} of 1 † cell stay significant at 0.05.") in text
     assert "| BPO (traj c̄ = 1.0) | – | 0.981 (0.038) |" in text  # one-sided p (two-sided p)
     assert "Multiple comparisons: 7 tests at α = 0.05, so about 0.05 × 7 = 0.35 cells" in text
     tex = (tmp_path / "out" / "table1.tex").read_text()
     assert tex.count(r"\bm{") == 3 and tex.count(r"\mathit{") == 2
-    assert r"$900 \pm 32$ (SD 100)$^{\dagger}$" in tex and tex.count(r"$^{\dagger}$") == 2  # the cell, the legend
+    assert r"$900 \pm 32$ (SD 100)$^{\dagger}$" in tex and tex.count(r"$^{\dagger}$") == 3  # the cell, the legend twice
     assert r"Mean $\pm$ SE of the final evaluation return over seeds" in tex
     table = json.loads((tmp_path / "out" / "table1.json").read_text())
     cells = table["cells"]
@@ -475,6 +489,32 @@ def test_table_and_plot_are_quiet_when_provenance_agrees(tmp_path, capsys):
     table_err, md, plot_err = run_table_and_plot(tmp_path, capsys, provenance_of({}))
     assert table_err == plot_err == ""
     assert "provenance" not in md and "Warning" not in md
+
+
+def test_the_legend_says_each_mark_is_unadjusted_and_counts_what_survives_holm():
+    mc = {"tests": 8, "bold": 0, "bold_after_holm": 0, "worse": 2, "worse_after_holm": 0}
+    text = legend("ppo", 0.05, "greater", mc=mc)
+    assert "**bold** = higher mean with unadjusted p < 0.05 (each cell's own Welch test)" in text
+    assert text.endswith("After Holm's adjustment over the 8 tested cells, 0 of 2 † cells stay significant at 0.05.")
+    none = {**mc, "tests": 1, "worse": 0}
+    assert legend("ppo", 0.05, "two-sided", mc=none).endswith(
+        "No cell is marked before Holm's adjustment over the 1 tested cell, so none after it.")
+    assert "Holm" not in legend("ppo", 0.05, "greater")  # without the counts, no claim about them
+
+
+def test_one_sample_t_matches_scipys_ttest_1samp():
+    """The probe's seed-level test (``one_sample_t``) against SciPy's one-sample t-test and its
+    interval, at 3 values (the probe's seeds) and 8; no spread or one value gives no p."""
+    rng = np.random.default_rng(5)
+    for values in (np.log([1.22, 0.24, 1.28]), rng.normal(0.3, 1.0, 8)):
+        mean, low, high, p = one_sample_t(list(values))
+        test = stats.ttest_1samp(values, 0.0)
+        ci = test.confidence_interval(0.95)
+        assert mean == pytest.approx(values.mean()) and p == pytest.approx(test.pvalue)
+        assert (low, high) == pytest.approx((ci.low, ci.high))
+    assert one_sample_t([0.1, 0.2, 0.3], null=0.2)[3] == pytest.approx(1.0)
+    assert all(math.isnan(x) for x in one_sample_t([0.5, 0.5, 0.5])[1:])
+    assert one_sample_t([0.5])[0] == 0.5 and math.isnan(one_sample_t([0.5])[3])
 
 
 def test_welch_interval_matches_scipys_and_power_matches_simulation():

@@ -173,8 +173,8 @@ class BehaviourConfig:
     """Weight of an entropy bonus in mu's loss (eqs. 15, 16 have none; the authors' code adds PPO's
     entropy coefficient there, 0.001 on MuJoCo). Static."""
 
-    # The authors' public code's bugs, each off by default (docs/authors_code.md rows 14, 15, 17
-    # and 21); together on in the preset ``mujoco_authors_code``.
+    # The authors' public code's bugs, each off by default (docs/authors_code.md rows 14, 15, 17,
+    # 21 and 22); together on in the preset ``mujoco_authors_code``.
     q_hat_reward: Literal["r_hat", "last_q_batch_reward"] = "r_hat"
     """The reward Q-hat's FQE regresses on: 'r_hat', r-hat = 2 r Q - r^2 of each row (eqs. 7, 14);
     'last_q_batch_reward', the raw rewards of the last minibatch Q's FQE stepped on, the same vector
@@ -188,6 +188,10 @@ class BehaviourConfig:
     """Continuous mu loss: Q-hat reads mu's samples unclipped in eq. (16), while the stored actions
     and a' ~ pi are clipped (the authors' code passes the action bounds to mu's update and does not
     use them)."""
+    fqe_unclipped_actions: bool = False
+    """Continuous actions: the FQE regressions of Q and Q-hat read the stored actions and a' ~ pi
+    unclipped, while r-hat's Q(s, a) (eq. 7) reads them clipped (the authors' code passes
+    ``clip_actions`` to its r-hat and not to its FQE update, whose default is False)."""
     replay_epoch_filled_only: bool = False
     """While D fills, an FQE or mu epoch is one pass over the rows D holds (fewer minibatches, as
     in the authors' code), instead of a pass padded with repeated rows to replay_size rows. Needs
@@ -582,10 +586,12 @@ EXECUTION_ONLY = ("vector_mode", "eval_in_background", "physics_threads", "save_
 evaluation inline or in a worker, physics threads give identical results: tests/test_host_runner.py,
 tests/test_mujoco_threads.py)."""
 COMPATIBLE_ADDITIONS = ("mjx_iterations", "mjx_ls_iterations", "physics_threads",
-                        "save_policies_every", "method", "ppo.optimizer", "ppo.rms_prop_eps")
+                        "save_policies_every", "method", "ppo.optimizer", "ppo.rms_prop_eps",
+                        "bpo.q_hat_reward", "bpo.mu_q_hat_batch_min", "bpo.mu_q_hat_unclipped_actions",
+                        "bpo.replay_epoch_filled_only", "bpo.fqe_unclipped_actions")
 """Fields added after runs were recorded whose default does what the code did before they existed
 (0: the XML's solver iterations; threads and saved policies only change speed and outputs; the
-method 'ppo' with Adam, the only one before A2C). A
+method 'ppo' with Adam, the only one before A2C; the switches of the authors' code's bugs, off). A
 recorded run lacking any other field of today's config ran code that did not have it, and may
 have computed something else: it is stale (``missing_fields``). A new field joins this list only
 when that is true of it."""

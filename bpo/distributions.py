@@ -47,7 +47,12 @@ def sample(key, dist: Dist, discrete: bool):
     """A sample; for continuous actions it is reparameterised (differentiable in loc and scale)."""
     if discrete:
         return jax.random.categorical(key, dist.loc, axis=-1)
-    return dist.loc + dist.scale * jax.random.normal(key, dist.loc.shape)
+    return reparameterised(dist, jax.random.normal(key, dist.loc.shape))
+
+
+def reparameterised(dist: Dist, noise):
+    """The continuous sample loc + scale * noise for standard normal ``noise`` of loc's shape."""
+    return dist.loc + dist.scale * noise
 
 
 def clip_action(action, low, high):

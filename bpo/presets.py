@@ -197,13 +197,13 @@ PRESETS = {
         bpo=_MUJOCO_GSDE_BPO,
     ),
 }
-# The authors' public code as it runs, bugs included: their configuration with the four switches
+# The authors' public code as it runs, bugs included: their configuration with the five switches
 # that reproduce what their code does where the paper says otherwise (docs/authors_code.md, rows
-# 14, 15, 17 and 21; each off elsewhere).
+# 14, 15, 17, 21 and 22; each off elsewhere).
 PRESETS["mujoco_authors_code"] = replace(
     PRESETS["mujoco_default_authors"], preset="mujoco_authors_code",
     bpo=replace(PRESETS["mujoco_default_authors"].bpo, q_hat_reward="last_q_batch_reward", mu_q_hat_batch_min=True,
-                mu_q_hat_unclipped_actions=True, replay_epoch_filled_only=True),
+                mu_q_hat_unclipped_actions=True, replay_epoch_filled_only=True, fqe_unclipped_actions=True),
 )
 
 # Table 5: per-environment changes to a preset, applied when the environment is chosen.

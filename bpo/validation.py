@@ -182,13 +182,14 @@ def _validate_authors_bugs(b: BehaviourConfig, rollout: int | None, discrete: bo
     """The switches that reproduce the authors' code's bugs apply where their code has them.
 
     ``rollout``: transitions per update (None: episodes of varying length, BPO-REINFORCE)."""
-    for name in ("mu_q_hat_batch_min", "mu_q_hat_unclipped_actions"):
+    for name in ("mu_q_hat_batch_min", "mu_q_hat_unclipped_actions", "fqe_unclipped_actions"):
         if getattr(b, name) and discrete:
-            raise ConfigError(f"bpo.{name}", "changes eq. (16), the continuous mu loss; this run's actions are "
-                              "discrete (leave it False)")
-    if b.mu_q_hat_unclipped_actions and not getattr(b, "clip_actions", True):
-        raise ConfigError("bpo.mu_q_hat_unclipped_actions", "has no effect with bpo.clip_actions False, where no "
-                          "action is clipped (leave it False)")
+            raise ConfigError(f"bpo.{name}", "applies to continuous actions; this run's actions are discrete "
+                              "(leave it False)")
+    for name in ("mu_q_hat_unclipped_actions", "fqe_unclipped_actions"):
+        if getattr(b, name) and not getattr(b, "clip_actions", True):
+            raise ConfigError(f"bpo.{name}", "has no effect with bpo.clip_actions False, where no action is "
+                              "clipped (leave it False)")
     if not b.replay_epoch_filled_only:
         return
     if rollout is None:

@@ -261,6 +261,7 @@ BEHAVIOUR_SWITCHES = [
     # The authors' code's bugs (docs/authors_code.md rows 14, 15, 17, 21).
     ("cartpole_ppo", {"bpo.q_hat_reward": "last_q_batch_reward"}, ("q_hat_loss",)),
     ("cartpole_continuous_ppo", {"bpo.q_hat_reward": "last_q_batch_reward"}, ("q_hat_loss",)),
+    ("cartpole_continuous_ppo", {"bpo.fqe_unclipped_actions": True}, ("q_loss",)),
     # 64 of 192 rows at the first update: 2 minibatches an epoch instead of 6
     ("cartpole_ppo", {"bpo.replay_epoch_filled_only": True}, ("q_loss", "q_hat_loss", "mu_loss")),
 ]
@@ -300,6 +301,18 @@ def test_the_authors_mu_switches_change_mu_alone(switch):
     for key in PPO_METRICS + ("q_loss", "q_hat_loss"):
         assert same(metrics[key][0], base[key][0]), f"{key} changed"
     assert not same(metrics["mu_loss"][0], base["mu_loss"][0])
+
+
+def test_unclipped_fqe_actions_fit_q_as_without_clipping_and_read_r_hat_clipped():
+    """bpo.fqe_unclipped_actions with bpo.mu_q_hat_unclipped_actions (the authors' code, rows 22 and
+    17): every action is read unclipped but r-hat's, so the first update's Q regression is exactly
+    that of a run that clips no action, and Q-hat's, which regresses on r-hat = 2 r Q - r^2, is not
+    (its loss is ~5e-6 this early: compared relatively)."""
+    theirs = (("bpo.fqe_unclipped_actions", True), ("bpo.mu_q_hat_unclipped_actions", True))
+    switch, _ = three_updates("cartpole_continuous_ppo", theirs)
+    unclipped, _ = three_updates("cartpole_continuous_ppo", (("bpo.clip_actions", False),))
+    assert switch["q_loss"][0] == unclipped["q_loss"][0]
+    assert not np.allclose(switch["q_hat_loss"][0], unclipped["q_hat_loss"][0], rtol=1e-4, atol=0)
 
 
 # Continuous actions: with clipped targets, Q-hat is clamped to [floor, r_hat_max / (1 - gamma^2)],

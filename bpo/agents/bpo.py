@@ -123,7 +123,7 @@ class Behaviour:
             next_q = to_real(self.head(self.q_net.apply(params, batch["next_obs"]), hat), self.cfg.symlog_targets)
             return expected_next_value(next_q, jax.nn.softmax(dist.loc, axis=-1))
         next_action = distributions.sample(batch["key"], dist, discrete=False)
-        return self.q_value(params, batch["next_obs"], next_action, hat)
+        return self.q_value(params, batch["next_obs"], next_action, hat, clip=not self.cfg.fqe_unclipped_actions)
 
     def discrete_q_hat(self, q_hat_params, obs, hat_cap):
         """Q-hat(s, a) for every action, made safe for the log in eq. (5); ones without Q-hat."""
@@ -175,12 +175,13 @@ def fqe_epochs(key, q_state: QState, replay: rb.Replay, rewards_field: str, gamm
     Returns the new state and the metrics of ``fqe_step`` averaged over all steps."""
     settings = beh.fqe_settings()
     hat = rewards_field == "r_hat"
+    fqe_clip = not beh.cfg.fqe_unclipped_actions
 
     def step(state, idx, k):
         batch = rb.gather(replay, idx)
         batch.update(reward=batch[rewards_field] if fixed_rewards is None else fixed_rewards, idx=idx, key=k)
         return fqe_step(
-            state, batch, log_pi[idx], predict=lambda p, b: beh.q_output(p, b["obs"], b["action"], hat),
+            state, batch, log_pi[idx], predict=lambda p, b: beh.q_output(p, b["obs"], b["action"], hat, clip=fqe_clip),
             next_values=lambda p, b: beh.next_values(pi_next, p, b, hat), tx=tx, gamma=gamma, bounds=bounds,
             tau=hp.polyak_tau, reg_coef=hp.symlog_reg_coef, settings=settings,
         )
@@ -203,29 +204,34 @@ def filled_minibatches(beh: Behaviour, replay: rb.Replay, batch_size: int):
     return jnp.maximum((replay.size + batch_size - 1) // batch_size, 1)
 
 
-def mu_loss(params, key, obs, pi_dist: Dist, q_hat_params, hat_cap, q_hat_all_actions, *, beh: Behaviour):
+def mu_loss(params, key, obs, pi_dist: Dist, q_hat_params, hat_cap, q_hat_all_actions, *, beh: Behaviour,
+            noise=None):
     """Eq. (15) (discrete) or eq. (16) (continuous) on a minibatch of replay states.
 
     Discrete: ``q_hat_all_actions`` is Q-hat(s, .) (``Behaviour.discrete_q_hat``, computed once
     per behaviour step since Q-hat is fixed while mu trains) and the target is
     q(a|s) ∝ pi(a|s) sqrt(Q-hat(s, a)), eq. (5). Continuous: one reparameterised a ~ mu(.|s) per
     state, Q-hat(s, a) from ``q_hat_params``, floored and (with clip_targets) capped at ``hat_cap``.
-    With ``mu_ent_coef > 0`` (the authors' code), minus that times mu's mean entropy."""
+    With ``mu_ent_coef > 0`` (the authors' code), minus that times mu's mean entropy. ``noise``:
+    the standard normal draws of the continuous samples, given instead of drawn from ``key`` (the
+    differential harness gives the authors' code's draws, benchmarks/authors_differential.py)."""
     mu_dist = beh.mu_apply(params, obs)
-    loss = fit_to_target(key, mu_dist, obs, pi_dist, q_hat_params, hat_cap, q_hat_all_actions, beh)
+    loss = fit_to_target(key, mu_dist, obs, pi_dist, q_hat_params, hat_cap, q_hat_all_actions, beh, noise)
     if beh.cfg.mu_ent_coef > 0:
         loss = loss - beh.cfg.mu_ent_coef * jnp.mean(distributions.entropy(mu_dist, beh.discrete))
     return loss
 
 
 def fit_to_target(key, mu_dist: Dist, obs, pi_dist: Dist, q_hat_params, hat_cap, q_hat_all_actions,
-                  beh: Behaviour):
+                  beh: Behaviour, noise=None):
     """The fit of eq. (15) or (16) alone (``mu_loss``)."""
     cfg = beh.cfg
     if beh.discrete:
         target = behaviour_target_log_probs(pi_dist.loc, q_hat_all_actions)
         return discrete_mu_loss(mu_dist.loc, target, cfg.mu_loss)
-    action = distributions.sample(key, mu_dist, discrete=False)  # reparameterised: gradients flow through a
+    # reparameterised: gradients flow through a
+    action = (distributions.sample(key, mu_dist, discrete=False) if noise is None
+              else distributions.reparameterised(mu_dist, noise))
     log_mu = distributions.log_prob(mu_dist, action, discrete=False)
     log_pi = distributions.log_prob(pi_dist, action, discrete=False)
     if cfg.use_q_hat:

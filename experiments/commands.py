@@ -259,7 +259,8 @@ class ReproduceArgs:
     """Sweep file: a name in experiments/sweeps (fig2: Figure 2, 100 runs each of REINFORCE and
     BPO-REINFORCE on ShortCorridor; classic: PPO vs BPO-PPO on CartPole and Pendulum; mujoco_small:
     PPO vs BPO (1.0, 1.5) on HalfCheetah and Hopper, 300k steps; table1_small; headline: the paper's
-    headline cell, HalfCheetah PPO vs BPO (1.0, 1.5) at 1.5M steps in two settings; a2c: A2C vs
+    headline cell, HalfCheetah PPO vs BPO (1.0, 1.5) at 1.5M steps in two settings; authors_code:
+    our BPO with the authors' code's bugs in the headline cell, 10 seeds; a2c: A2C vs
     BPO-A2C on CartPole, Pendulum and HalfCheetah; probe: the return-estimator probe of BPO (1.0,
     1.5) with and without Q-hat on HalfCheetah and Hopper, 300k steps; table1, ablations) or a path
     to one."""

@@ -41,6 +41,7 @@ BLOCK = re.compile(r"(<!-- results:(?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /re
 # Sweep folders under results/, each made by ``bpo reproduce NAME --out results/NAME``; titles for the README.
 SWEEPS = {"fig2": "Figure 2", "classic": "Classic control", "table1_small": "Table 1 at 100k steps",
           "mujoco_small": "HalfCheetah and Hopper at 300k steps", "headline": "The headline cell at 1.5M steps",
+          "authors_code": "Our BPO with the authors' code's bugs, headline cell",
           "backend_check": "The threads backend against the Gymnasium host runner", "a2c": "A2C vs BPO-A2C",
           "probe": "The estimator probe's runs: BPO with and without Q̂"}
 PROBE = "probe"

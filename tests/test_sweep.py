@@ -71,6 +71,13 @@ def test_sweep_files_expand():
     assert {(s.config().env, s.preset) for s in table1} == {
         ("Ant-v5", "mujoco_gsde"), ("HalfCheetah-v5", "mujoco_gsde"), ("HalfCheetah-v5", "mujoco_default"),
         ("Hopper-v5", "mujoco_default"), ("Walker2d-v5", "mujoco_default")}
+    # The campaign's column order: whole columns, the default ones first, so each can be committed.
+    columns = [(s.env, s.preset) for s in table1[::5]]
+    assert columns == [("HalfCheetah-v5", "mujoco_default"), ("Hopper-v5", "mujoco_default"),
+                       ("Walker2d-v5", "mujoco_default"), ("Ant-v5", "mujoco_gsde"), ("HalfCheetah-v5", "mujoco_gsde")]
+    assert all(len({(s.env, s.preset) for s in table1[i:i + 5]}) == 1 for i in range(0, 25, 5))
+    assert {s.config().total_timesteps for s in table1 if s.preset == "mujoco_gsde"} == {2_000_000}
+    assert {s.config().total_timesteps for s in table1 if s.preset == "mujoco_default"} == {1_500_000}
     # Table 5's override reaches the sweep's configs.
     ant = next(s for s in table1 if s.env == "Ant-v5")
     assert ant.config().ppo.normalize_observations is False

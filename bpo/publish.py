@@ -111,23 +111,30 @@ def check_publishable(out_dir: Path, field: str = "--out") -> None:
                                  "parent this user can write") from None
 
 
-def _env_number(name: str, default: float, minimum: float) -> float:
+MAX_WRITE_RETRIES = 100
+MAX_WRITE_RETRY_S = 3600.0
+
+
+def _env_number(name: str, default: float, minimum: float, maximum: float, integer: bool = False) -> float:
+    """A number from the environment in [minimum, maximum] (finite: a write path that sleeps or
+    loops forever loses the results it exists to save), or ``default`` when unset."""
     raw = os.environ.get(name)
     if raw is None or raw == "":
         return default
     try:
-        value = float(raw)
+        value = int(raw) if integer else float(raw)
     except ValueError:
         value = None
-    if value is None or not value >= minimum:
-        raise ConfigError(name, f"must be a number >= {minimum:g}, got {raw!r}")
+    if value is None or not minimum <= value <= maximum:
+        kind = "an integer" if integer else "a number"
+        raise ConfigError(name, f"must be {kind} from {minimum:g} to {maximum:g}, got {raw!r}")
     return value
 
 
 def check_environment() -> None:
     """The variables read after the work, checked before it (a ``ConfigError`` naming one)."""
-    _env_number("BPO_WRITE_RETRIES", 2, 0)
-    _env_number("BPO_WRITE_RETRY_S", 30, 0)
+    _env_number("BPO_WRITE_RETRIES", 2, 0, MAX_WRITE_RETRIES, integer=True)
+    _env_number("BPO_WRITE_RETRY_S", 30, 0, MAX_WRITE_RETRY_S)
 
 
 def rescue_candidates(out_dir: Path) -> list[Path]:
@@ -148,8 +155,8 @@ def rescue_candidates(out_dir: Path) -> list[Path]:
 
 
 def _write_with_retries(out_dir: Path, write_files: Callable[[Path], T], say: Callable[[str], None]) -> T:
-    retries = int(_env_number("BPO_WRITE_RETRIES", 2, 0))
-    wait = _env_number("BPO_WRITE_RETRY_S", 30, 0)
+    retries = int(_env_number("BPO_WRITE_RETRIES", 2, 0, MAX_WRITE_RETRIES, integer=True))
+    wait = _env_number("BPO_WRITE_RETRY_S", 30, 0, MAX_WRITE_RETRY_S)
     for attempt in range(retries + 1):
         try:
             return write_files(out_dir)

@@ -79,12 +79,17 @@ def report_crashes() -> None:
         faulthandler.enable(all_threads=True)
 
 
+MAX_THREADS = 1024
+"""More threads than any machine this runs on has cores: a larger BPO_THREADS is a typo."""
+
+
 def cpu_threads() -> int:
     """Threads a CPU run may use to train its seeds side by side: ``BPO_THREADS`` if set, else the
     cores this process may run on. Results do not depend on it (``bpo.runners.jax_runner``)."""
     value = os.environ.get("BPO_THREADS", "")
     if value:
-        if not value.isdigit() or int(value) < 1:
-            raise ValueError(f"BPO_THREADS: must be an integer >= 1, got {value!r}")
+        # ASCII digits only: '²'.isdigit() is true and int('²') fails
+        if not (value.isascii() and value.isdigit()) or not 1 <= int(value) <= MAX_THREADS:
+            raise ValueError(f"BPO_THREADS: must be an integer from 1 to {MAX_THREADS}, got {value!r}")
         return int(value)
     return len(os.sched_getaffinity(0))

@@ -35,6 +35,10 @@ EXIT_STALLED = 75
 IDLE_FRACTION = 0.01  # a window in which the process used less than 1 % of one core counts as idle
 
 
+MAX_MINUTES = 7 * 24 * 60.0
+"""A week: the longest idleness the guard may be told to wait for."""
+
+
 def stall_minutes() -> float:
     """``BPO_STALL_MINUTES`` (minutes of idleness before the guard stops the run; 0: never)."""
     value = os.environ.get(STALL_ENV, "")
@@ -44,8 +48,9 @@ def stall_minutes() -> float:
         minutes = float(value)
     except ValueError:
         minutes = -1.0
-    if not minutes >= 0:
-        raise ValueError(f"{STALL_ENV}: must be a number of minutes >= 0 (0: no guard), got {value!r}")
+    if not 0 <= minutes <= MAX_MINUTES:  # finite: the guard's thread divides the wait into windows
+        raise ValueError(f"{STALL_ENV}: must be a number of minutes from 0 to {MAX_MINUTES:g} (0: no guard), "
+                         f"got {value!r}")
     return minutes
 
 

@@ -224,8 +224,10 @@ def starting_config(argv: list[str]):
 def resume_main(argv: list[str]) -> int:
     """``bpo train --resume DIR [--no-progress]``: continue the run whose checkpoint is in DIR/checkpoint,
     with the output options it was started with (``--tensorboard``, ``--track``)."""
-    directory = Path(_preparse(argv, "--resume") or "")
-    rest = [a for a in argv if a not in ("--resume", str(directory)) and not a.startswith("--resume=")]
+    given = _preparse(argv, "--resume") or ""
+    directory = Path(given)
+    # the folder as typed: `DIR/`, as shell completion writes it, is the same folder as DIR
+    rest = [a for a in argv if a not in ("--resume", given) and not a.startswith("--resume=")]
     if rest not in ([], ["--no-progress"], ["--progress"]):
         return _fail(f"resume: only --no-progress may follow --resume DIR, got {rest}")
     if not ckpt.exists(directory / "checkpoint"):

@@ -16,6 +16,7 @@ from bpo.publish import save_or_rescue
 from bpo.results import atomic_write_json, ensure_writable_dir
 from bpo.training.evaluate import EvalRequest, evaluate_saved
 from bpo.training.policies import load_policies
+from bpo.validation import validate_environment
 from experiments.video import check_video, record_video
 
 
@@ -74,6 +75,7 @@ def check_args(args: EvaluateArgs) -> Path:
 def evaluate_main(argv: list[str]) -> int:
     args = tyro.cli(EvaluateArgs, args=argv, prog="bpo evaluate")
     try:
+        validate_environment()  # the write after the work reads BPO_WRITE_*: checked first
         out_dir = check_args(args)
         result = evaluate_saved(args.run, EvalRequest(args.episodes, args.which, not args.stochastic, args.backend,
                                                       args.seed))

@@ -18,6 +18,7 @@ from bpo.provenance import code_version
 from bpo.publish import save_or_rescue
 from bpo.results import atomic_write_json, ensure_writable_dir
 from bpo.training.probe_run import check_probe, check_probe_name, probe_run, probed_points
+from bpo.validation import validate_environment
 from experiments import store
 from experiments.common import save_figure
 from experiments.probe_summary import find_probes, markdown, read_probe, summarise, write_summary
@@ -156,6 +157,7 @@ def probe_and_write(run: Path, settings: ProbeSettings, points, seeds, backend, 
 def probe_main(argv: list[str]) -> int:
     args = tyro.cli(ProbeArgs, args=argv, prog="bpo probe")
     try:
+        validate_environment()  # the write after the work reads BPO_WRITE_*: checked first
         path = probe_and_write(args.run, settings_of(args), args.points, args.seeds, args.backend,
                                ["bpo", "probe", *argv], ask=not args.yes, truncation=(args.rho_bar, args.c_bar),
                                name=args.name)

@@ -384,18 +384,24 @@ def render(text: str, results: Path) -> str:
 
 
 def report(results: Path, root: Path, check: bool) -> list[Path]:
-    """The pages whose blocks differ from the results: rewritten, or with ``check`` only listed."""
-    differing = []
+    """The pages whose blocks differ from the results: rewritten, or with ``check`` only listed. A
+    root without any page holding a results block is an error: a check that compares nothing must
+    not pass."""
+    differing, blocks_found = [], 0
     for page in PAGES:
         path = root / page
         if not path.is_file():
             continue
         text = path.read_text()
+        blocks_found += len(BLOCK.findall(text))
         new = render(text, results)
         if new != text:
             differing.append(path)
             if not check:
                 atomic_write_text(path, new)
+    if not blocks_found:
+        raise ValueError(f"root: no results block in {', '.join(PAGES)} under {str(root)!r}; run it from the "
+                         "checkout or give --root")
     return differing
 
 

@@ -57,6 +57,10 @@ CLI_BAD_INPUTS = [
     (["train"], "preset", "missing; allowed: ["),
     (["train", "mujoco_default", "--variant", "bpo_c9"], "variant", "unknown variant 'bpo_c9'; allowed: ['ppo', "),
     (["train", "--resume", "/nonexistent/run"], "resume", "no checkpoint in '/nonexistent/run/checkpoint'"),
+    # a trailing slash, as shell completion writes it, names the same folder (not an extra argument)
+    (["train", "--resume", "/nonexistent/run/"], "resume", "no checkpoint in '/nonexistent/run/checkpoint'"),
+    (["train", "--resume", "/nonexistent/run/", "--seeds", "2"], "resume",
+     "only --no-progress may follow --resume DIR, got ['--seeds', '2']"),
     # Episodic presets (REINFORCE / BPO-REINFORCE).
     (["train", "short_corridor", "--reinforce.lr-start", "-0.1"], "reinforce.lr_start", "must be a finite number > 0"),
     (["train", "short_corridor", "--reinforce.gamma", "1.2"], "reinforce.gamma", "must be in [0, 1], got 1.2"),

@@ -119,6 +119,15 @@ def test_bad_values_name_the_field(bpo_run, capsys, flag, value, field):
     _refused([str(bpo_run), flag, value, "--yes"], capsys, field)
 
 
+def test_a_seed_given_twice_and_an_unbounded_write_setting_are_refused_before_any_work(bpo_run, capsys,
+                                                                                      monkeypatch):
+    """A seed listed twice would be pooled twice and narrow every interval; BPO_WRITE_RETRY_S=inf
+    would pass a probe's whole computation and then break its write."""
+    _refused([str(bpo_run), "--seeds", "0", "0", "--yes"], capsys, "seeds: must name each seed once, got [0, 0]")
+    monkeypatch.setenv("BPO_WRITE_RETRY_S", "inf")
+    _refused([str(bpo_run), "--yes"], capsys, "BPO_WRITE_RETRY_S: must be a number from 0 to 3600, got 'inf'")
+
+
 def test_settings_are_checked_before_the_run_is_read(tmp_path, capsys):
     _refused([str(tmp_path), "--m", "-3"], capsys, "m must be >= 1, got -3")
     np.testing.assert_equal(list(tmp_path.iterdir()), [])

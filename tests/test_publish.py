@@ -83,8 +83,18 @@ def test_rescue_places_prefer_other_file_systems(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize(("name", "value", "allowed"), [
-    ("BPO_WRITE_RETRY_S", "-1", "must be a number >= 0"), ("BPO_WRITE_RETRIES", "soon", "must be a number >= 0"),
-    ("BPO_STALL_MINUTES", "ten", "must be a number of minutes >= 0"), ("BPO_THREADS", "0", "must be an integer >= 1")])
+    ("BPO_WRITE_RETRY_S", "-1", "must be a number from 0 to 3600"),
+    ("BPO_WRITE_RETRIES", "soon", "must be an integer from 0 to 100"),
+    ("BPO_STALL_MINUTES", "ten", "must be a number of minutes from 0 to 10080"),
+    ("BPO_THREADS", "0", "must be an integer from 1 to 1024"),
+    # Infinite or absurd settings that once passed the check and broke the write after the work.
+    ("BPO_WRITE_RETRY_S", "inf", "must be a number from 0 to 3600, got 'inf'"),
+    ("BPO_WRITE_RETRIES", "inf", "must be an integer from 0 to 100, got 'inf'"),
+    ("BPO_WRITE_RETRIES", "2.5", "must be an integer from 0 to 100"),
+    ("BPO_STALL_MINUTES", "inf", "must be a number of minutes from 0 to 10080"),
+    ("BPO_STALL_MINUTES", "nan", "must be a number of minutes from 0 to 10080"),
+    ("BPO_THREADS", "\u00b2", "must be an integer from 1 to 1024, got '\u00b2'"),
+    ("BPO_THREADS", "100000", "must be an integer from 1 to 1024")])
 @pytest.mark.parametrize("command", ["train", "sweep"])
 def test_a_bad_setting_in_the_environment_stops_the_command_before_any_work(tmp_path, monkeypatch, capsys, name,
                                                                             value, allowed, command):

@@ -143,6 +143,18 @@ def test_report_rewrites_drifted_blocks_and_check_fails_until_then(headline_resu
     assert main(args) == 2 and "unknown results block 'nope'" in capsys.readouterr().err
 
 
+def test_a_check_that_finds_no_block_fails(headline_results, tmp_path, capsys):
+    """``bpo report --check`` outside the checkout (no page, or pages without blocks) compares
+    nothing: an error, not "every block already matches"."""
+    root = tmp_path / "elsewhere"
+    root.mkdir()
+    args = ["report", "--results", str(headline_results), "--root", str(root)]
+    assert main([*args, "--check"]) == 2
+    assert "error: root: no results block" in capsys.readouterr().err
+    (root / "README.md").write_text("# a page without blocks\n")
+    assert main([*args, "--check"]) == 2 and main(args) == 2
+
+
 def test_committed_pages_match_the_committed_results():
     """The README and docs blocks were written by `bpo report` from results/ as committed."""
     assert any("<!-- results:" in (ROOT / p).read_text() for p in PAGES)

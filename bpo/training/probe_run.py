@@ -77,6 +77,8 @@ def check_probe(run_dir: Path, points=None, seeds=None, backend: str | None = No
     for s in seeds:
         if not 0 <= s < saved.seeds:
             raise ConfigError("seeds", f"must be in [0, {saved.seeds - 1}], got {s}")
+    if len(set(seeds)) < len(seeds):  # a seed given twice would count twice in every pooled statistic
+        raise ConfigError("seeds", f"must name each seed once, got {seeds}")
     if not points or not seeds:
         raise ConfigError("points" if not points else "seeds", "must name at least one")
     with_truncation(saved.config, rho_bar, c_bar)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -197,8 +198,23 @@ def test_every_committed_run_has_the_current_summary_and_one_code_version_per_fo
         assert provenance_notes(summaries) == [], folder  # what bpo table and bpo plot would warn about
     variance = json.loads((ROOT / "results" / "variance" / "summary.json").read_text())
     assert variance["provenance"]["code_version"]
-    # Nothing under results/ that no command makes: sweep folders and the variance folder only.
-    assert {p.name for p in (ROOT / "results").iterdir()} == {f.name for f in folders} | {"variance"}
+    # Nothing under results/ that no command makes: sweep folders, the variance folder, and the
+    # authors' code beside ours (benchmarks/authors_differential.py and authors_reference.py).
+    campaigns = {p.parent.name for p in (ROOT / "results").glob("*/PROGRESS.md")}  # a campaign's first columns
+    assert {p.name for p in (ROOT / "results").iterdir()} == ({f.name for f in folders} | {"variance",
+                                                                                        "authors_reference"}
+                                                                | campaigns)
+    for name in campaigns - {f.name for f in folders}:  # before its first column: the progress page alone
+        assert [p.name for p in (ROOT / "results" / name).iterdir()] == ["PROGRESS.md"], name
+    reference = ROOT / "results" / "authors_reference"
+    for path in (p for p in reference.rglob("*") if p.is_file()):
+        name = path.relative_to(reference).as_posix()
+        assert name == "differential.md" or re.fullmatch(r"their_code/(bpo|ppo)/seed\d+\.json", name), name
+        if name.endswith(".json"):
+            record = json.loads(path.read_text())
+            assert record["format"] == "bpo-authors-reference-seed/1" and record["finished"], name
+            last = record["evaluations"][-1]["returns"]
+            assert record["final_return"] == sum(last) / len(last), name
 
 
 def test_a2c_reference_block_sets_our_curve_beside_the_reference_by_hand(tmp_path):

@@ -48,6 +48,7 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+from authors_reference import _cpu_model, _versions  # the sibling script: stdlib only, runs in either environment
 
 try:  # our side; the authors' environment has none of it and runs only ``record``
     import jax
@@ -289,28 +290,6 @@ def record(args) -> None:
     out["meta"] = np.asarray(json.dumps(meta))
     np.savez_compressed(args.out, **out)
     print(f"recorded update {args.update} of their code (seed {args.seed}) to {args.out}")
-
-
-def _cpu() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown CPU"
-
-
-def _versions(names) -> dict:
-    from importlib import metadata  # noqa: PLC0415
-
-    out = {}
-    for name in names:
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            pass
-    return out
 
 
 # --- our side --------------------------------------------------------------------------------------------
@@ -705,7 +684,7 @@ def compare(args) -> None:
         f"environment: update {rec.meta['update']} of their code (commit {rec.meta['their_commit'][:7]}, "
         f"{rec.meta['versions']}), HalfCheetah-v5, `{' '.join(rec.meta['their_argv'][:-2])}`; D held "
         f"{int(rec['replay/size'])} rows. Machine: {platform.processor() or platform.machine()}, "
-        f"{_cpu()}.", "",
+        f"{_cpu_model()}.", "",
         "Each stage starts from their state at its start and runs our functions on their minibatches and "
         "their draws. Differences are ours minus theirs over every value compared: max |diff| and max "
         "|diff| / max(|theirs|, 1e-3) (1 for the clip range and fractions). *Rounding baseline*: the "

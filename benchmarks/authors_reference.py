@@ -80,9 +80,9 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def _versions() -> dict:
+def _versions(names=PACKAGES) -> dict:
     out = {"python": platform.python_version()}
-    for name in PACKAGES:
+    for name in names:
         try:
             out[name] = metadata.version(name)
         except metadata.PackageNotFoundError:

@@ -30,8 +30,8 @@ docs/authors_code.md: ``mujoco_default_authors`` pads each epoch to |D| rows).
 
 Recipe (their environment as in ``benchmarks/authors_reference.py``)::
 
-    /work/authors/venv/bin/python benchmarks/authors_differential.py record \\
-        --checkout /work/authors/BPO --update 3 --out /tmp/their_update.npz
+    ../authors-venv/bin/python benchmarks/authors_differential.py record \\
+        --checkout ../authors-BPO --update 3 --out /tmp/their_update.npz
     python benchmarks/authors_differential.py compare --recorded /tmp/their_update.npz \\
         --out results/authors_reference/differential.md
 """

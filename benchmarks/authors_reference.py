@@ -23,21 +23,21 @@ afterwards, so the same command continues a campaign.
 This script imports nothing of ``bpo``: it runs in the authors' own environment. Recipe (Python
 3.11, this machine's package index)::
 
-    git clone https://github.com/sacktock/BPO /work/authors/BPO   # commit e20ea9b
-    python3.11 -m venv /work/authors/venv
-    /work/authors/venv/bin/pip install jax==0.4.30 jaxlib==0.4.30 tensorflow-cpu==2.17.0 \\
+    git clone https://github.com/sacktock/BPO ../authors-BPO   # commit e20ea9b
+    python3.11 -m venv ../authors-venv
+    ../authors-venv/bin/pip install jax==0.4.30 jaxlib==0.4.30 tensorflow-cpu==2.17.0 \\
         tensorflow-probability==0.22.1 numpy==1.26.4 "gymnasium[mujoco]>=1.1.1" \\
         "tensorboard>=2.17.1" "tqdm>=4.66.5" "optax>=0.1.9" "flax>=0.9.0" "ml-dtypes>=0.4.1" \\
         "ruamel.yaml<0.18.0" tensorstore==0.1.65
-    /work/authors/venv/bin/pip install --no-deps tf-keras==2.17.0
+    ../authors-venv/bin/pip install --no-deps tf-keras==2.17.0
 
 Usage (one core each, in the background, at nice 10)::
 
-    nice -n 10 /work/authors/venv/bin/python benchmarks/authors_reference.py run \\
-        --checkout /work/authors/BPO --algo bpo --seeds 0 2 4 6 8 \\
-        --out results/authors_reference/their_code
+    nice -n 10 ../authors-venv/bin/python benchmarks/authors_reference.py run \\
+        --checkout ../authors-BPO --algo bpo --seeds 0 2 4 6 8 \\
+        --out results/authors_reference/their_code/bpo
 
-    python benchmarks/authors_reference.py summary --out results/authors_reference/their_code
+    python benchmarks/authors_reference.py summary --out results/authors_reference/their_code/bpo
 """
 
 from __future__ import annotations

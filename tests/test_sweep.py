@@ -135,7 +135,7 @@ def test_cli_rejects_bad_sweeps_before_running(tmp_path, capsys):
     assert main(["sweep", "table1", "--dry-run", "--out", str(tmp_path / "t1")]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert len(lines) == 26 and lines[-1].startswith("25 runs, 0 finished")
-    assert "Ant-v5-mujoco_gsde-ppo" in lines[0] and "10 seeds, 2000000 steps" in lines[0]
+    assert "HalfCheetah-v5-mujoco_default-ppo" in lines[0] and "10 seeds, 1500000 steps" in lines[0]
     # Grouped, Table 1 is 15 programs: per column PPO, the three per-decision BPO rows, the traj row.
     assert main(["sweep", "table1", "--set", "backend=threads", "--group-rows", "--dry-run", "--out",
                  str(tmp_path / "t1")]) == 0

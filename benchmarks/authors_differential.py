@@ -509,7 +509,7 @@ class FqeLoop:
         lower = beh.cfg.clip_lower_bounds
         self.bounds = (q_hat_bounds(o.r_hat_max, hp.gamma, lower=lower) if self.hat
                        else q_bounds(*o.reward_range(), hp.gamma, lower=lower))
-        self.settings, self.tx, self.clip = beh.fqe_settings(), beh.q_tx(hp), not beh.cfg.fqe_unclipped_actions
+        self.settings, self.tx, self.clip = beh.fqe_settings(), beh.q_tx(hp), beh.fqe_clip
         self.start = o.q_state(f"start_{stage}", stage)
         self.idx, self.noise = rec[f"steps/{stage}/idx"], rec[f"steps/{stage}/noise"]
         self.step = jax.jit(self._step)
@@ -563,7 +563,7 @@ class FqeLoop:
         why = []
         if self.hat and self.fixed is None:
             why.append("row 14: their Q-hat regresses onto the last Q minibatch's rewards")
-        if not self.o.beh.cfg.fqe_unclipped_actions:
+        if self.o.beh.fqe_clip:
             why.append("row 22: their FQE reads unclipped actions")
         return "; ".join(why)
 

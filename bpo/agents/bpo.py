@@ -113,6 +113,11 @@ class Behaviour:
         x = jnp.concatenate([obs, action], axis=-1)
         return self.head(self.q_net.apply(params, x), hat)[..., 0]
 
+    @property
+    def fqe_clip(self) -> bool:
+        """Whether the FQE regressions clip the actions they read (``bpo.fqe_unclipped_actions`` off)."""
+        return not self.cfg.fqe_unclipped_actions
+
     def q_value(self, params, obs, action, hat: bool = False, clip: bool = True):
         return to_real(self.q_output(params, obs, action, hat, clip), self.cfg.symlog_targets)
 
@@ -123,7 +128,7 @@ class Behaviour:
             next_q = to_real(self.head(self.q_net.apply(params, batch["next_obs"]), hat), self.cfg.symlog_targets)
             return expected_next_value(next_q, jax.nn.softmax(dist.loc, axis=-1))
         next_action = distributions.sample(batch["key"], dist, discrete=False)
-        return self.q_value(params, batch["next_obs"], next_action, hat, clip=not self.cfg.fqe_unclipped_actions)
+        return self.q_value(params, batch["next_obs"], next_action, hat, clip=self.fqe_clip)
 
     def discrete_q_hat(self, q_hat_params, obs, hat_cap):
         """Q-hat(s, a) for every action, made safe for the log in eq. (5); ones without Q-hat."""
@@ -175,13 +180,13 @@ def fqe_epochs(key, q_state: QState, replay: rb.Replay, rewards_field: str, gamm
     Returns the new state and the metrics of ``fqe_step`` averaged over all steps."""
     settings = beh.fqe_settings()
     hat = rewards_field == "r_hat"
-    fqe_clip = not beh.cfg.fqe_unclipped_actions
 
     def step(state, idx, k):
         batch = rb.gather(replay, idx)
         batch.update(reward=batch[rewards_field] if fixed_rewards is None else fixed_rewards, idx=idx, key=k)
         return fqe_step(
-            state, batch, log_pi[idx], predict=lambda p, b: beh.q_output(p, b["obs"], b["action"], hat, clip=fqe_clip),
+            state, batch, log_pi[idx],
+            predict=lambda p, b: beh.q_output(p, b["obs"], b["action"], hat, clip=beh.fqe_clip),
             next_values=lambda p, b: beh.next_values(pi_next, p, b, hat), tx=tx, gamma=gamma, bounds=bounds,
             tau=hp.polyak_tau, reg_coef=hp.symlog_reg_coef, settings=settings,
         )

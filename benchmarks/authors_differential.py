@@ -58,6 +58,7 @@ try:  # our side; the authors' environment has none of it and runs only ``record
     from bpo import distributions
     from bpo import replay as rb
     from bpo.agents.bpo import mu_loss
+    from bpo.agents.methods import validate
     from bpo.agents.ppo import PPOState, actor_loss, ppo_step, value_loss
     from bpo.config import traced_hyperparams
     from bpo.fqe import (
@@ -73,7 +74,6 @@ try:  # our side; the authors' environment has none of it and runs only ``record
     )
     from bpo.learner import bpo_ppo_batch, make_learner
     from bpo.presets import get_preset
-    from bpo.validation import validate
     from envs.gymnasium_envs import gym_spec
 except ModuleNotFoundError:
     pass

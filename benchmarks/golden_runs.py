@@ -25,6 +25,8 @@ RUNS = {
     "short_corridor_bpo": ["short_corridor", "--algo", "bpo", "--seeds", "3", "--episodes", "60"],
     "cartpole_ppo": ["cartpole_ppo", "--algo", "ppo", "--seeds", "2", "--total-timesteps", "4096"],
     "cartpole_bpo": ["cartpole_ppo", "--algo", "bpo", "--seeds", "2", "--total-timesteps", "4096"],
+    "cartpole_a2c": ["cartpole_a2c", "--algo", "a2c", "--seeds", "2", "--total-timesteps", "4096"],
+    "cartpole_bpo_a2c": ["cartpole_a2c", "--algo", "bpo", "--seeds", "2", "--total-timesteps", "4096"],
     "pendulum_bpo_gsde": [  # the preset explores with gSDE
         "pendulum_ppo", "--algo", "bpo", "--seeds", "2", "--total-timesteps", "8192"],
     "halfcheetah_host_bpo": ["mujoco_default", "--env", "HalfCheetah-v5", "--variant", "bpo_c1.0_rho1.5",

@@ -408,13 +408,14 @@ class OnPolicyTrainConfig:
     bpo_c1.0_rho1.0, bpo_c1.0_rho1.5, bpo_traj_c1.0) or an ablation of the best row for the env and
     preset (bpo_no_qhat, bpo_no_symlog). On the command line it sets its fields first, so other
     flags still override them. Recorded in the results; empty when no variant was applied."""
-    method: Literal["ppo", "a2c"] = "ppo"
-    """The policy-gradient method, the target update of Algorithm 1: PPO (Listing 1) or A2C (Mnih
-    et al. 2016, one step per rollout; ``bpo.agents.a2c``), the first extension the paper's
-    conclusion names. Both read their settings from the ``ppo`` section."""
-    algo: Literal["ppo", "a2c", "bpo"] = "bpo"
-    """ppo or a2c: the method alone, data from pi (Listing 1; it must be ``method``); bpo: BPO on
-    ``method``, data from the behaviour policy mu (Listing 4; BPO-A2C with method a2c)."""
+    method: str = "ppo"
+    """The policy-gradient method, the target update of Algorithm 1, by its registered name
+    (``bpo.agents.methods``): 'ppo' (Listing 1), 'a2c' (Mnih et al. 2016, one step per rollout;
+    ``bpo.agents.a2c``), the first extension the paper's conclusion names, or a method of one's own
+    (``docs/methods.md``). The built-in ones read their settings from the ``ppo`` section."""
+    algo: str = "bpo"
+    """The method alone (its name: data from pi, Listing 1) or 'bpo': BPO on ``method``, data from
+    the behaviour policy mu (Listing 4; BPO-A2C with method a2c)."""
     seeds: int = 1
     """Number of independent runs, vmapped in one jitted call."""
     seed: int = 0

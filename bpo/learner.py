@@ -1,14 +1,14 @@
-"""The on-policy learner of PPO (Listing 1) and BPO-PPO (Listing 4), and of A2C and BPO-A2C
-(``method = 'a2c'``: the same rollouts, returns and behaviour step, A2C's single step in place of
-PPO's epochs; ``bpo.agents.a2c``), independent of how the environment is stepped: the JAX runner
-calls its methods inside one jitted program, a host runner (Gymnasium on the CPU) calls
-``act_with`` once per vector step and ``update`` once per rollout.
+"""The on-policy learner of Algorithm 1 for any registered method (``bpo.agents.methods``):
+PPO and BPO-PPO (Listings 1 and 4), A2C and BPO-A2C, or a method of one's own, independent of how
+the environment is stepped: the JAX runner calls its methods inside one jitted program, a host
+runner (Gymnasium on the CPU) calls ``act_with`` once per vector step and ``update`` once per
+rollout.
 
-    act:     normalise the observation; sample from pi (ppo) or mu (bpo); gSDE noise when due
+    act:     normalise the observation; sample from pi (the method alone) or mu (bpo); gSDE noise
     update:  add the rollout to D (bpo); ``ppo_batch`` (GAE) or ``bpo_ppo_batch`` (truncated
-             IS-TD(lambda) returns); n_epochs of PPO steps, ratio pi_theta / pi_old (ppo) or / mu
-             (bpo), or A2C's step, weighted by min(rho_bar, pi_old / mu) (bpo); behaviour step:
-             FQE Q, r-hat, FQE Q-hat, mu (bpo)
+             IS-TD(lambda) returns, and the method's correction for mu: ``behaviour_batch``); the
+             method's target update (``TargetUpdate.update``: PPO's epochs with the ratio
+             pi_theta / pi_old or / mu, A2C's step); behaviour step: FQE Q, r-hat, FQE Q-hat, mu (bpo)
 
 Rollout rows are time-major ``[n_steps, n_envs, ...]`` dicts with ``obs`` (normalised as the
 acting policy saw it), ``raw_obs``, ``action``, ``log_prob``, ``reward``, ``terminated``,
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -30,9 +30,10 @@ import optax
 from bpo import diagnostics as dg
 from bpo import distributions
 from bpo import replay as rb
-from bpo.agents.a2c import A2CState, a2c_update, behaviour_weights
 from bpo.agents.bpo import Behaviour, BehaviourState, DistFn, make_behaviour
-from bpo.agents.ppo import PPOState, linear_schedule, ppo_update
+from bpo.agents.methods import get_method
+from bpo.agents.ppo import linear_schedule
+from bpo.agents.target import Batch, TargetUpdate, UpdateContext
 from bpo.config import OnPolicyReturnConfig, OnPolicyTrainConfig, PPOHyperparams
 from bpo.networks import Actor, Critic
 from bpo.normalization import RunningStats, init_stats, update_stats
@@ -43,15 +44,12 @@ from envs.functional import EnvSpec
 
 Rows = dict[str, jax.Array]
 """A rollout, time-major ``[n_steps, n_envs, ...]`` (module docstring)."""
-Batch = dict[str, jax.Array]
-"""What the PPO epochs train on: obs, action, old_log_prob (the ratio's denominator), advantage,
-return (the value target), adv_weight, pi_old_log_prob and behaviour_log_prob (the KL penalty's)."""
 ActResult = tuple[jax.Array, jax.Array, jax.Array, jax.Array, jax.Array]
 """(action, environment action (clipped to the bounds), log-prob, normalised obs, gSDE matrices)."""
 
 
 class LearnerState(NamedTuple):
-    ppo: PPOState | A2CState  # the target update's state (A2CState for method a2c)
+    ppo: Any  # the target update's state (``TargetUpdate.init``; PPOState for PPO), whatever the method
     behaviour: BehaviourState | tuple  # () for ppo
     replay: rb.Replay | tuple  # () for ppo
     stats: RunningStats
@@ -113,21 +111,23 @@ def bpo_ppo_batch(rows: Rows, values, next_values, pi_old: DistFn, mu: DistFn, h
 
 @dataclass(frozen=True, eq=False)
 class Learner:
-    """PPO or BPO-PPO for one configuration and environment; build it with ``make_learner``.
-    ``behaviour`` is None for PPO. Every method is pure and jit-compatible."""
+    """A method (PPO, A2C, ...: ``target``) alone or with BPO for one configuration and environment;
+    build it with ``make_learner``. ``behaviour`` is None for the method alone. Every method is pure
+    and jit-compatible."""
 
     cfg: OnPolicyTrainConfig
     spec: EnvSpec
     actor: Actor
     critic: Critic
+    target: TargetUpdate
     behaviour: Behaviour | None
     action_low: jax.Array | None  # continuous actions: the bounds the environment accepts
     action_high: jax.Array | None
 
     def tx(self, lr) -> optax.GradientTransformation:
-        """The target update's optimiser at learning rate ``lr`` (PPO: the actor and the critic each
-        keep their own state; A2C: one state over both); its state does not depend on the rate,
-        so ``init`` may build it with any."""
+        """The target update's optimiser at learning rate ``lr`` (each method decides which
+        parameters share a state: PPO's actor and critic keep their own, A2C's one over both); its
+        state does not depend on the rate, so ``init`` may build it with any."""
         p = self.cfg.ppo
         eps = p.rms_prop_eps if p.optimizer == "rmsprop" else p.adam_eps
         return clipped(lr, p.optimizer, eps, p.max_grad_norm)
@@ -143,11 +143,7 @@ class Learner:
         stats = update_stats(init_stats(spec.obs_dim), obs0)
         actor_params = self.actor.init(k_actor, obs0)
         critic_params = self.critic.init(k_critic, obs0)
-        tx = self.tx(hp.learning_rate)
-        if self.cfg.method == "a2c":
-            ppo_state = A2CState(actor_params, critic_params, tx.init({"actor": actor_params, "critic": critic_params}))
-        else:
-            ppo_state = PPOState(actor_params, critic_params, tx.init(actor_params), tx.init(critic_params))
+        ppo_state = self.target.init(self.context, actor_params, critic_params, hp)
         bstate, replay = (), ()
         if self.behaviour is not None:
             action0 = jnp.int32(0) if discrete else jnp.zeros(spec.n_actions, jnp.float32)
@@ -223,22 +219,10 @@ class Learner:
     def flatten(self, x):
         return x.reshape((self.rollout_size,) + x.shape[2:])
 
-    def target_update(self, key, target: PPOState | A2CState, batch: Batch, hp: PPOHyperparams, progress_remaining):
-        """Listing 1, lines 3-5 (``ppo_update``) or A2C's step (``a2c_update``) on the flattened
-        ``batch``, at the learning rate (and PPO's clip range) of this point of the run."""
-        p = self.cfg.ppo
-        tx = self.tx(linear_schedule(hp.learning_rate, progress_remaining, p.lr_schedule))
-        if self.cfg.method == "a2c":
-            return a2c_update(target, batch, actor_apply=self.actor.apply, critic_apply=self.critic_apply, tx=tx,
-                              ent_coef=hp.ent_coef, vf_coef=hp.vf_coef, discrete=self.spec.discrete,
-                              normalize_advantage=p.normalize_advantage)
-        return ppo_update(
-            key, target, batch, actor_apply=self.actor.apply, critic_apply=self.critic_apply, tx=tx,
-            n_epochs=p.n_epochs, batch_size=p.batch_size,
-            clip_range=linear_schedule(hp.clip_range, progress_remaining, p.clip_range_schedule),
-            ent_coef=hp.ent_coef, vf_coef=hp.vf_coef, discrete=self.spec.discrete,
-            normalize_advantage=p.normalize_advantage, kl_coef=p.kl_coef, kl_estimator=p.kl_estimator,
-        )
+    @property
+    def context(self) -> UpdateContext:
+        """What the target update may use of the learner (``bpo.agents.target``)."""
+        return UpdateContext(self.actor.apply, self.critic_apply, self.tx, self.spec.discrete, self.cfg)
 
     def update(self, state: LearnerState, k_ppo, k_beh, rows: Rows, hp: PPOHyperparams) -> tuple[LearnerState, dict]:
         """One phase of Listing 1 (ppo, a2c) or Listing 4 lines 4-16 (bpo) on a rollout."""
@@ -257,12 +241,11 @@ class Learner:
                                                self.dist_fn(state.behaviour.mu_params), hp, self.cfg.returns, discrete)
         else:
             batch, diagnostics = ppo_batch(rows, values, next_values, hp), {}
-        if beh is not None and self.cfg.method == "a2c":
-            batch["adv_weight"] = behaviour_weights(batch["adv_weight"], batch["pi_old_log_prob"],
-                                                    batch["behaviour_log_prob"], hp.rho_bar)
+        if beh is not None:
+            batch = self.target.behaviour_batch(batch, hp)
         batch = jax.tree.map(self.flatten, batch)
         progress_remaining = jnp.maximum(1.0 - (state.update + 1) * self.rollout_size / self.cfg.total_timesteps, 0.0)
-        ppo_state, ppo_metrics = self.target_update(k_ppo, state.ppo, batch, hp, progress_remaining)
+        ppo_state, ppo_metrics = self.target.update(self.context, k_ppo, state.ppo, batch, hp, progress_remaining)
         bstate, beh_metrics = state.behaviour, {}
         if beh is not None:
             normed = replay.replace(data={**replay.data, "obs": self.normalize(state.stats, replay.data["obs"]),
@@ -287,7 +270,7 @@ def make_learner(cfg: OnPolicyTrainConfig, spec: EnvSpec) -> Learner:
                                    spec.action_low, spec.action_high, cfg.bpo.clip_actions)
     low = None if discrete else jnp.asarray(spec.action_low)
     high = None if discrete else jnp.asarray(spec.action_high)
-    return Learner(cfg, spec, actor, critic, behaviour, low, high)
+    return Learner(cfg, spec, actor, critic, get_method(cfg.method), behaviour, low, high)
 
 
 def keyed_update(learner: Learner, state: LearnerState, key, rows: Rows, hp: PPOHyperparams):

@@ -299,3 +299,19 @@ def get_preset(name: str, env: str | None = None):
         cfg = replace(cfg, env=env)
         overrides = ENV_OVERRIDES.get(name, {}).get(env, {})
     return replace_dotted(cfg, **overrides)
+
+
+def register_preset(cfg, env_overrides: dict | None = None):
+    """Add ``cfg`` as the preset ``cfg.preset`` (a plug-in's presets: ``docs/methods.md``), with
+    per-environment overrides ``{env: {dotted field: value}}`` as ``ENV_OVERRIDES`` holds for the
+    built-in ones. Registering an equal preset again is a no-op; another under a taken name is
+    refused. Returns ``cfg``."""
+    name = cfg.preset
+    if not isinstance(name, str) or not name:
+        raise ConfigError("preset", f"a registered preset needs a name (its ``preset`` field), got {name!r}")
+    if name in PRESETS and (PRESETS[name] != cfg or ENV_OVERRIDES.get(name, {}) != (env_overrides or {})):
+        raise ConfigError("preset", f"{name!r} is taken by another preset")
+    PRESETS[name] = cfg
+    if env_overrides:
+        ENV_OVERRIDES[name] = dict(env_overrides)
+    return cfg

@@ -118,8 +118,10 @@ def _declared_choices(prefix, obj):
 # --- the configs -------------------------------------------------------------------------------
 
 
-def validate(cfg):
-    """Check every field and cross-field constraint; raise ConfigError before anything compiles."""
+def check_fields(cfg):
+    """Check every field and cross-field constraint that does not depend on the method; raise
+    ConfigError before anything compiles. A run's whole check, the method's settings included, is
+    ``bpo.agents.methods.validate``."""
     if isinstance(cfg, OnPolicyTrainConfig):
         return _validate_onpolicy(cfg)
     _string("preset", cfg.preset)
@@ -215,13 +217,10 @@ def _validate_env_backend(cfg: OnPolicyTrainConfig) -> None:
         raise ConfigError("env", f"must be one of {sorted(MUJOCO_ENVS)} with backend {cfg.backend}, got {cfg.env!r}")
 
 
-def _validate_ppo(p, method: str) -> None:
+def _validate_ppo(p) -> None:
     _declared_choices("ppo.", p)  # lr_schedule, activation, kl_estimator, ... and the switches
     for name in ("n_steps", "n_envs", "batch_size", "n_epochs"):
         _int_at_least(f"ppo.{name}", getattr(p, name), 1)
-    rollout = p.n_steps * p.n_envs
-    if method == "ppo" and rollout % p.batch_size:
-        raise ConfigError("ppo.batch_size", f"must divide n_steps * n_envs = {rollout}, got {p.batch_size}")
     for name in ("learning_rate", "clip_range", "adam_eps", "rms_prop_eps"):
         _positive(f"ppo.{name}", getattr(p, name))
     for name in ("ent_coef", "vf_coef"):
@@ -238,18 +237,16 @@ def _validate_ppo(p, method: str) -> None:
         _widths(f"ppo.{name}", getattr(p, name))
 
 
-def _validate_method(cfg: OnPolicyTrainConfig) -> None:
-    """The algorithm runs the method it names, and A2C is given no PPO-only option."""
+def _validate_algo(cfg: OnPolicyTrainConfig) -> None:
+    """The algorithm runs the method it names (the method's own settings are checked by the method,
+    ``bpo.agents.methods.validate``)."""
+    _string("method", cfg.method)
+    _string("algo", cfg.algo)
     if cfg.algo != "bpo" and cfg.algo != cfg.method:
+        hint = ("REINFORCE is episodic: preset short_corridor" if cfg.algo == "reinforce"
+                else f"to run method {cfg.algo} alone: --method {cfg.algo} --algo {cfg.algo}")
         raise ConfigError("algo", f"must be {cfg.method!r} (the method alone) or 'bpo' (BPO on it) with method "
-                          f"{cfg.method!r}, got {cfg.algo!r} (set method={cfg.algo} to run it)")
-    if cfg.method != "a2c":
-        return
-    if cfg.ppo.kl_coef > 0:
-        raise ConfigError("ppo.kl_coef", "is PPO's KL penalty; method a2c has none (leave it 0)")
-    if cfg.returns.weight_on_advantage:
-        raise ConfigError("returns.weight_on_advantage", "chooses the form of PPO's ratio; BPO-A2C always weights "
-                          "the advantage by min(rho_bar, pi_old/mu) (leave it False)")
+                          f"{cfg.method!r}, got {cfg.algo!r} ({hint})")
 
 
 def _validate_action_space(cfg: OnPolicyTrainConfig) -> None:
@@ -266,7 +263,7 @@ def _validate_action_space(cfg: OnPolicyTrainConfig) -> None:
 
 def _validate_onpolicy(cfg: OnPolicyTrainConfig) -> OnPolicyTrainConfig:
     _string("preset", cfg.preset)
-    _declared_choices("", cfg)  # backend, vector_mode, algo, eval_in_background
+    _declared_choices("", cfg)  # backend, vector_mode, eval_in_background
     _choice("variant", cfg.variant, ("", *VARIANTS))  # "": no variant applied
     _validate_env_backend(cfg)
     for name in ("seeds", "total_timesteps", "eval_every", "eval_episodes"):
@@ -278,8 +275,8 @@ def _validate_onpolicy(cfg: OnPolicyTrainConfig) -> OnPolicyTrainConfig:
         _int_at_least(name, getattr(cfg, name), 0)
         if getattr(cfg, name) and cfg.backend != "mjx":
             raise ConfigError(name, f"sets MJX's solver; it does not apply to backend {cfg.backend} (leave it 0)")
-    _validate_ppo(cfg.ppo, cfg.method)
-    _validate_method(cfg)
+    _validate_ppo(cfg.ppo)
+    _validate_algo(cfg)
     _validate_action_space(cfg)
     _validate_returns(cfg.returns)
     _positive("returns.trust_region_delta", cfg.returns.trust_region_delta, allow_inf=True)

@@ -15,11 +15,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from bpo.agents.methods import validate
 from bpo.config import replace, traced_hyperparams
 from bpo.presets import get_preset
 from bpo.training import make_train, run, write
 from bpo.training.policies import load_policy
-from bpo.validation import validate
 
 
 def main(timesteps: int) -> dict:

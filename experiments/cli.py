@@ -1,6 +1,6 @@
 """The ``bpo`` command.
 
-    bpo train PRESET [--env ENV] [--variant NAME] [--algo ppo|bpo|reinforce] [--seeds N] [--out DIR] [overrides]
+    bpo train PRESET [--env ENV] [--variant NAME] [--method M] [--algo M|bpo|reinforce] [--seeds N] [--out DIR]
     bpo train RUN/config.json [--out DIR] [overrides]      (a recorded run again)
     bpo sweep SWEEP | --preset P ... [--backend local|slurm] [--dry-run]
     bpo plot RESULTS_DIR / bpo table RESULTS_DIR
@@ -35,6 +35,7 @@ from typing import Annotated
 import tyro
 
 from bpo import checkpoint as ckpt
+from bpo.agents.methods import validate
 from bpo.checkpoint import NonFiniteError
 from bpo.config import ConfigError, EpisodicTrainConfig, OnPolicyTrainConfig, from_dict, to_dict
 from bpo.presets import PRESETS, VARIANTS, apply_variant, get_preset
@@ -54,15 +55,18 @@ from bpo.training import (
     write,
 )
 from bpo.training.summary import final_return_text
-from bpo.validation import validate, validate_environment
+from bpo.validation import validate_environment
+from experiments.plugins import load_plugins
 
 USAGE = """usage: bpo [--version] {{train,sweep,plot,table,reproduce,evaluate,probe,probe-summary,verify-variance,
                         report}} ...
 
-  bpo train PRESET [--env ENV] [--variant NAME] [--algo ppo|bpo|reinforce] [--seeds N]
-                   [--total-timesteps N | --episodes N] [--out DIR] [--tensorboard] [overrides]
-      Train one configuration; N seeds run vmapped. --env applies the preset's per-environment
-      overrides (Table 5); --variant applies a Table 1 row or ablation: {}.
+  bpo train PRESET [--env ENV] [--variant NAME] [--method ppo|a2c|...] [--algo METHOD|bpo|reinforce]
+                   [--seeds N] [--total-timesteps N | --episodes N] [--out DIR] [--tensorboard] [overrides]
+      Train one configuration; N seeds run vmapped. --method picks the on-policy method (ppo, a2c,
+      or one of BPO_PLUGINS: docs/methods.md); --algo runs it alone (its name) or with BPO (bpo).
+      --env applies the preset's per-environment overrides (Table 5); --variant applies a Table 1
+      row or ablation: {}.
       Presets: {}. `bpo train PRESET --help` lists every field. Instead of PRESET, a run's
       config.json replays that run.
   bpo sweep SWEEP [--backend local|slurm] [--workers N] [--seeds N] [--out DIR] [--dry-run] [--set KEY=VALUE ...]
@@ -398,6 +402,10 @@ def _dispatch(argv: list[str]) -> int:
         print(f"bpo {importlib.metadata.version('bpo')} ({code_version()})")
         return 0
     command, rest = argv[0], argv[1:]
+    try:
+        load_plugins()  # methods and presets of one's own, before any name is looked up
+    except ConfigError as e:
+        return _fail(str(e))
     if command == "train":
         return train_main(rest)
     command_main = _analysis_command(command)

@@ -14,14 +14,13 @@ from pathlib import Path
 from matplotlib.figure import Figure
 from scipy import stats
 
+from bpo.agents.methods import get_method, method_names
 from bpo.presets import ABLATIONS, METHOD_ROWS, PAPER_TABLE1, TABLE1_ROWS, paper_setting
 from envs.short_corridor import expected_return, optimal_right_probability
 
 ROW_LABELS = {
     "reinforce": ("REINFORCE", "REINFORCE"),
     "bpo": ("BPO", "BPO"),
-    "ppo": ("PPO", "PPO"),
-    "a2c": ("A2C", "A2C"),
     "bpo_c1.5_rho1.5": ("BPO (c̄, ρ̄ = 1.5, 1.5)", r"BPO ($\bar{c}, \bar{\rho} = 1.5, 1.5$)"),
     "bpo_c1.0_rho1.0": ("BPO (c̄, ρ̄ = 1.0, 1.0)", r"BPO ($\bar{c}, \bar{\rho} = 1.0, 1.0$)"),
     "bpo_c1.0_rho1.5": ("BPO (c̄, ρ̄ = 1.0, 1.5)", r"BPO ($\bar{c}, \bar{\rho} = 1.0, 1.5$)"),
@@ -41,7 +40,13 @@ OPTIMAL_RETURNS = {"ShortCorridor-v0": float(expected_return(optimal_right_proba
 def row_label(row: str, latex: bool = False) -> str:
     """A row (variant or algorithm, then grid values) as the paper names it, in text or LaTeX."""
     head, _, rest = row.partition(" ")
-    label = ROW_LABELS.get(head, (head, head.replace("_", r"\_")))[int(latex)]
+    if head in ROW_LABELS:
+        label = ROW_LABELS[head][int(latex)]
+    elif head in method_names():  # a method alone: its own label (PPO, A2C, a plug-in's)
+        label = get_method(head).label
+        label = label.replace("_", r"\_") if latex else label
+    else:
+        label = head.replace("_", r"\_") if latex else head
     return f"{label} {rest.replace('_', chr(92) + '_') if latex else rest}".strip()
 
 

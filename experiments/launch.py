@@ -53,6 +53,7 @@ from bpo.training.rows import can_share
 from bpo.training.run_output import default_seed_chunk
 from bpo.training.summary import final_return_text
 from experiments import store
+from experiments.plugins import load_plugins
 from experiments.sweep import RunSpec, SlurmResources
 
 LOCK_FD_ENV = "BPO_RUN_LOCK_FD"
@@ -210,6 +211,7 @@ class SlurmRun:
     with the stopped job's process, so the requeued job takes it at once."""
 
     def __call__(self, sweep_dir: str, run_id: str) -> dict | None:
+        load_plugins()  # the job's methods and presets: BPO_PLUGINS, inherited from the submitting shell
         deadline = time.monotonic() + SLURM_LOCK_WAIT_S
         while (lock := store.try_lock_run(sweep_dir, run_id)) is None and time.monotonic() < deadline:
             time.sleep(5.0)
@@ -239,6 +241,7 @@ def worker_main(sweep_dir: str, run_id: str) -> int:
         # Not SIGINT: the sweep forwards it (a Ctrl-C reaches a worker once, through the sweep).
         processes.die_with_parent(int(os.environ.pop(SWEEP_PID_ENV)), keep_sigint=True)
     processes.receive_signals_on_a_thread()
+    load_plugins()  # the sweep's methods and presets: BPO_PLUGINS, inherited from the sweep's process
     lock = None
     if LOCK_FD_ENV in os.environ:
         lock = store.adopt_run_lock(sweep_dir, run_id, int(os.environ.pop(LOCK_FD_ENV)))

@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bpo.agents.methods import validate
 from bpo.config import EXECUTION_ONLY, ConfigError, EpisodicTrainConfig, replace
 from bpo.presets import apply_variant, get_preset
 from bpo.probe import ProbeSettings
 from bpo.training.probe_run import check_probe_name, with_truncation
-from bpo.validation import validate
 
 SWEEPS_DIR = Path(__file__).parent / "sweeps"
 

@@ -13,13 +13,13 @@ import pytest
 
 from bpo import distributions as D
 from bpo.agents.a2c import A2CState, a2c_loss, a2c_update, behaviour_weights, joint_params
+from bpo.agents.methods import validate
 from bpo.config import ConfigError, replace, traced_hyperparams
 from bpo.learner import make_learner
 from bpo.optim import clipped
 from bpo.presets import apply_variant, get_preset
 from bpo.returns import tis_advantages
 from bpo.runners.onpolicy import make_program
-from bpo.validation import validate
 from experiments.cli import main
 
 

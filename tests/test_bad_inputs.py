@@ -1,6 +1,6 @@
 """Bad input of every kind is rejected by the real entry points before anything is compiled or
 written: ``experiments.cli.main`` returns 2 with one ``error: FIELD: ...`` line naming the field (or
-argument) and what is allowed; ``bpo.validation.validate`` raises ``ConfigError`` with that field.
+argument) and what is allowed; ``bpo.agents.methods.validate`` raises ``ConfigError`` with that field.
 """
 
 import logging
@@ -16,9 +16,9 @@ import bpo.runners.host  # noqa: F401 - modules that build constant arrays when 
 import bpo.runners.onpolicy  # noqa: F401
 import envs  # noqa: F401
 import experiments.commands  # noqa: F401
+from bpo.agents.methods import validate
 from bpo.config import ConfigError, replace
 from bpo.presets import get_preset
-from bpo.validation import validate
 from experiments.cli import main
 
 # Validating a config builds its environment once to read its spec; gymnax turns a few constants
@@ -129,7 +129,9 @@ VALIDATE_BAD_INPUTS = [
     (EPISODIC, {"seed": -1}, "seed", "must be an integer in [0, 4294967295]"),
     (ON_POLICY, {"backend": "tpu"}, "backend", "must be one of ['jax', 'gymnasium', 'mjx', 'threads'], got 'tpu'"),
     (ON_POLICY, {"vector_mode": "threads"}, "vector_mode", "must be one of ['sync', 'async'], got 'threads'"),
-    (ON_POLICY, {"algo": "reinforce"}, "algo", "must be one of ['ppo', 'a2c', 'bpo'], got 'reinforce'"),
+    (ON_POLICY, {"algo": "reinforce"}, "algo", "got 'reinforce' (REINFORCE is episodic: preset short_corridor)"),
+    (ON_POLICY, {"algo": "a2c"}, "algo", "got 'a2c' (to run method a2c alone: --method a2c --algo a2c)"),
+    (ON_POLICY, {"method": "nosuch", "algo": "nosuch"}, "method", "must be one of ['a2c', 'ppo']"),
     (ON_POLICY, {"eval_every": 0}, "eval_every", "must be an integer >= 1, got 0"),
     (ON_POLICY, {"env": "Pong-v0"}, "env", "must be one of ['Acrobot-v1', 'CartPole-v1',"),
     (ON_POLICY, {"ppo.n_steps": 0}, "ppo.n_steps", "must be an integer >= 1, got 0"),

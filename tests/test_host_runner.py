@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 from gymnasium.vector import AutoresetMode
 
+from bpo.agents.methods import validate
 from bpo.config import ConfigError, OnPolicyTrainConfig, PPOConfig, replace, traced_hyperparams
 from bpo.learner import keyed_update, make_learner
 from bpo.presets import PAPER_TABLE1, apply_variant, best_bpo_row, get_preset
 from bpo.runners.host import HostRunner
 from bpo.training import run
 from bpo.training.driver import drive
-from bpo.validation import validate
 from envs.gymnasium_envs import MUJOCO_ENVS, _make, final_observations, gym_spec, make_vector_env
 from experiments.cli import main
 

@@ -12,11 +12,11 @@ import pytest
 
 from bpo import distributions as D
 from bpo import kl
+from bpo.agents.methods import validate
 from bpo.agents.ppo import actor_loss
 from bpo.config import ConfigError, replace, traced_hyperparams
 from bpo.presets import PRESETS
 from bpo.training import make_train
-from bpo.validation import validate
 
 N = 5
 THETA = jnp.array([0.3, -0.8, 1.1, 0.0, -0.2])  # pi_theta, some epochs into an update

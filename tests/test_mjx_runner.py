@@ -7,9 +7,9 @@ import math
 
 import pytest
 
+from bpo.agents.methods import validate
 from bpo.config import ConfigError, replace
 from bpo.presets import get_preset
-from bpo.validation import validate
 from experiments.cli import main
 
 pytestmark = pytest.mark.mjx

@@ -11,9 +11,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from bpo.agents.methods import validate
 from bpo.config import ConfigError, replace
 from bpo.presets import get_preset
-from bpo.validation import validate
 from envs.functional import auto_reset_step
 from envs.mujoco_threads import ThreadedMujocoEnv
 

@@ -9,12 +9,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from bpo.agents.methods import validate
 from bpo.config import OnPolicyTrainConfig, PPOConfig, replace, traced_hyperparams
 from bpo.learner import make_learner
 from bpo.networks import Actor
 from bpo.presets import PRESETS
 from bpo.training import make_train, run
-from bpo.validation import validate
 from envs import make_env
 from envs.functional import auto_reset_step
 from experiments.cli import main

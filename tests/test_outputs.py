@@ -16,8 +16,8 @@ from pathlib import Path
 import jax
 import pytest
 
+from bpo.agents.methods import validate
 from bpo.presets import get_preset
-from bpo.validation import validate
 from envs.gymnasium_envs import gym_spec
 from experiments.cli import main
 

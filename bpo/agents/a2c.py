@@ -23,7 +23,9 @@ import jax.numpy as jnp
 import optax
 
 from bpo import distributions
-from bpo.agents.ppo import normalize_advantages
+from bpo.agents.ppo import linear_schedule, normalize_advantages
+from bpo.agents.target import Batch, UpdateContext
+from bpo.config import ConfigError, OnPolicyTrainConfig, PPOHyperparams
 
 
 class A2CState(NamedTuple):
@@ -92,3 +94,34 @@ def behaviour_weights(adv_weight, pi_old_log_prob, behaviour_log_prob, rho_bar):
     rho_t = min(rho_bar, pi_old(a_t|s_t) / mu(a_t|s_t)), the ratio of eq. (10) at A2C's single step
     truncated at rho_bar (V-trace's policy gradient)."""
     return adv_weight * jnp.minimum(rho_bar, jnp.exp(pi_old_log_prob - behaviour_log_prob))
+
+
+class A2C:
+    """A2C as the target update of Algorithm 1 (``bpo.agents.target.TargetUpdate``): one step per
+    rollout at this point of the learning-rate schedule; with BPO, V-trace's weights."""
+
+    name = "a2c"
+    label = "A2C"
+
+    def validate(self, cfg: OnPolicyTrainConfig) -> None:
+        if cfg.ppo.kl_coef > 0:
+            raise ConfigError("ppo.kl_coef", "is PPO's KL penalty; method a2c has none (leave it 0)")
+        if cfg.returns.weight_on_advantage:
+            raise ConfigError("returns.weight_on_advantage", "chooses the form of PPO's ratio; BPO-A2C always "
+                              "weights the advantage by min(rho_bar, pi_old/mu) (leave it False)")
+
+    def init(self, ctx: UpdateContext, actor_params, critic_params, hp: PPOHyperparams) -> A2CState:
+        tx = ctx.optimizer(hp.learning_rate)  # the state does not depend on the rate
+        return A2CState(actor_params, critic_params, tx.init({"actor": actor_params, "critic": critic_params}))
+
+    def behaviour_batch(self, batch: Batch, hp: PPOHyperparams) -> Batch:
+        return {**batch, "adv_weight": behaviour_weights(batch["adv_weight"], batch["pi_old_log_prob"],
+                                                         batch["behaviour_log_prob"], hp.rho_bar)}
+
+    def update(self, ctx: UpdateContext, key, state: A2CState, batch: Batch, hp: PPOHyperparams,
+               progress_remaining) -> tuple[A2CState, dict]:
+        p = ctx.cfg.ppo
+        return a2c_update(state, batch, actor_apply=ctx.actor_apply, critic_apply=ctx.critic_apply,
+                          tx=ctx.optimizer(linear_schedule(hp.learning_rate, progress_remaining, p.lr_schedule)),
+                          ent_coef=hp.ent_coef, vf_coef=hp.vf_coef, discrete=ctx.discrete,
+                          normalize_advantage=p.normalize_advantage)

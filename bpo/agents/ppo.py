@@ -19,6 +19,8 @@ import jax.numpy as jnp
 import optax
 
 from bpo import distributions
+from bpo.agents.target import Batch, UpdateContext
+from bpo.config import ConfigError, OnPolicyTrainConfig, PPOHyperparams
 from bpo.kl import KLEstimator, kl_penalty_loss
 from bpo.minibatch import minibatch_epochs, permuted_minibatches
 
@@ -125,3 +127,35 @@ def ppo_update(key, state: PPOState, batch: dict, *, actor_apply, critic_apply, 
 
     return minibatch_epochs(key, state, step, n_epochs=n_epochs,
                             indices=lambda k: permuted_minibatches(k, n, batch_size))
+
+
+class PPO:
+    """PPO as the target update of Algorithm 1 (``bpo.agents.target.TargetUpdate``): Listing 1's
+    epochs at this point of the run's learning-rate and clip-range schedules."""
+
+    name = "ppo"
+    label = "PPO"
+
+    def validate(self, cfg: OnPolicyTrainConfig) -> None:
+        rollout = cfg.rollout_size
+        if rollout % cfg.ppo.batch_size:
+            raise ConfigError("ppo.batch_size", f"must divide n_steps * n_envs = {rollout}, got {cfg.ppo.batch_size}")
+
+    def init(self, ctx: UpdateContext, actor_params, critic_params, hp: PPOHyperparams) -> PPOState:
+        tx = ctx.optimizer(hp.learning_rate)  # the state does not depend on the rate
+        return PPOState(actor_params, critic_params, tx.init(actor_params), tx.init(critic_params))
+
+    def behaviour_batch(self, batch: Batch, hp: PPOHyperparams) -> Batch:
+        return batch  # the ratio pi_theta / mu of eq. (10) corrects for mu
+
+    def update(self, ctx: UpdateContext, key, state: PPOState, batch: Batch, hp: PPOHyperparams,
+               progress_remaining) -> tuple[PPOState, dict]:
+        p = ctx.cfg.ppo
+        return ppo_update(
+            key, state, batch, actor_apply=ctx.actor_apply, critic_apply=ctx.critic_apply,
+            tx=ctx.optimizer(linear_schedule(hp.learning_rate, progress_remaining, p.lr_schedule)),
+            n_epochs=p.n_epochs, batch_size=p.batch_size,
+            clip_range=linear_schedule(hp.clip_range, progress_remaining, p.clip_range_schedule),
+            ent_coef=hp.ent_coef, vf_coef=hp.vf_coef, discrete=ctx.discrete,
+            normalize_advantage=p.normalize_advantage, kl_coef=p.kl_coef, kl_estimator=p.kl_estimator,
+        )

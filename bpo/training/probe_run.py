@@ -24,12 +24,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from bpo import distributions
+from bpo.agents.methods import validate
 from bpo.config import ConfigError, EpisodicTrainConfig, replace, traced_hyperparams
 from bpo.learner import make_learner
 from bpo.normalization import RunningStats
 from bpo.probe import ProbeReturns, ProbeSettings, probe_segments, probe_statistics, reference_values, visited_states
 from bpo.training.policies import SavedPolicies, load_policies, task_backend
-from bpo.validation import validate
 from envs import make_env
 
 FINAL = "final"

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from bpo.agents.methods import validate
 from bpo.config import EpisodicTrainConfig, OnPolicyTrainConfig, TrainConfig, traced_hyperparams
 from bpo.provenance import code_version
 from bpo.runners import episodic, onpolicy
@@ -23,7 +24,6 @@ from bpo.runners.program import Program, whole_run
 from bpo.runners.seeds import seed_keys
 from bpo.training.driver import Runner, drive
 from bpo.training.run_output import RunOutput, default_seed_chunk
-from bpo.validation import validate
 
 
 def make_program(cfg: TrainConfig, progress: Callable | None = None) -> Program:

@@ -1,0 +1,199 @@
+"""A method of one's own is one file, and the package does not change: this module defines a small
+policy-gradient method (VPG, below), registers it with a preset and defines a sweep of it, and the
+tests train it alone and with BPO through ``bpo train``, run the sweep and tabulate it with
+``bpo table``, with ``BPO_PLUGINS`` naming this file (docs/methods.md).
+
+VPG is the vanilla policy gradient with a learned baseline (Williams 1992; Sutton et al. 2000): one
+step per rollout of -mean(w_t A_t log pi_theta(a_t|s_t)) on the actor and of 0.5 mean((V - G)^2) on
+the critic, each network with its own optimiser state. With BPO (data from mu) it weights each
+step by w_t = min(rho_bar, pi_old/mu), as BPO-A2C does.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from bpo import distributions
+from bpo.agents.methods import get_method, register_method, validate
+from bpo.config import ConfigError, OnPolicyTrainConfig, traced_hyperparams
+from bpo.learner import bpo_ppo_batch, make_learner
+from bpo.presets import PRESETS, register_preset
+from envs import make_env
+from experiments.cli import main
+from experiments.plugins import load_plugins
+from experiments.sweep import Grid, Sweep
+
+THIS_FILE = str(Path(__file__).resolve())
+
+
+# --- the method: all a researcher writes ---------------------------------------------------------
+
+
+class VPGState(NamedTuple):
+    actor_params: dict
+    critic_params: dict
+    actor_opt_state: optax.OptState
+    critic_opt_state: optax.OptState
+
+
+def vpg_actor_loss(actor_params, actor_apply, batch, discrete: bool):
+    """-mean(w_t A_t log pi_theta(a_t|s_t)); A_t and w_t (``adv_weight``) are constants."""
+    dist, _ = actor_apply(actor_params, batch["obs"])
+    return -jnp.mean(batch["adv_weight"] * batch["advantage"] * distributions.log_prob(dist, batch["action"], discrete))
+
+
+class VPG:
+    name = "vpg"
+    label = "VPG"
+
+    def validate(self, cfg: OnPolicyTrainConfig) -> None:
+        if cfg.ppo.kl_coef > 0:
+            raise ConfigError("ppo.kl_coef", "is PPO's KL penalty; method vpg has none (leave it 0)")
+
+    def init(self, ctx, actor_params, critic_params, hp) -> VPGState:
+        tx = ctx.optimizer(hp.learning_rate)
+        return VPGState(actor_params, critic_params, tx.init(actor_params), tx.init(critic_params))
+
+    def behaviour_batch(self, batch, hp):
+        rho = jnp.minimum(hp.rho_bar, jnp.exp(batch["pi_old_log_prob"] - batch["behaviour_log_prob"]))
+        return {**batch, "adv_weight": batch["adv_weight"] * rho}
+
+    def update(self, ctx, key, state: VPGState, batch, hp, progress_remaining):
+        tx = ctx.optimizer(hp.learning_rate)
+        pg_loss, actor_grads = jax.value_and_grad(vpg_actor_loss)(state.actor_params, ctx.actor_apply, batch,
+                                                                   ctx.discrete)
+
+        def critic_loss(params):
+            return 0.5 * jnp.mean((ctx.critic_apply(params, batch["obs"]) - batch["return"]) ** 2)
+
+        v_loss, critic_grads = jax.value_and_grad(critic_loss)(state.critic_params)
+        a_updates, a_opt = tx.update(actor_grads, state.actor_opt_state, state.actor_params)
+        c_updates, c_opt = tx.update(critic_grads, state.critic_opt_state, state.critic_params)
+        new = VPGState(optax.apply_updates(state.actor_params, a_updates),
+                       optax.apply_updates(state.critic_params, c_updates), a_opt, c_opt)
+        return new, {"pg_loss": pg_loss, "value_loss": v_loss}
+
+
+register_method(VPG())
+register_preset(replace(
+    PRESETS["cartpole_ppo"], preset="cartpole_vpg", method="vpg", algo="vpg", total_timesteps=1024,
+    eval_every=512, eval_episodes=2,
+    ppo=replace(PRESETS["cartpole_ppo"].ppo, n_steps=32, n_envs=8, lr_schedule="constant"),
+    bpo=replace(PRESETS["cartpole_ppo"].bpo, replay_size=512, q_batch_size=128, mu_batch_size=128, n_qvf_epochs=1,
+                n_mu_epochs=1),
+))
+SWEEP = Sweep(
+    name="vpg", description="VPG alone and BPO on VPG, CartPole-v1", baseline="vpg",
+    grids=(Grid(preset="cartpole_vpg", seeds=2), Grid(preset="cartpole_vpg", variants=("bpo",), seeds=2)),
+)
+
+
+# --- the tests ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def plugin(monkeypatch):
+    """``BPO_PLUGINS`` naming this file, as a user sets it; the commands' workers inherit it."""
+    monkeypatch.setenv("BPO_PLUGINS", THIS_FILE)
+
+
+def _summary(run: Path) -> dict:
+    return json.loads((run / "summary.json").read_text())
+
+
+def test_bpo_train_runs_the_method_alone_and_with_bpo(plugin, tmp_path):
+    for algo in ("vpg", "bpo"):
+        out = tmp_path / algo
+        assert main(["train", "cartpole_vpg", "--algo", algo, "--seeds", "2", "--out", str(out), "--no-progress"]) == 0
+        config = json.loads((out / "config.json").read_text())
+        assert (config["method"], config["algo"]) == ("vpg", algo)
+        assert np.all(np.isfinite(_summary(out)["final_eval_returns"]))
+        metrics = (out / "train_metrics.csv").read_text().splitlines()[0].split(",")
+        assert {"pg_loss", "value_loss"} <= set(metrics)  # the method's own metrics, reduced like any other
+        assert ("mu_loss" in metrics) == (algo == "bpo")
+
+
+def test_the_learner_runs_the_registered_update_and_its_bpo_weights():
+    """The learner's update, against the method's loss evaluated by hand on the same rollout: one
+    VPG step of pi's parameters with the weights min(rho_bar, pi_old/mu) computed here."""
+    cfg = validate(replace(PRESETS["cartpole_vpg"], algo="bpo"))
+    spec = make_env(cfg.env).spec
+    learner = make_learner(cfg, spec)
+    hp = traced_hyperparams(cfg)
+    key = jax.random.PRNGKey(3)
+    obs0 = jax.random.normal(key, (cfg.ppo.n_envs, spec.obs_dim))
+    state = learner.init(jax.random.split(key, 3), hp, obs0)
+    # mu unlike pi, so that the weights are not all 1
+    state = state._replace(behaviour=state.behaviour._replace(
+        mu_params=jax.tree.map(lambda x: x * 1.5, state.behaviour.mu_params)))
+    T, n = cfg.ppo.n_steps, cfg.ppo.n_envs
+    ks = jax.random.split(jax.random.PRNGKey(4), 4)
+    obs = jax.random.normal(ks[0], (T, n, spec.obs_dim))
+    action = jax.random.randint(ks[1], (T, n), 0, 2)
+    mu_dist = learner.dist_fn(state.behaviour.mu_params)(obs)
+    rows = {"obs": obs, "raw_obs": obs, "action": action, "log_prob": distributions.log_prob(mu_dist, action, True),
+            "reward": jnp.ones((T, n)), "terminated": jnp.zeros((T, n)),
+            "truncated": jnp.zeros((T, n)).at[-1].set(1.0), "next_obs": obs, "raw_next_obs": obs}
+    new, metrics = learner.update(state, ks[2], ks[3], rows, hp)
+
+    pi_old = learner.dist_fn(state.ppo.actor_params)(obs)
+    log_pi = distributions.log_prob(pi_old, action, True)
+    weight = np.minimum(float(hp.rho_bar), np.exp(np.asarray(log_pi - rows["log_prob"])))
+    assert weight.std() > 0.01
+    values = learner.critic_apply(state.ppo.critic_params, obs)
+    batch, _ = bpo_ppo_batch(rows, values, values, learner.dist_fn(state.ppo.actor_params),
+                             learner.dist_fn(state.behaviour.mu_params), hp, cfg.returns, True)
+    flat = {k: v.reshape((T * n,) + v.shape[2:]) for k, v in batch.items()}
+    flat["adv_weight"] = jnp.asarray(weight.reshape(-1))
+    grads = jax.grad(vpg_actor_loss)(state.ppo.actor_params, learner.actor.apply, flat, True)
+    tx = learner.tx(hp.learning_rate)
+    updates, _ = tx.update(grads, tx.init(state.ppo.actor_params), state.ppo.actor_params)
+    expected = optax.apply_updates(state.ppo.actor_params, updates)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7), new.ppo.actor_params, expected)
+    assert np.isfinite(float(metrics["pg_loss"])) and "mu_loss" in metrics
+
+
+def test_a_sweep_and_bpo_table_of_the_method(plugin, tmp_path):
+    """The sweep this module defines, run by worker processes (which import this file through the
+    inherited BPO_PLUGINS), then tabulated: a VPG row and a BPO row, BPO tested against VPG."""
+    out = tmp_path / "sweep"
+    assert main(["sweep", THIS_FILE, "--out", str(out), "--workers", "1", "--no-progress"]) == 0
+    runs = sorted(p.name for p in out.iterdir() if (p / "summary.json").exists())
+    assert runs == ["CartPole-v1-cartpole_vpg-bpo", "CartPole-v1-cartpole_vpg-vpg"]
+    assert main(["table", str(out), "--baseline", "vpg", "--bootstrap-reps", "100"]) == 0
+    table = (out / "table1.md").read_text().splitlines()
+    assert [line.split(" |")[0] for line in table[2:4]] == ["| BPO", "| VPG"]  # the method's own label
+    assert "Welch's t-test (one-sided) of each row against VPG" in "\n".join(table)
+    data = json.loads((out / "table1.json").read_text())
+    assert data["baseline"] == "vpg" and data["multiple_comparisons"]["tests"] == 1
+
+
+def test_bad_methods_and_plugins_are_refused_with_the_name(monkeypatch, tmp_path, capsys):
+    assert main(["train", "cartpole_vpg", "--method", "nosuch", "--algo", "nosuch", "--no-progress",
+                 "--out", str(tmp_path / "x")]) == 2
+    assert "method: must be one of" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
+    with pytest.raises(ConfigError, match="method: 'ppo' is already registered"):
+        register_method(type("PPO", (VPG,), {"name": "ppo"})())
+    with pytest.raises(ConfigError, match="other than"):
+        register_method(type("Bad", (VPG,), {"name": "bpo"})())
+    assert register_method(VPG()).name == "vpg"  # the same method again: in place
+    assert get_method("vpg").label == "VPG"
+    broken = tmp_path / "broken.py"
+    broken.write_text("raise RuntimeError('half-written plug-in')\n")
+    for value, said in ((str(broken), "half-written plug-in"), ("no.such.module", "No module named"),
+                        ("not a name", "neither a module name"), (str(tmp_path / "missing.py"), "is not a file")):
+        monkeypatch.setenv("BPO_PLUGINS", value)
+        with pytest.raises(ConfigError, match=f"BPO_PLUGINS: .*{said}"):
+            load_plugins()
+        assert main(["table", str(tmp_path)]) == 2
+        assert "BPO_PLUGINS" in capsys.readouterr().err

@@ -25,18 +25,31 @@ class ConfigError(ValueError):
         super().__init__(f"{field_name}: {message}")
 
 
+TRACED = "bpo.traced"
+"""The field-metadata key of ``traced``."""
+
+
+def traced(default, *, overrides: str = ""):
+    """A traced field: its value enters the compiled program as data, not as a constant, so that
+    configs differing only in traced fields share one program (``bpo.training.rows``) and may be
+    vmapped side by side. ``traced_hyperparams`` passes it to the program under the field's name;
+    this marker is the one place that says which fields are traced. ``overrides``: the dotted field
+    whose hyperparameter this one replaces in a BPO run when it is not None (``bpo.ppo_ent_coef``)."""
+    return field(default=default, metadata={TRACED: overrides})
+
+
 @dataclass(frozen=True)
 class ReinforceConfig:
     """REINFORCE target update (paper Listing 2, Table 2): one policy-gradient step per episode."""
 
-    lr_start: float = 0.1
-    """Learning rate at the first episode (alpha_max). Traced."""
-    lr_end: float = 0.01
-    """Learning rate at the last episode (alpha_min); decayed exponentially in between. Traced."""
+    lr_start: float = traced(0.1)
+    """Learning rate at the first episode (alpha_max)."""
+    lr_end: float = traced(0.01)
+    """Learning rate at the last episode (alpha_min); decayed exponentially in between."""
     optimizer: Literal["adam", "sgd"] = "adam"
     """Optimiser applying the episode's summed gradient sum_t G_t grad ln pi(A_t|S_t)."""
-    gamma: float = 0.99
-    """Discount factor gamma of the returns. Traced."""
+    gamma: float = traced(0.99)
+    """Discount factor gamma of the returns."""
     init_right_prob: float = 0.05
     """Starting probability of the linear-softmax policy for action 1 (right): Sutton & Barto's
     near-left start, so that learning curves start far from the optimum."""
@@ -47,10 +60,10 @@ class ReturnConfig:
     """The off-policy return estimator of BPO (eq. (6), Remark 1): truncated importance-sampled
     TD(lambda) returns of the data mu collected. Used only when ``algo = bpo``."""
 
-    rho_bar: float = 1.5
-    """'TD error' truncation rho_bar of eq. (6); inf disables it. Traced."""
-    c_bar: float = 1.0
-    """'Trace cutting' truncation c_bar of eq. (6); inf disables it. Traced."""
+    rho_bar: float = traced(1.5)
+    """'TD error' truncation rho_bar of eq. (6); inf disables it."""
+    c_bar: float = traced(1.0)
+    """'Trace cutting' truncation c_bar of eq. (6); inf disables it."""
     traj: Literal["per_decision", "traj", "traj_shifted"] = "per_decision"
     """Truncation mode: per-decision (eq. 6), trajectory-level 'traj' (min(c_bar, prod of
     ratios)), or the authors' shifted trajectory variant 'traj_shifted'."""
@@ -60,9 +73,9 @@ class ReturnConfig:
 class EpisodicReturnConfig(ReturnConfig):
     """BPO-REINFORCE's returns (Listing 3, line 7): eq. (6) with no value function."""
 
-    lam: float = 1.0
+    lam: float = traced(1.0)
     """lambda of eq. (6) for BPO-REINFORCE. Listing 3 uses 1 with no value function (the PDIS-style
-    return); below 1 it shortens the effective horizon. Traced. BPO-PPO uses ppo.gae_lambda."""
+    return); below 1 it shortens the effective horizon. BPO-PPO uses ppo.gae_lambda."""
 
 
 @dataclass(frozen=True)
@@ -101,10 +114,10 @@ class BehaviourConfig:
     minibatches, a random pass over the filled part of D."""
     n_mu_epochs: int = 1
     """Behaviour-policy epochs per phase (replay_size // mu_batch_size minibatches each)."""
-    q_lr: float = 1e-3
-    """Adam learning rate of Q and Q-hat. Traced."""
-    mu_lr: float = 1e-3
-    """Adam learning rate of mu. Traced."""
+    q_lr: float = traced(1e-3)
+    """Adam learning rate of Q and Q-hat."""
+    mu_lr: float = traced(1e-3)
+    """Adam learning rate of mu."""
     adam_eps: float = 1e-5
     """Adam epsilon of the Q, Q-hat and mu optimisers."""
     q_max_grad_norm: float = math.inf
@@ -124,11 +137,11 @@ class BehaviourConfig:
     symlog_targets: bool = True
     """Q networks predict symlog(Q); targets are symlog-ed, predictions symexp-ed (Section 5.2).
     Off is the 'no symlog' ablation (Figure 5)."""
-    symlog_reg_coef: float = 1.0
+    symlog_reg_coef: float = traced(1.0)
     """Weight of mean((pred - Polyak-target-net pred)^2) in the FQE loss; active with symlog
-    targets. Traced."""
-    polyak_tau: float = 0.02
-    """Polyak rate of the FQE target networks, updated after every gradient step. Traced."""
+    targets."""
+    polyak_tau: float = traced(0.02)
+    """Polyak rate of the FQE target networks, updated after every gradient step."""
     bootstrap_net: Literal["online", "target"] = "online"
     """Network whose next-state predictions form the Bellman target: the online network (as in
     the authors' code with symlog targets) or the Polyak target network."""
@@ -221,7 +234,7 @@ class OnPolicyBehaviourConfig(BehaviourConfig):
     same remaining-progress factor as the PPO learning rate. (The authors' code gives every
     network the PPO optimiser, whose schedule counts each network's own steps, so mu's rate
     reaches 0 after about a quarter of a CartPole run; here the decay follows the run's progress.)"""
-    ppo_ent_coef: float | None = None
+    ppo_ent_coef: float | None = traced(None, overrides="ppo.ent_coef")
     """Entropy coefficient of pi's PPO update inside BPO-PPO. None: ``ppo.ent_coef``, as the paper
     keeps the underlying PPO parameters identical (Section 6; Table 4 lists beta_ent under "PPO
     (shared)"). The authors' code uses 0."""
@@ -301,8 +314,8 @@ class PPOConfig:
     step per rollout on all of it), the value loss is SB3's mean((V - G)^2) and the actor and the
     critic share one optimiser and one gradient clip (``bpo.agents.a2c``)."""
 
-    learning_rate: float = 3e-4
-    """Adam learning rate of the actor and of the critic (separate optimisers, Tables 3-4). Traced."""
+    learning_rate: float = traced(3e-4)
+    """Adam learning rate of the actor and of the critic (separate optimisers, Tables 3-4)."""
     lr_schedule: Literal["constant", "linear"] = "constant"
     """'linear' decays the learning rate to 0 over the run (SB3's linear schedule of the
     remaining progress, evaluated once per update)."""
@@ -314,18 +327,18 @@ class PPOConfig:
     """Minibatch size of the PPO epochs; must divide n_steps * n_envs."""
     n_epochs: int = 10
     """Passes over the rollout per update."""
-    gamma: float = 0.99
-    """Discount factor. Traced."""
-    gae_lambda: float = 0.95
-    """lambda of GAE (PPO) and of the truncated IS-TD(lambda) returns (BPO-PPO). Traced."""
-    clip_range: float = 0.2
-    """epsilon of the clipped surrogate, eq. (10). Traced."""
+    gamma: float = traced(0.99)
+    """Discount factor."""
+    gae_lambda: float = traced(0.95)
+    """lambda of GAE (PPO) and of the truncated IS-TD(lambda) returns (BPO-PPO)."""
+    clip_range: float = traced(0.2)
+    """epsilon of the clipped surrogate, eq. (10)."""
     clip_range_schedule: Literal["constant", "linear"] = "constant"
     """'linear' decays the clip range to 0 over the run like the learning rate."""
-    ent_coef: float = 0.0
-    """beta_ent, weight of the entropy bonus (PPO; BPO-PPO uses bpo.ppo_ent_coef). Traced."""
-    vf_coef: float = 0.5
-    """beta_value, weight of the value loss 0.5 mean((V - G)^2), eq. (12). Traced."""
+    ent_coef: float = traced(0.0)
+    """beta_ent, weight of the entropy bonus (PPO; BPO-PPO uses bpo.ppo_ent_coef)."""
+    vf_coef: float = traced(0.5)
+    """beta_value, weight of the value loss 0.5 mean((V - G)^2), eq. (12)."""
     max_grad_norm: float = 0.5
     """Global gradient-norm clip, applied to the actor and the critic separately."""
     adam_eps: float = 1e-5
@@ -486,55 +499,59 @@ TrainConfig = EpisodicTrainConfig | OnPolicyTrainConfig
 """Either kind of run."""
 
 
-class PPOHyperparams(NamedTuple):
-    """Traced hyperparameters of an on-policy run; every leaf may carry a vmapped axis."""
-
-    learning_rate: jnp.ndarray
-    clip_range: jnp.ndarray
-    ent_coef: jnp.ndarray
-    vf_coef: jnp.ndarray
-    gamma: jnp.ndarray
-    gae_lambda: jnp.ndarray
-    rho_bar: jnp.ndarray
-    c_bar: jnp.ndarray
-    q_lr: jnp.ndarray
-    mu_lr: jnp.ndarray
-    polyak_tau: jnp.ndarray
-    symlog_reg_coef: jnp.ndarray
+def _traced(cfg, prefix: str = "") -> list[tuple[str, str | None]]:
+    """(dotted name, the field it overrides or None) of every field ``traced`` marks in ``cfg`` (a
+    config class or instance), sections in declaration order."""
+    out = []
+    instance = cfg() if isinstance(cfg, type) else cfg
+    for f in dataclasses.fields(instance):
+        value = getattr(instance, f.name)
+        if TRACED in f.metadata:
+            out.append((prefix + f.name, f.metadata[TRACED] or None))
+        elif dataclasses.is_dataclass(value):
+            out += _traced(value, f"{prefix}{f.name}.")
+    return out
 
 
-class Hyperparams(NamedTuple):
-    """Traced hyperparameters of an episodic run; every leaf may carry a vmapped axis."""
+def traced_fields(cfg) -> tuple[str, ...]:
+    """The dotted names of the traced fields of a config class or instance (``traced``)."""
+    return tuple(name for name, _ in _traced(cfg))
 
-    lr_start: jnp.ndarray
-    lr_end: jnp.ndarray
-    gamma: jnp.ndarray
-    rho_bar: jnp.ndarray
-    c_bar: jnp.ndarray
-    lam: jnp.ndarray
-    q_lr: jnp.ndarray
-    mu_lr: jnp.ndarray
-    polyak_tau: jnp.ndarray
-    symlog_reg_coef: jnp.ndarray
+
+def _hyperparams_type(name: str, cls, doc: str):
+    """The NamedTuple of ``cls``'s traced hyperparameters, one float32 array each, named by their
+    fields (derived from the ``traced`` markers, so never out of step with them)."""
+    names = [dotted.rpartition(".")[2] for dotted, overrides in _traced(cls) if overrides is None]
+    hp_type = NamedTuple(name, [(n, jnp.ndarray) for n in names])
+    hp_type.__doc__ = doc
+    return hp_type
+
+
+PPOHyperparams = _hyperparams_type("PPOHyperparams", OnPolicyTrainConfig, """Traced hyperparameters of an
+on-policy run (the fields ``traced`` marks); every leaf may carry a vmapped axis.""")
+Hyperparams = _hyperparams_type("Hyperparams", EpisodicTrainConfig, """Traced hyperparameters of an episodic
+run (the fields ``traced`` marks); every leaf may carry a vmapped axis.""")
 
 
 def traced_hyperparams(cfg):
-    """The traced fields of ``cfg`` as float32 arrays: Hyperparams or PPOHyperparams."""
-    if isinstance(cfg, OnPolicyTrainConfig):
-        p, b, g = cfg.ppo, cfg.bpo, cfg.returns
-        ent_coef = b.ppo_ent_coef if cfg.algo == "bpo" and b.ppo_ent_coef is not None else p.ent_coef
-        values = dict(
-            learning_rate=p.learning_rate, clip_range=p.clip_range, ent_coef=ent_coef, vf_coef=p.vf_coef,
-            gamma=p.gamma, gae_lambda=p.gae_lambda, rho_bar=g.rho_bar, c_bar=g.c_bar, q_lr=b.q_lr, mu_lr=b.mu_lr,
-            polyak_tau=b.polyak_tau, symlog_reg_coef=b.symlog_reg_coef,
-        )
-        return PPOHyperparams(**{k: jnp.asarray(v, dtype=jnp.float32) for k, v in values.items()})
-    r, b, g = cfg.reinforce, cfg.bpo, cfg.returns
-    values = dict(
-        lr_start=r.lr_start, lr_end=r.lr_end, gamma=r.gamma, rho_bar=g.rho_bar, c_bar=g.c_bar, lam=g.lam,
-        q_lr=b.q_lr, mu_lr=b.mu_lr, polyak_tau=b.polyak_tau, symlog_reg_coef=b.symlog_reg_coef,
-    )
-    return Hyperparams(**{k: jnp.asarray(v, dtype=jnp.float32) for k, v in values.items()})
+    """The traced fields of ``cfg`` as float32 arrays: Hyperparams or PPOHyperparams. A field that
+    overrides another (``bpo.ppo_ent_coef``) replaces its value in a BPO run when it is not None."""
+    values, overriding = {}, []
+    for dotted, overrides in _traced(cfg):
+        value = _get_dotted(cfg, dotted)
+        if overrides is None:
+            values[dotted.rpartition(".")[2]] = value
+        elif cfg.algo == "bpo" and value is not None:
+            overriding.append((overrides.rpartition(".")[2], value))
+    values.update(overriding)
+    hp_type = PPOHyperparams if isinstance(cfg, OnPolicyTrainConfig) else Hyperparams
+    return hp_type(**{k: jnp.asarray(v, dtype=jnp.float32) for k, v in values.items()})
+
+
+def _get_dotted(cfg, dotted: str):
+    for part in dotted.split("."):
+        cfg = getattr(cfg, part)
+    return cfg
 
 
 def field_names(cfg, prefix: str = "") -> list[str]:

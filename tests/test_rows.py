@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from bpo.config import ConfigError, replace
+from bpo.config import ConfigError, EpisodicTrainConfig, OnPolicyTrainConfig, replace, traced_fields, traced_hyperparams
 from bpo.presets import apply_variant, get_preset
 from bpo.training import check_rows, run, run_rows, summarize
 from experiments.cli import main
@@ -44,6 +44,36 @@ def test_each_row_equals_the_row_run_alone():
 def test_rows_that_differ_in_a_static_field_are_refused(changes, field):
     with pytest.raises(ConfigError, match=rf"rows: configurations differ in \['{field}'\]"):
         check_rows([tiny("bpo_c1.5_rho1.5"), tiny("bpo_c1.0_rho1.5", **changes)])
+
+
+# The traced fields, listed by hand: the ``traced`` markers in bpo/config.py must say the same.
+ON_POLICY_TRACED = {"ppo.learning_rate", "ppo.gamma", "ppo.gae_lambda", "ppo.clip_range", "ppo.ent_coef",
+                    "ppo.vf_coef", "returns.rho_bar", "returns.c_bar", "bpo.q_lr", "bpo.mu_lr", "bpo.symlog_reg_coef",
+                    "bpo.polyak_tau", "bpo.ppo_ent_coef"}
+EPISODIC_TRACED = {"reinforce.lr_start", "reinforce.lr_end", "reinforce.gamma", "returns.rho_bar", "returns.c_bar",
+                   "returns.lam", "bpo.q_lr", "bpo.mu_lr", "bpo.symlog_reg_coef", "bpo.polyak_tau"}
+
+
+def test_each_traced_field_and_no_other_reaches_the_program_as_data():
+    """One declaration (the ``traced`` marker) decides the hyperparameters a program receives and the
+    fields rows of one program may differ in: each traced field changes its own leaf and nothing
+    else, and may differ between rows; every other field is static."""
+    assert set(traced_fields(OnPolicyTrainConfig)) == ON_POLICY_TRACED
+    assert set(traced_fields(EpisodicTrainConfig)) == EPISODIC_TRACED
+    base = tiny("bpo_c1.5_rho1.5")
+    before = traced_hyperparams(base)._asdict()
+    for name in sorted(ON_POLICY_TRACED - {"bpo.ppo_ent_coef"}):
+        leaf = name.rpartition(".")[2]
+        changed = replace(base, **{name: float(before[leaf]) * 0.7 + 0.013})
+        after = traced_hyperparams(changed)._asdict()
+        assert [k for k in before if float(before[k]) != float(after[k])] == [leaf], name
+        check_rows([base, changed])  # rows may differ in it
+    # bpo.ppo_ent_coef replaces ppo.ent_coef in a BPO run, and only there.
+    assert float(traced_hyperparams(replace(base, **{"bpo.ppo_ent_coef": 0.25})).ent_coef) == 0.25
+    ppo = replace(base, algo="ppo")
+    assert float(traced_hyperparams(replace(ppo, **{"bpo.ppo_ent_coef": 0.25})).ent_coef) == float(before["ent_coef"])
+    episodic = get_preset("short_corridor")
+    assert set(traced_hyperparams(episodic)._fields) == {n.rpartition(".")[2] for n in EPISODIC_TRACED}
 
 
 def test_host_runs_cannot_share_a_program():

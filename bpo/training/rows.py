@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bpo.config import ConfigError, OnPolicyTrainConfig, TrainConfig, to_dict, traced_hyperparams
+from bpo.config import ConfigError, OnPolicyTrainConfig, TrainConfig, to_dict, traced_fields, traced_hyperparams
 from bpo.runners import onpolicy
 from bpo.runners.jax_runner import JaxRunner
 from bpo.runners.seeds import seed_keys
@@ -27,11 +27,7 @@ from bpo.training.run_output import RunOutput, default_seed_chunk
 
 # Config fields that may differ between rows of one program: the traced hyperparameters (their
 # values enter the program as data), the base seed and the variant's label.
-ROW_FIELDS = {
-    OnPolicyTrainConfig: ("seed", "variant", "ppo.learning_rate", "ppo.clip_range", "ppo.ent_coef", "ppo.vf_coef",
-                          "ppo.gamma", "ppo.gae_lambda", "returns.rho_bar", "returns.c_bar", "bpo.q_lr", "bpo.mu_lr",
-                          "bpo.polyak_tau", "bpo.symlog_reg_coef", "bpo.ppo_ent_coef"),
-}
+ROW_FIELDS = {OnPolicyTrainConfig: ("seed", "variant", *traced_fields(OnPolicyTrainConfig))}
 
 
 def can_share(cfg: TrainConfig) -> bool:

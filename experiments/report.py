@@ -21,6 +21,7 @@ import tyro
 
 from bpo.presets import PAPER_TABLE1, paper_setting
 from bpo.results import atomic_write_text, read_curve, read_summary
+from bpo.stats import describe
 from experiments.common import (
     format_p,
     row_label,
@@ -34,7 +35,7 @@ from experiments.common import (
 from experiments.probe_summary import ratio_text
 from experiments.probe_summary import stem as summary_stem
 from experiments.store import build_index
-from experiments.table import PAPER_RUNS, describe, format_number, multiple_comparisons
+from experiments.table import PAPER_RUNS, format_number, multiple_comparisons
 
 PAGES = ("README.md", "docs/results.md", "docs/reproduction.md", "docs/backends.md", "docs/a2c.md")
 BLOCK = re.compile(r"(<!-- results:(?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /results -->)", re.S)
@@ -158,7 +159,7 @@ def headline_block(results: Path) -> str:
 
 
 def _curve_points(steps_by_seed: list[dict[int, float]], step: int) -> str:
-    """Mean ± SE over seeds of the evaluation at ``step`` (``experiments.table.describe``)."""
+    """Mean ± SE over seeds of the evaluation at ``step`` (``bpo.stats.describe``)."""
     d = describe([s[step] for s in steps_by_seed if step in s])
     return "–" if d["n"] < 2 else f"{d['mean']:.0f} ± {d['se']:.0f}"
 

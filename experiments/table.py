@@ -36,6 +36,7 @@ import numpy as np
 from bpo import results
 from bpo.config import to_dict
 from bpo.presets import PAPER_TABLE1, paper_setting
+from bpo.stats import describe
 from experiments.aggregates import GAMMA, normalised_runs, runs_used_note, strict_json, write_aggregates
 from experiments.common import (
     OPTIMAL_RETURNS,
@@ -177,19 +178,6 @@ def _main(baseline: str | dict | None) -> str | None:
 
 def finite(values) -> list[float]:
     return [float(x) for x in values if math.isfinite(x)]
-
-
-def describe(values) -> dict:
-    """Mean, sample SD (ddof 1), SE = SD / sqrt(n) and n over the finite values; ``not_finite``
-    counts the seeds whose final return is NaN or infinite (a diverged run: it has no return to
-    average, and one NaN would make every statistic NaN), and ``values`` keeps every seed, None for
-    those."""
-    v = np.asarray(values, dtype=float)
-    ok = v[np.isfinite(v)]
-    n = len(ok)
-    sd = float(ok.std(ddof=1)) if n > 1 else math.nan
-    return {"mean": float(ok.mean()) if n else math.nan, "sd": sd, "se": sd / math.sqrt(n) if n else math.nan,
-            "n": n, "not_finite": len(v) - n, "values": [float(x) if math.isfinite(x) else None for x in v]}
 
 
 def _tests(p_greater: float, p_less: float, p_two: float, alternative: str) -> dict:

@@ -27,6 +27,7 @@ from bpo.presets import get_preset
 from bpo.provenance import provenance
 from bpo.publish import save_or_rescue
 from bpo.results import atomic_write_json, atomic_write_text, ensure_writable_dir
+from bpo.stats import describe
 from bpo.training import run
 from bpo.validation import validate_environment
 from experiments.common import save_figure
@@ -132,10 +133,8 @@ def verify_mdp(mdp: V.TabularMDP, pi: np.ndarray, episodes: int, rng: np.random.
 
 def _mean_se(x: np.ndarray) -> tuple[float, float]:
     """Mean and standard error over seeds; an infinite variance makes the mean inf and the SE NaN."""
-    x = np.asarray(x, dtype=float)
-    if not np.all(np.isfinite(x)):
-        return float(np.mean(x)), float("nan")
-    return float(np.mean(x)), float(np.std(x, ddof=1) / np.sqrt(len(x)))
+    d = describe(x, drop_non_finite=False)
+    return d["mean"], d["se"]
 
 
 def best_state_independent(mdp: V.TabularMDP, pi: np.ndarray, grid: int = 999) -> tuple[float, float]:

@@ -12,6 +12,7 @@ from bpo import diagnostics as dg
 from bpo import results
 from bpo.config import OnPolicyTrainConfig
 from bpo.provenance import provenance
+from bpo.stats import describe
 from bpo.training.policies import write_policies
 from bpo.training.run_output import RunOutput
 
@@ -91,6 +92,7 @@ def summarize(out: RunOutput) -> dict:
     their warnings, and the provenance (code and package versions, device)."""
     cfg = out.config
     final = out.metrics["eval"]["eval_return"][:, -1].astype(float)
+    stats = describe(final, drop_non_finite=False)  # a NaN seed shows in the summary's mean
     env_steps = env_steps_per_seed(out) * cfg.seeds
     summary = {
         "preset": cfg.preset,
@@ -99,9 +101,9 @@ def summarize(out: RunOutput) -> dict:
         "seeds": cfg.seeds,
         "step_unit": cfg.step_unit,
         "final_eval_returns": final.tolist(),
-        "final_mean": float(final.mean()),
-        "final_sd": float(final.std(ddof=1)) if len(final) > 1 else float("nan"),
-        "final_se": float(final.std(ddof=1) / np.sqrt(len(final))) if len(final) > 1 else float("nan"),
+        "final_mean": stats["mean"],
+        "final_sd": stats["sd"],
+        "final_se": stats["se"],
         "env_steps": env_steps,
         "wall_time_s": out.wall_time_s,
         "compile_time_s": out.compile_time_s,

@@ -37,25 +37,19 @@ import tyro
 from bpo import checkpoint as ckpt
 from bpo.agents.methods import validate
 from bpo.checkpoint import NonFiniteError
-from bpo.config import ConfigError, EpisodicTrainConfig, OnPolicyTrainConfig, from_dict, to_dict
+from bpo.config import ConfigError, EpisodicTrainConfig, OnPolicyTrainConfig, from_dict
 from bpo.presets import PRESETS, VARIANTS, apply_variant, get_preset
-from bpo.processes import Interrupted, receive_signals_on_a_thread, stop_requests
+from bpo.processes import Interrupted, receive_signals_on_a_thread
 from bpo.progress import EvalProgress
 from bpo.provenance import code_version
-from bpo.publish import check_publishable, publish_run_dir, save_or_rescue
-from bpo.results import ensure_writable_dir
 from bpo.runtime import enable_compile_cache, report_crashes
-from bpo.tensorboard import Loggers, TensorBoardLogger, WandbLogger
 from bpo.training import (
     checkpointable,
     default_checkpoint_every,
     progress_totals,
-    run_validated,
-    summarize,
-    write,
 )
+from bpo.training.job import OUTPUT_OPTIONS, Job, check_outputs, publish, resume_job, train
 from bpo.training.summary import final_return_text
-from bpo.validation import validate_environment
 from experiments.plugins import load_plugins
 
 USAGE = """usage: bpo [--version] {{train,sweep,plot,table,reproduce,evaluate,probe,probe-summary,verify-variance,
@@ -201,10 +195,10 @@ def train_main(argv: list[str]) -> int:
         return _fail(str(e))
 
     label = getattr(cfg, "variant", "") or cfg.algo
-    out_dir = args.out or Path("runs") / cfg.preset / cfg.env / label
     options = {k: getattr(args, k, default) for k, default in OUTPUT_OPTIONS.items()}
     every = default_checkpoint_every(cfg) if args.checkpoint_every is None else args.checkpoint_every
-    return _train(cfg, out_dir, args.progress, args.seed_chunk, options, every)
+    job = Job(cfg, args.out or Path("runs") / cfg.preset / cfg.env / label, every, args.seed_chunk, options)
+    return _train(job, args.progress)
 
 
 def starting_config(argv: list[str]):
@@ -229,138 +223,49 @@ def resume_main(argv: list[str]) -> int:
     """``bpo train --resume DIR [--no-progress]``: continue the run whose checkpoint is in DIR/checkpoint,
     with the output options it was started with (``--tensorboard``, ``--track``)."""
     given = _preparse(argv, "--resume") or ""
-    directory = Path(given)
     # the folder as typed: `DIR/`, as shell completion writes it, is the same folder as DIR
     rest = [a for a in argv if a not in ("--resume", given) and not a.startswith("--resume=")]
     if rest not in ([], ["--no-progress"], ["--progress"]):
         return _fail(f"resume: only --no-progress may follow --resume DIR, got {rest}")
-    if not ckpt.exists(directory / "checkpoint"):
-        return _fail(f"resume: no checkpoint in {str(directory / 'checkpoint')!r}; allowed: the OUT folder of a "
-                     "`bpo train ... --checkpoint-every N` run")
     try:
-        info = ckpt.read_info(directory / "checkpoint")
-    except ckpt.UnreadableCheckpoint as e:
-        return _fail(f"resume: {e}")
-    if not isinstance(info.get("checkpoint_every"), int) or info["checkpoint_every"] < 1:
-        return _fail(f"resume: {str(directory / 'checkpoint')!r} does not say how often it checkpoints "
-                     "(checkpoint_every); remove it to start the run again")
-    try:
-        cfg = validate(from_dict(info["config"]))
-    except (ConfigError, TypeError) as e:
-        return _fail(f"resume: the checkpoint's config is not valid for this version: {e}")
-    # The run's output options come back with it (older checkpoints did not keep them: none).
-    saved = info.get("options") or {}
-    options = {k: saved.get(k, default) for k, default in OUTPUT_OPTIONS.items()}
-    return _train(cfg, directory, rest != ["--no-progress"], info.get("seed_chunk"), options,
-                  info["checkpoint_every"], "--resume")
-
-
-OUTPUT_OPTIONS = {"tensorboard": False, "track": False, "wandb_project": "bpo", "wandb_entity": None,
-                  "per_seed_scalars": False}
-"""What ``bpo train`` writes besides the run directory; kept with checkpoints for ``--resume``."""
-
-
-def check_outputs(out_dir: Path, options: dict, checkpoint_every: int, flag: str = "--out", cfg=None) -> None:
-    """Every folder the run will write, created and proven writable before anything compiles; a
-    ``ConfigError`` names the option that asked for the folder that cannot be. A new run (``cfg``
-    given, ``--out``) may not start over another run's checkpoint (``check_no_unfinished_run``)."""
-    validate_environment()
-    if cfg is not None and flag == "--out":
-        check_no_unfinished_run(out_dir, cfg, checkpoint_every)
-    ensure_writable_dir(out_dir, flag)
-    check_publishable(out_dir, flag)
-    if options["tensorboard"]:
-        ensure_writable_dir(out_dir / "tb", "--tensorboard")
-    if options["track"]:
-        try:
-            import wandb  # noqa: F401 -- an optional extra: only whether it imports is checked here
-        except ImportError:
-            raise ConfigError("--track", "needs the wandb package: pip install -e \".[track]\"") from None
-        ensure_writable_dir(out_dir / "wandb", "--track")
-    if checkpoint_every > 0:
-        ensure_writable_dir(out_dir / "checkpoint", "--checkpoint-every")
-
-
-def check_no_unfinished_run(out_dir: Path, cfg, checkpoint_every: int) -> None:
-    """A new run in a folder that holds another run's checkpoint: refused, so that a later
-    ``--resume`` never replaces this run's results with the other's. The same run's checkpoint
-    (same config, checkpointing on) is continued, as ``drive`` does."""
-    directory = out_dir / "checkpoint"
-    if not ckpt.exists(directory):
-        return
-    why = "this run does not checkpoint" if checkpoint_every == 0 else ckpt.mismatch(directory, cfg)
-    if why:
-        raise ConfigError("--out", f"{str(out_dir)!r} holds the checkpoint of an unfinished run ({why}): continue it "
-                                   f"with `bpo train --resume {out_dir}`, or remove {str(directory)!r} to start a new "
-                                   "run there")
-
-
-def make_loggers(cfg, out_dir: Path, options: dict) -> Loggers | None:
-    """The scalar sinks the options ask for: TensorBoard in OUT/tb, W&B with files in OUT/wandb."""
-    sinks = [TensorBoardLogger(out_dir / "tb")] if options["tensorboard"] else []
-    if options["track"]:
-        name = f"{cfg.preset}/{cfg.env}/{getattr(cfg, 'variant', '') or cfg.algo}"
-        sinks.append(WandbLogger(options["wandb_project"], name, to_dict(cfg), out_dir, options["wandb_entity"]))
-    return Loggers(sinks, per_seed=options["per_seed_scalars"]) if sinks else None
-
-
-def _train(cfg, out_dir: Path, show_progress: bool, seed_chunk, options: dict, checkpoint_every: int,
-           flag: str = "--out") -> int:
-    try:
-        check_outputs(out_dir, options, checkpoint_every, flag, cfg)
+        job = resume_job(Path(given))
     except ConfigError as e:
         return _fail(str(e))
-    label = getattr(cfg, "variant", "") or cfg.algo
-    calls, steps = progress_totals(cfg)
-    checkpoint_dir = out_dir / "checkpoint" if checkpoint_every > 0 else None
-    if flag == "--out" and ckpt.exists(checkpoint_dir):  # the same run, interrupted (check_outputs): go on
-        print(f"continuing the interrupted run from its checkpoint in {str(checkpoint_dir)!r}", file=sys.stderr)
-    logger = make_loggers(cfg, out_dir, options)
+    return _train(job, rest != ["--no-progress"])
+
+
+def _train(job: Job, show_progress: bool) -> int:
+    """The run's lifecycle (``bpo.training.job``), reported on the terminal; the exit code."""
+    cfg = job.cfg
     try:
-        with stop_requests(), EvalProgress(f"{cfg.preset}/{cfg.env}/{label}", calls, show_progress, steps) as bar:
+        check_outputs(job)
+    except ConfigError as e:
+        return _fail(str(e))
+    if job.flag == "--out" and ckpt.exists(job.checkpoint_dir):  # the same run, interrupted (check_outputs): go on
+        print(f"continuing the interrupted run from its checkpoint in {str(job.checkpoint_dir)!r}", file=sys.stderr)
+    calls, steps = progress_totals(cfg)
+    try:
+        with EvalProgress(f"{cfg.preset}/{cfg.env}/{job.label}", calls, show_progress, steps) as bar:
             # Without a progress bar the program has no host callback, so it can be kept in the compile cache.
-            out = run_validated(cfg, progress=bar.update if show_progress else None, seed_chunk=seed_chunk,
-                                logger=logger, checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every,
-                                options=options, on_resume=bar.resume)
-        if logger is not None and cfg.backend != "gymnasium":
-            logger.log_run(out.metrics, cfg.ppo.n_steps * cfg.ppo.n_envs)
+            out = train(job, progress=bar.update if show_progress else None, on_resume=bar.resume)
     except (NonFiniteError, ConfigError) as e:  # ConfigError: a checkpoint of another run in the way
         return _fail(str(e))
     except Interrupted as e:
-        how = (f"; continue it with `bpo train --resume {out_dir}`" if e.checkpoint is not None
+        how = (f"; continue it with `bpo train --resume {job.out_dir}`" if e.checkpoint is not None
                else " (with --checkpoint-every N a stopped run can be continued)")
         print(f"{e}{how}", file=sys.stderr)
         return e.exit_code
-    finally:
-        if logger is not None:
-            logger.close()
-    return _publish(cfg, out, out_dir, checkpoint_dir, flag)
-
-
-def _publish(cfg, out, out_dir: Path, checkpoint_dir: Path | None, flag: str) -> int:
-    """Write the run directory whole (``bpo.publish``: rescued elsewhere if it cannot be), then
-    drop the checkpoint that has served its purpose; the exit code."""
-    summary, rescued = save_or_rescue(out_dir, lambda folder: publish_run_dir(folder, lambda d: write(out, d)),
-                                      flag, last_resort=lambda: final_returns_line(out))
+    summary, rescued = publish(job, out)
     if rescued is not None or summary is None:
-        if ckpt.exists(checkpoint_dir):
-            print(f"error: {flag}: the checkpoint is kept in {str(checkpoint_dir)!r}", file=sys.stderr)
+        if ckpt.exists(job.checkpoint_dir):
+            print(f"error: {job.flag}: the checkpoint is kept in {str(job.checkpoint_dir)!r}", file=sys.stderr)
         return 1
-    if checkpoint_dir is not None:
-        ckpt.remove(checkpoint_dir)
     for warning in summary.get("warnings", []):
         print(f"warning: {warning}", file=sys.stderr)
     print(f"{cfg.algo} on {cfg.env}: final eval return {final_return_text(summary)}; "
           f"wall {summary['wall_time_s']:.1f}s (compile {summary['compile_time_s']:.1f}s); "
-          f"{summary['train_steps_per_s']:.0f} env steps/s -> {out_dir}")
+          f"{summary['train_steps_per_s']:.0f} env steps/s -> {job.out_dir}")
     return 0
-
-
-def final_returns_line(out) -> str:
-    """What a run found, on one line, for when no file could hold it."""
-    summary = summarize(out)
-    return json.dumps({k: summary[k] for k in ("preset", "env", "algo", "seeds", "final_eval_returns", "final_mean",
-                                               "final_se")})
 
 
 def _preparse(argv: list[str], flag: str) -> str | None:

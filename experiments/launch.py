@@ -49,6 +49,7 @@ from bpo.config import ConfigError
 from bpo.progress import console
 from bpo.runtime import enable_compile_cache, report_crashes
 from bpo.training import default_checkpoint_every, program_key, run_rows, run_validated, write
+from bpo.training.job import Job, continue_or_restart, train
 from bpo.training.rows import can_share
 from bpo.training.run_output import default_seed_chunk
 from bpo.training.summary import final_return_text
@@ -111,20 +112,13 @@ def execute(sweep_dir: str | Path, run_id: str, lock: store.Lock | None = None) 
         enable_compile_cache()
         cfg = spec.build()  # validated by the planner (experiments.sweep.expand) before any worker started
         directory = sweep_dir / store.CHECKPOINTS / run_id
-        if ckpt.exists(directory):
-            try:
-                why = ckpt.mismatch(directory, cfg, default_seed_chunk())
-            except ckpt.UnreadableCheckpoint as e:
-                why = str(e)
-            if why:  # the spec, the code or the backend changed since: the checkpoint cannot continue this run
-                print(f"{run_id}: {why} ({directory}): starting over", flush=True)
-                ckpt.remove(directory)
-            else:
-                print(f"{run_id}: continuing from checkpoint {directory}", flush=True)
-        every = default_checkpoint_every(cfg)
+        done = continue_or_restart(directory, cfg, default_seed_chunk())
+        if done is not None:
+            print(f"{run_id}: {done}", flush=True)
+        job = Job(cfg, sweep_dir / run_id, default_checkpoint_every(cfg), checkpoints=directory)
         with processes.stop_requests():
-            summary = store.publish(sweep_dir, spec, lambda staging: write(
-                run_validated(cfg, checkpoint_dir=directory, checkpoint_every=every), staging))
+            summary = store.publish(sweep_dir, spec, lambda staging: write(train(job, take_stop_signals=False),
+                                                                           staging))
         ckpt.remove(directory)
     return summary
 

@@ -8,6 +8,7 @@ import math
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import jax
 import pytest
@@ -27,6 +28,7 @@ for _name in ("cartpole_ppo", "pendulum_ppo", "short_corridor"):
     validate(get_preset(_name))
 
 # (argv, field named by the error, text the rest of the message must contain)
+FINISHED_RUN = Path(__file__).resolve().parent.parent / "results" / "a2c" / "Pendulum-v1-pendulum_a2c-a2c"
 CLI_BAD_INPUTS = [
     # On-policy presets (PPO / BPO-PPO).
     (["train", "cartpole_ppo", "--ppo.learning-rate", "-1"], "ppo.learning_rate",
@@ -59,6 +61,7 @@ CLI_BAD_INPUTS = [
     (["train", "--resume", "/nonexistent/run"], "resume", "no checkpoint in '/nonexistent/run/checkpoint'"),
     # a trailing slash, as shell completion writes it, names the same folder (not an extra argument)
     (["train", "--resume", "/nonexistent/run/"], "resume", "no checkpoint in '/nonexistent/run/checkpoint'"),
+    (["train", "--resume", str(FINISHED_RUN)], "resume", "holds a finished run (its summary.json is written"),
     (["train", "--resume", "/nonexistent/run/", "--seeds", "2"], "resume",
      "only --no-progress may follow --resume DIR, got ['--seeds', '2']"),
     # Episodic presets (REINFORCE / BPO-REINFORCE).

@@ -1,0 +1,190 @@
+"""The lifecycle of a run, in one place for every command that runs one (``bpo train``, ``bpo train
+--resume``, the sweep workers and Slurm jobs):
+
+1. check the outputs before anything compiles (``check_outputs``): every folder the run writes is
+   created and proven writable, and a new run may not start over another run's checkpoint;
+2. continue the run's checkpoint or start over (``continue_or_restart``);
+3. train (``train``: checkpoints, TensorBoard and W&B scalars);
+4. publish the run directory whole and drop the checkpoint that served its purpose (``publish``).
+
+The command line only parses arguments into a ``Job`` and reports what happened.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bpo import checkpoint as ckpt
+from bpo.agents.methods import validate
+from bpo.config import ConfigError, from_dict, to_dict
+from bpo.processes import stop_requests
+from bpo.publish import check_publishable, publish_run_dir, save_or_rescue
+from bpo.results import ensure_writable_dir
+from bpo.tensorboard import Loggers, TensorBoardLogger, WandbLogger
+from bpo.training.run import run_validated
+from bpo.training.run_output import RunOutput
+from bpo.training.summary import summarize, write
+from bpo.validation import validate_environment
+
+OUTPUT_OPTIONS = {"tensorboard": False, "track": False, "wandb_project": "bpo", "wandb_entity": None,
+                  "per_seed_scalars": False}
+"""What ``bpo train`` writes besides the run directory; kept with checkpoints for ``--resume``."""
+
+
+@dataclass(frozen=True)
+class Job:
+    """One run to train into ``out_dir``: a validated config, how often it checkpoints (0: never)
+    into ``out_dir/checkpoint``, its seed chunk and its output options. ``flag`` is the option that
+    named the folder, for messages: ``--out`` for a new run, ``--resume`` for a stopped one."""
+
+    cfg: object
+    out_dir: Path
+    checkpoint_every: int
+    seed_chunk: int | None = None
+    options: dict = field(default_factory=lambda: dict(OUTPUT_OPTIONS))
+    flag: str = "--out"
+    checkpoints: Path | None = None
+    """Where the checkpoint goes when not in ``out_dir/checkpoint`` (a sweep keeps its runs'
+    checkpoints in ``SWEEP/.checkpoints/RUN-ID``)."""
+
+    @property
+    def checkpoint_dir(self) -> Path | None:
+        if self.checkpoint_every <= 0:
+            return None
+        return self.checkpoints if self.checkpoints is not None else self.out_dir / "checkpoint"
+
+    @property
+    def label(self) -> str:
+        """The run's name in progress bars and trackers: its variant, or its algorithm."""
+        return getattr(self.cfg, "variant", "") or self.cfg.algo
+
+
+def check_outputs(job: Job) -> None:
+    """Every folder the run will write, created and proven writable before anything compiles; a
+    ``ConfigError`` names the option that asked for the folder that cannot be. A new run
+    (``--out``) may not start over another run's checkpoint (``check_no_unfinished_run``)."""
+    validate_environment()
+    out_dir, options = job.out_dir, job.options
+    if job.flag == "--out":
+        check_no_unfinished_run(job)
+    ensure_writable_dir(out_dir, job.flag)
+    check_publishable(out_dir, job.flag)
+    if options["tensorboard"]:
+        ensure_writable_dir(out_dir / "tb", "--tensorboard")
+    if options["track"]:
+        try:
+            import wandb  # noqa: F401 -- an optional extra: only whether it imports is checked here
+        except ImportError:
+            raise ConfigError("--track", "needs the wandb package: pip install -e \".[track]\"") from None
+        ensure_writable_dir(out_dir / "wandb", "--track")
+    if job.checkpoint_every > 0:
+        ensure_writable_dir(out_dir / "checkpoint", "--checkpoint-every")
+
+
+def check_no_unfinished_run(job: Job) -> None:
+    """A new run in a folder that holds another run's checkpoint: refused, so that a later
+    ``--resume`` never replaces this run's results with the other's. The same run's checkpoint
+    (same config, checkpointing on) is continued, as ``drive`` does."""
+    directory = job.out_dir / "checkpoint"
+    if not ckpt.exists(directory):
+        return
+    why = "this run does not checkpoint" if job.checkpoint_every == 0 else ckpt.mismatch(directory, job.cfg)
+    if why:
+        raise ConfigError("--out", f"{str(job.out_dir)!r} holds the checkpoint of an unfinished run ({why}): "
+                                   f"continue it with `bpo train --resume {job.out_dir}`, or remove "
+                                   f"{str(directory)!r} to start a new run there")
+
+
+def continue_or_restart(directory: Path, cfg, seed_chunk: int | None) -> str | None:
+    """A sweep's run: its checkpoint in ``directory`` is continued when it is this run's, else
+    removed (the spec, the code or the backend changed since). Returns what was done, for the log,
+    or None when there is no checkpoint."""
+    if not ckpt.exists(directory):
+        return None
+    try:
+        why = ckpt.mismatch(directory, cfg, seed_chunk)
+    except ckpt.UnreadableCheckpoint as e:
+        why = str(e)
+    if why:
+        ckpt.remove(directory)
+        return f"{why} ({directory}): starting over"
+    return f"continuing from checkpoint {directory}"
+
+
+def resume_job(directory: Path) -> Job:
+    """The job of the stopped run whose checkpoint is in ``directory/checkpoint``, with the output
+    options it was started with; a ``ConfigError`` naming ``resume`` when there is none to continue."""
+    where = directory / "checkpoint"
+    if not ckpt.exists(where) and (directory / "summary.json").exists():
+        raise ConfigError("resume", f"{str(directory)!r} holds a finished run (its summary.json is written and its "
+                                    "checkpoint removed): there is nothing to continue")
+    if not ckpt.exists(where):
+        raise ConfigError("resume", f"no checkpoint in {str(where)!r}; allowed: the OUT folder of a `bpo train` "
+                                    "run that was stopped before it finished")
+    try:
+        info = ckpt.read_info(where)
+    except ckpt.UnreadableCheckpoint as e:
+        raise ConfigError("resume", str(e)) from None
+    if not isinstance(info.get("checkpoint_every"), int) or info["checkpoint_every"] < 1:
+        raise ConfigError("resume", f"{str(where)!r} does not say how often it checkpoints (checkpoint_every); "
+                                    "remove it to start the run again")
+    try:
+        cfg = validate(from_dict(info["config"]))
+    except (ConfigError, TypeError) as e:
+        raise ConfigError("resume", f"the checkpoint's config is not valid for this version: {e}") from None
+    saved = info.get("options") or {}  # older checkpoints did not keep the output options: none
+    return Job(cfg, directory, info["checkpoint_every"], info.get("seed_chunk"),
+               {k: saved.get(k, default) for k, default in OUTPUT_OPTIONS.items()}, "--resume")
+
+
+def make_loggers(job: Job) -> Loggers | None:
+    """The scalar sinks the options ask for: TensorBoard in OUT/tb, W&B with files in OUT/wandb."""
+    cfg, options = job.cfg, job.options
+    sinks = [TensorBoardLogger(job.out_dir / "tb")] if options["tensorboard"] else []
+    if options["track"]:
+        name = f"{cfg.preset}/{cfg.env}/{job.label}"
+        sinks.append(WandbLogger(options["wandb_project"], name, to_dict(cfg), job.out_dir, options["wandb_entity"]))
+    return Loggers(sinks, per_seed=options["per_seed_scalars"]) if sinks else None
+
+
+def train(job: Job, progress: Callable | None = None, on_resume: Callable | None = None,
+          take_stop_signals: bool = True) -> RunOutput:
+    """Train the job's run, checkpointing as it says and logging the scalars its options ask for.
+    SIGINT and SIGTERM stop it at the end of a loop iteration (``bpo.processes.Interrupted``, with
+    the checkpoint written when it checkpoints); ``take_stop_signals=False`` for a caller that
+    holds ``stop_requests`` itself (a sweep worker, through the publication too)."""
+    logger = make_loggers(job)
+    try:
+        with stop_requests() if take_stop_signals else contextlib.nullcontext():
+            out = run_validated(job.cfg, progress=progress, seed_chunk=job.seed_chunk, logger=logger,
+                                checkpoint_dir=job.checkpoint_dir, checkpoint_every=job.checkpoint_every,
+                                options=job.options, on_resume=on_resume)
+        if logger is not None and job.cfg.backend != "gymnasium":
+            logger.log_run(out.metrics, job.cfg.ppo.n_steps * job.cfg.ppo.n_envs)
+    finally:
+        if logger is not None:
+            logger.close()
+    return out
+
+
+def publish(job: Job, out: RunOutput) -> tuple[dict | None, Path | None]:
+    """Write the run directory whole (``bpo.publish``: rescued elsewhere if it cannot be), then drop
+    the checkpoint that has served its purpose. Returns the summary (None when nothing could be
+    written) and the rescue folder (None when the results are where they belong); the checkpoint
+    is kept unless they are."""
+    summary, rescued = save_or_rescue(job.out_dir, lambda folder: publish_run_dir(folder, lambda d: write(out, d)),
+                                      job.flag, last_resort=lambda: final_returns_line(out))
+    if rescued is None and summary is not None and job.checkpoint_dir is not None:
+        ckpt.remove(job.checkpoint_dir)
+    return summary, rescued
+
+
+def final_returns_line(out: RunOutput) -> str:
+    """What a run found, on one line, for when no file could hold it."""
+    summary = summarize(out)
+    return json.dumps({k: summary[k] for k in ("preset", "env", "algo", "seeds", "final_eval_returns", "final_mean",
+                                               "final_se")})

@@ -16,8 +16,11 @@ process has used almost no CPU time (all threads together) for ``BPO_STALL_MINUT
 (default 10; 0 turns the guard off), it prints what happened and what to do, and exits with
 ``EXIT_STALLED`` (75, "try again"). The last checkpoint is intact (a checkpoint is written whole
 or not at all), so the run continues from it. The guard counts windows of its own wake-ups, not
-wall time, so a process stopped with SIGSTOP (a paused job) is not mistaken for a stalled one;
-it runs only on the CPU backend, where a compiled call that uses no CPU can only be waiting.
+wall time, so a process stopped with SIGSTOP (a paused job) is not mistaken for a stalled one; and
+a window counts as idle only if the process's threads did not wait for a CPU either (the kernel's
+run-queue time), so a process starved by busier ones (a campaign at low priority: seen when a
+sweep's autogroup was given nice 19 beside busy work) is not mistaken for one. It runs only on the
+CPU backend, where a compiled call that uses no CPU can only be waiting.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ STALL_ENV = "BPO_STALL_MINUTES"
 DEFAULT_MINUTES = 10.0
 EXIT_STALLED = 75
 IDLE_FRACTION = 0.01  # a window in which the process used less than 1 % of one core counts as idle
+STARVED_FRACTION = 0.1  # ... unless its threads waited for a CPU a tenth of it: the process is starved
 
 
 MAX_MINUTES = 7 * 24 * 60.0
@@ -54,13 +58,33 @@ def stall_minutes() -> float:
     return minutes
 
 
+def runqueue_wait_s() -> float:
+    """Seconds the process's threads together have spent runnable but waiting for a CPU
+    (``/proc/self/task/*/schedstat``, second field); 0 where the kernel does not say."""
+    total = 0
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return 0.0
+    for task in tasks:
+        try:
+            with open(f"/proc/self/task/{task}/schedstat") as f:
+                total += int(f.read().split()[1])
+        except (OSError, IndexError, ValueError):  # a thread that ended, or no schedstat
+            continue
+    return total / 1e9
+
+
 def _watch(stop: threading.Event, minutes: float, advice: Callable[[], str]) -> None:
     window = min(30.0, minutes * 60 / 4)  # at least four windows, so a SIGSTOP pause is one of many
-    needed, idle, last = round(minutes * 60 / window), 0, time.process_time()
+    needed, idle, last, waited = round(minutes * 60 / window), 0, time.process_time(), runqueue_wait_s()
     while not stop.wait(window):
-        now = time.process_time()
-        idle = idle + 1 if now - last < IDLE_FRACTION * window else 0
-        last = now
+        now, waited_now = time.process_time(), runqueue_wait_s()
+        # Little CPU while runnable threads waited for one is a starved process (a low priority
+        # beside busy ones), not a stalled call, whose threads all sleep.
+        starved = waited_now - waited >= STARVED_FRACTION * window
+        idle = idle + 1 if now - last < IDLE_FRACTION * window and not starved else 0
+        last, waited = now, waited_now
         if idle >= needed:
             print(f"error: the run has used no CPU for {minutes:g} minutes inside a compiled call: XLA's CPU "
                   f"runtime appears to have lost a wake-up and the call will not return (bpo.stall). {advice()}",

@@ -66,3 +66,34 @@ def test_a_bad_setting_names_the_variable(monkeypatch, value):
     monkeypatch.setenv(STALL_ENV, value)
     with pytest.raises(ValueError, match=f"{STALL_ENV}: must be a number of minutes from 0 to 10080"):
         stall_minutes()
+
+
+STARVED = """
+import os, sys, time
+from bpo.stall import stall_guard
+os.sched_setaffinity(0, {int(sys.argv[1])})
+os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))  # only what a busy neighbour leaves
+with stall_guard(lambda: "ADVICE"):
+    end = time.monotonic() + float(sys.argv[2])
+    while time.monotonic() < end:
+        sum(range(10_000))  # runnable all along, but given almost no CPU
+print("finished")
+"""
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/schedstat"), reason="the kernel reports no run-queue time")
+def test_a_starved_process_is_not_a_stall():
+    """A runnable process that a busy neighbour on its core leaves almost no CPU (SCHED_IDLE) uses
+    less than 1 % of a core in the guard's windows, as a stalled one does, but its threads wait for
+    the CPU: it is left to finish."""
+    core = sorted(os.sched_getaffinity(0))[0]
+    hog = subprocess.Popen([sys.executable, "-c", f"import os; os.sched_setaffinity(0, {{{core}}})\nwhile True: pass"])
+    try:
+        env = {**os.environ, STALL_ENV: "0.05"}
+        proc = subprocess.run([sys.executable, "-c", STARVED, str(core), "8"], env=env, capture_output=True, text=True,
+                              timeout=300)
+    finally:
+        hog.kill()
+        hog.wait()
+    assert proc.returncode == 0, proc.stderr
+    assert "finished" in proc.stdout

@@ -17,9 +17,11 @@ process has used almost no CPU time (all threads together) for ``BPO_STALL_MINUT
 ``EXIT_STALLED`` (75, "try again"). The last checkpoint is intact (a checkpoint is written whole
 or not at all), so the run continues from it. The guard counts windows of its own wake-ups, not
 wall time, so a process stopped with SIGSTOP (a paused job) is not mistaken for a stalled one; and
-a window counts as idle only if the process's threads did not wait for a CPU either (the kernel's
-run-queue time), so a process starved by busier ones (a campaign at low priority: seen when a
-sweep's autogroup was given nice 19 beside busy work) is not mistaken for one. It runs only on the
+the guard counts the CPU time of the processes the run started too (an evaluation worker the
+training loop may be waiting for), and a window counts as idle only if none of their threads
+waited for a CPU either (the kernel's run-queue time), so a process starved by busier ones, or
+waiting for a starved worker, is not mistaken for a stalled one (seen: four Table 1 BPO runs at
+low priority on a loaded machine, each stopped at its first evaluation). It runs only on the
 CPU backend, where a compiled call that uses no CPU can only be waiting.
 """
 
@@ -58,30 +60,56 @@ def stall_minutes() -> float:
     return minutes
 
 
-def runqueue_wait_s() -> float:
-    """Seconds the process's threads together have spent runnable but waiting for a CPU
-    (``/proc/self/task/*/schedstat``, second field); 0 where the kernel does not say."""
-    total = 0
-    try:
-        tasks = os.listdir("/proc/self/task")
-    except OSError:
-        return 0.0
-    for task in tasks:
+def _descendants(pid: int) -> list[int]:
+    """The processes ``pid`` started, and theirs (``/proc/PID/task/*/children``)."""
+    found, todo = [], [pid]
+    while todo:
+        parent = todo.pop()
         try:
-            with open(f"/proc/self/task/{task}/schedstat") as f:
-                total += int(f.read().split()[1])
-        except (OSError, IndexError, ValueError):  # a thread that ended, or no schedstat
+            tasks = os.listdir(f"/proc/{parent}/task")
+        except OSError:
             continue
-    return total / 1e9
+        for task in tasks:
+            try:
+                with open(f"/proc/{parent}/task/{task}/children") as f:
+                    children = [int(c) for c in f.read().split()]
+            except (OSError, ValueError):
+                continue
+            found += children
+            todo += children
+    return found
+
+
+def family_times() -> tuple[float, float]:
+    """(seconds on a CPU, seconds runnable but waiting for one) of this process's threads and of
+    every process it started (an evaluation worker it may be waiting for), from the kernel's
+    ``/proc/PID/task/*/schedstat``; (``time.process_time()``, 0) where the kernel does not say."""
+    on_cpu = waited = 0
+    seen = False
+    for pid in [os.getpid(), *_descendants(os.getpid())]:
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                with open(f"/proc/{pid}/task/{task}/schedstat") as f:
+                    run_ns, wait_ns = (int(x) for x in f.read().split()[:2])
+            except (OSError, ValueError):  # a thread or process that ended
+                continue
+            on_cpu, waited, seen = on_cpu + run_ns, waited + wait_ns, True
+    return (on_cpu / 1e9, waited / 1e9) if seen else (time.process_time(), 0.0)
 
 
 def _watch(stop: threading.Event, minutes: float, advice: Callable[[], str]) -> None:
     window = min(30.0, minutes * 60 / 4)  # at least four windows, so a SIGSTOP pause is one of many
-    needed, idle, last, waited = round(minutes * 60 / window), 0, time.process_time(), runqueue_wait_s()
+    needed, idle = round(minutes * 60 / window), 0
+    last, waited = family_times()
     while not stop.wait(window):
-        now, waited_now = time.process_time(), runqueue_wait_s()
-        # Little CPU while runnable threads waited for one is a starved process (a low priority
-        # beside busy ones), not a stalled call, whose threads all sleep.
+        now, waited_now = family_times()
+        # A process whose workers compute is waiting for them, and little CPU while runnable threads
+        # waited for one is a starved process (a low priority beside busy ones): neither is a
+        # stalled call, whose threads all sleep.
         starved = waited_now - waited >= STARVED_FRACTION * window
         idle = idle + 1 if now - last < IDLE_FRACTION * window and not starved else 0
         last, waited = now, waited_now

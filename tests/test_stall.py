@@ -97,3 +97,21 @@ def test_a_starved_process_is_not_a_stall():
         hog.wait()
     assert proc.returncode == 0, proc.stderr
     assert "finished" in proc.stdout
+
+
+WAITING = """
+import subprocess, sys
+from bpo.stall import stall_guard
+with stall_guard(lambda: "ADVICE"):
+    # as a training loop waiting for its evaluation worker: no CPU here, all of it in the child
+    busy = "import time\\nend = time.monotonic() + 8\\nwhile time.monotonic() < end: pass"
+    subprocess.run([sys.executable, "-c", busy])
+print("finished")
+"""
+
+
+def test_a_process_waiting_for_its_busy_worker_is_not_a_stall():
+    proc = subprocess.run([sys.executable, "-c", WAITING], env={**os.environ, STALL_ENV: "0.05"}, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "finished" in proc.stdout

@@ -301,6 +301,9 @@ def get_preset(name: str, env: str | None = None):
     return replace_dotted(cfg, **overrides)
 
 
+BUILT_IN = frozenset(PRESETS)
+"""The presets this module defines (``PRESETS`` also holds those plug-ins register)."""
+
 def register_preset(cfg, env_overrides: dict | None = None):
     """Add ``cfg`` as the preset ``cfg.preset`` (a plug-in's presets: ``docs/methods.md``), with
     per-environment overrides ``{env: {dotted field: value}}`` as ``ENV_OVERRIDES`` holds for the

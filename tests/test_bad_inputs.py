@@ -134,7 +134,7 @@ VALIDATE_BAD_INPUTS = [
     (ON_POLICY, {"vector_mode": "threads"}, "vector_mode", "must be one of ['sync', 'async'], got 'threads'"),
     (ON_POLICY, {"algo": "reinforce"}, "algo", "got 'reinforce' (REINFORCE is episodic: preset short_corridor)"),
     (ON_POLICY, {"algo": "a2c"}, "algo", "got 'a2c' (to run method a2c alone: --method a2c --algo a2c)"),
-    (ON_POLICY, {"method": "nosuch", "algo": "nosuch"}, "method", "must be one of ['a2c', 'ppo']"),
+    (ON_POLICY, {"method": "nosuch", "algo": "nosuch"}, "method", "must be one of ['a2c', 'ppo'"),  # + plug-ins
     (ON_POLICY, {"eval_every": 0}, "eval_every", "must be an integer >= 1, got 0"),
     (ON_POLICY, {"env": "Pong-v0"}, "env", "must be one of ['Acrobot-v1', 'CartPole-v1',"),
     (ON_POLICY, {"ppo.n_steps": 0}, "ppo.n_steps", "must be an integer >= 1, got 0"),

@@ -13,7 +13,7 @@ from bpo.agents.methods import validate
 from bpo.config import OnPolicyTrainConfig, PPOConfig, replace, traced_hyperparams
 from bpo.learner import make_learner
 from bpo.networks import Actor
-from bpo.presets import PRESETS
+from bpo.presets import BUILT_IN, PRESETS
 from bpo.training import make_train, run
 from envs import make_env
 from envs.functional import auto_reset_step
@@ -21,7 +21,7 @@ from experiments.cli import main
 
 # Presets on JAX environments; the Gymnasium (MuJoCo) presets are run in tests/test_host_runner.py.
 ON_POLICY = sorted(name for name, cfg in PRESETS.items()
-                   if isinstance(cfg, OnPolicyTrainConfig) and cfg.backend == "jax")
+                   if name in BUILT_IN and isinstance(cfg, OnPolicyTrainConfig) and cfg.backend == "jax")
 
 
 def tiny(cfg: OnPolicyTrainConfig, **changes) -> OnPolicyTrainConfig:

@@ -61,8 +61,10 @@ LOCK_FD_ENV = "BPO_RUN_LOCK_FD"
 """A local worker's inherited run lock: the file descriptor its sweep process locked for it."""
 SWEEP_PID_ENV = "BPO_SWEEP_PID"
 """A local worker's sweep process, which the worker dies with."""
-LOCKED_ELSEWHERE = 75
-"""A worker's exit code when another process holds its run's lock (EX_TEMPFAIL)."""
+LOCKED_ELSEWHERE = 79
+"""A worker's exit code when another process holds its run's lock. Not 75, ``bpo.stall.EXIT_STALLED``:
+with the two equal, a sweep reported runs the stall guard had stopped as "left to another process
+that is running them", although nothing ran them."""
 STOP_GRACE_S = 30.0
 """After SIGINT/SIGTERM, how long a local sweep waits for its workers to checkpoint and stop."""
 SLURM_STOP_WAIT_S = 120.0

@@ -16,7 +16,8 @@ import pytest
 
 from bpo.config import ConfigError, replace
 from bpo.presets import TABLE1_ROWS, get_preset
-from experiments import store
+from bpo.stall import EXIT_STALLED
+from experiments import launch, store
 from experiments.cli import main
 from experiments.commands import SweepArgs, _report_outcome, build_sweep
 from experiments.launch import Outcome
@@ -470,3 +471,11 @@ def test_a_signal_that_stopped_nothing_does_not_fail_the_sweep(tmp_path, capsys)
     assert "arrived when every run had finished" in capsys.readouterr().err
     assert _report_outcome(Outcome(signal=signal.SIGINT, not_started=["a"]), tmp_path) == 130
     assert _report_outcome(Outcome(signal=signal.SIGTERM, interrupted=["a"]), tmp_path) == 143
+
+
+def test_a_worker_s_exit_codes_each_mean_one_thing():
+    """A sweep reads its worker's exit code: a run locked elsewhere must not read as one the stall
+    guard stopped (both were 75, and four stopped runs were reported as running elsewhere)."""
+    codes = {"locked elsewhere": launch.LOCKED_ELSEWHERE, "stalled": EXIT_STALLED, "failed": 1, "bad input": 2,
+             "SIGINT": 128 + signal.SIGINT, "SIGTERM": 128 + signal.SIGTERM}
+    assert len(set(codes.values())) == len(codes), codes

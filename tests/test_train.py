@@ -112,3 +112,20 @@ def test_traced_hyperparameters_vmap_like_seeds():
     jax.tree.map(np.testing.assert_array_equal, jax.tree.map(lambda x: x[0], same), jax.tree.map(lambda x: x[1], same))
     jax.tree.map(np.testing.assert_array_equal, jax.tree.map(lambda x: x[1], same),
                  jax.tree.map(lambda x: x[1], batched))
+
+
+def test_a_one_seed_summary_is_strict_json_with_null_spread(tmp_path, capsys):
+    """One seed has no SD or SE: summary.json says null (strict JSON has no NaN), and the last line
+    says '(1 seed)'."""
+    out = tmp_path / "one"
+    assert main(["train", "short_corridor", "--seeds", "1", "--episodes", "20", "--eval-every", "10", "--no-progress",
+                 "--out", str(out)]) == 0
+    text = (out / "summary.json").read_text()
+
+    def refuse(name):
+        raise AssertionError(f"{name} in summary.json")
+
+    summary = json.loads(text, parse_constant=refuse)
+    assert summary["final_sd"] is None and summary["final_se"] is None
+    assert summary["final_mean"] == summary["final_eval_returns"][0]
+    assert "(1 seed)" in capsys.readouterr().out

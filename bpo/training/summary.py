@@ -3,6 +3,7 @@ run directory they are written to (``bpo.results``)."""
 
 from __future__ import annotations
 
+import math
 import warnings
 from pathlib import Path
 
@@ -86,6 +87,10 @@ def evaluation_clock(out: RunOutput) -> dict | None:
     return {"step": [int(x) for x in steps], "elapsed_s": [float(out.loop_clock_s[i]) for i in iterations]}
 
 
+def _finite_or_null(x: float) -> float | None:
+    return x if math.isfinite(x) else None
+
+
 def summarize(out: RunOutput) -> dict:
     """``summary.json``: final returns per seed with their mean, SD and SE (standard deviation over
     seeds, and the standard error of the mean), throughput and timings, the pooled diagnostics with
@@ -101,9 +106,10 @@ def summarize(out: RunOutput) -> dict:
         "seeds": cfg.seeds,
         "step_unit": cfg.step_unit,
         "final_eval_returns": final.tolist(),
-        "final_mean": stats["mean"],
-        "final_sd": stats["sd"],
-        "final_se": stats["se"],
+        # null, not NaN (which strict JSON lacks), where a statistic is undefined: one seed, or a NaN one
+        "final_mean": _finite_or_null(stats["mean"]),
+        "final_sd": _finite_or_null(stats["sd"]),
+        "final_se": _finite_or_null(stats["se"]),
         "env_steps": env_steps,
         "wall_time_s": out.wall_time_s,
         "compile_time_s": out.compile_time_s,
@@ -182,7 +188,9 @@ def write(out: RunOutput, run_dir: Path) -> dict:
 
 
 def final_return_text(summary: dict) -> str:
-    """'MEAN ± SE (SE, N seeds)', or 'MEAN (1 seed)': one seed has no standard error."""
+    """'MEAN ± SE (SE, N seeds)', or 'MEAN (1 seed)': one seed has no standard error ('nan' where
+    the summary holds null: a seed's return was not finite)."""
+    mean, se = (f"{x:.2f}" if x is not None else "nan" for x in (summary["final_mean"], summary["final_se"]))
     if summary["seeds"] < 2:
-        return f"{summary['final_mean']:.2f} (1 seed)"
-    return f"{summary['final_mean']:.2f} ± {summary['final_se']:.2f} (SE, {summary['seeds']} seeds)"
+        return f"{mean} (1 seed)"
+    return f"{mean} ± {se} (SE, {summary['seeds']} seeds)"

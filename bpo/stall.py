@@ -60,23 +60,27 @@ def stall_minutes() -> float:
     return minutes
 
 
+def _task_files(pid: int, name: str) -> Iterator[str]:
+    """The text of ``/proc/PID/task/*/NAME`` for each thread of ``pid`` still there."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:  # a process that ended, or no /proc
+        return
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/{name}") as f:
+                yield f.read()
+        except OSError:  # a thread that ended
+            continue
+
+
 def _descendants(pid: int) -> list[int]:
     """The processes ``pid`` started, and theirs (``/proc/PID/task/*/children``)."""
     found, todo = [], [pid]
     while todo:
-        parent = todo.pop()
-        try:
-            tasks = os.listdir(f"/proc/{parent}/task")
-        except OSError:
-            continue
-        for task in tasks:
-            try:
-                with open(f"/proc/{parent}/task/{task}/children") as f:
-                    children = [int(c) for c in f.read().split()]
-            except (OSError, ValueError):
-                continue
-            found += children
-            todo += children
+        children = [int(c) for text in _task_files(todo.pop(), "children") for c in text.split()]
+        found += children
+        todo += children
     return found
 
 
@@ -87,16 +91,8 @@ def family_times() -> tuple[float, float]:
     on_cpu = waited = 0
     seen = False
     for pid in [os.getpid(), *_descendants(os.getpid())]:
-        try:
-            tasks = os.listdir(f"/proc/{pid}/task")
-        except OSError:
-            continue
-        for task in tasks:
-            try:
-                with open(f"/proc/{pid}/task/{task}/schedstat") as f:
-                    run_ns, wait_ns = (int(x) for x in f.read().split()[:2])
-            except (OSError, ValueError):  # a thread or process that ended
-                continue
+        for text in _task_files(pid, "schedstat"):
+            run_ns, wait_ns = (int(x) for x in text.split()[:2])
             on_cpu, waited, seen = on_cpu + run_ns, waited + wait_ns, True
     return (on_cpu / 1e9, waited / 1e9) if seen else (time.process_time(), 0.0)
 

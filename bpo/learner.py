@@ -222,7 +222,12 @@ class Learner:
     @property
     def context(self) -> UpdateContext:
         """What the target update may use of the learner (``bpo.agents.target``)."""
-        return UpdateContext(self.actor.apply, self.critic_apply, self.tx, self.spec.discrete, self.cfg)
+        return UpdateContext(self.actor.apply, self.critic_apply, self.tx, self.scheduled_tx, self.spec.discrete,
+                             self.cfg)
+
+    def scheduled_tx(self, hp: PPOHyperparams, progress_remaining) -> optax.GradientTransformation:
+        """``tx`` at this point of the run's learning-rate schedule (``ppo.lr_schedule``)."""
+        return self.tx(linear_schedule(hp.learning_rate, progress_remaining, self.cfg.ppo.lr_schedule))
 
     def update(self, state: LearnerState, k_ppo, k_beh, rows: Rows, hp: PPOHyperparams) -> tuple[LearnerState, dict]:
         """One phase of Listing 1 (ppo, a2c) or Listing 4 lines 4-16 (bpo) on a rollout."""

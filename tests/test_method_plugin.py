@@ -23,6 +23,7 @@ import optax
 import pytest
 
 from bpo import distributions
+from bpo.agents.a2c import behaviour_weights
 from bpo.agents.methods import get_method, register_method, validate
 from bpo.config import ConfigError, OnPolicyTrainConfig, traced_hyperparams
 from bpo.learner import bpo_ppo_batch, make_learner
@@ -63,12 +64,12 @@ class VPG:
         tx = ctx.optimizer(hp.learning_rate)
         return VPGState(actor_params, critic_params, tx.init(actor_params), tx.init(critic_params))
 
-    def behaviour_batch(self, batch, hp):
-        rho = jnp.minimum(hp.rho_bar, jnp.exp(batch["pi_old_log_prob"] - batch["behaviour_log_prob"]))
-        return {**batch, "adv_weight": batch["adv_weight"] * rho}
+    def behaviour_batch(self, batch, hp):  # V-trace's weights, as BPO-A2C's: the package's own function
+        return {**batch, "adv_weight": behaviour_weights(batch["adv_weight"], batch["pi_old_log_prob"],
+                                                         batch["behaviour_log_prob"], hp.rho_bar)}
 
     def update(self, ctx, key, state: VPGState, batch, hp, progress_remaining):
-        tx = ctx.optimizer(hp.learning_rate)
+        tx = ctx.scheduled_optimizer(hp, progress_remaining)
         pg_loss, actor_grads = jax.value_and_grad(vpg_actor_loss)(state.actor_params, ctx.actor_apply, batch,
                                                                    ctx.discrete)
 

@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import optax
 
 from bpo import distributions
-from bpo.agents.ppo import linear_schedule, normalize_advantages
+from bpo.agents.ppo import normalize_advantages
 from bpo.agents.target import Batch, UpdateContext
 from bpo.config import ConfigError, OnPolicyTrainConfig, PPOHyperparams
 
@@ -122,6 +122,6 @@ class A2C:
                progress_remaining) -> tuple[A2CState, dict]:
         p = ctx.cfg.ppo
         return a2c_update(state, batch, actor_apply=ctx.actor_apply, critic_apply=ctx.critic_apply,
-                          tx=ctx.optimizer(linear_schedule(hp.learning_rate, progress_remaining, p.lr_schedule)),
+                          tx=ctx.scheduled_optimizer(hp, progress_remaining),
                           ent_coef=hp.ent_coef, vf_coef=hp.vf_coef, discrete=ctx.discrete,
                           normalize_advantage=p.normalize_advantage)

@@ -33,7 +33,8 @@ def register_method(method: TargetUpdate) -> TargetUpdate:
         raise ConfigError("method", f"{name!r} lacks {missing} of bpo.agents.target.TargetUpdate")
     known = _METHODS.get(name)
     if known is not None and _origin(known) != _origin(method):
-        raise ConfigError("method", f"{name!r} is already registered by {_origin(known)[0]} of {_origin(known)[1]}")
+        owner, source = _origin(known)
+        raise ConfigError("method", f"{name!r} is already registered by {owner} of {source}")
     _METHODS[name] = method
     return method
 

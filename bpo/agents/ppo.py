@@ -153,7 +153,7 @@ class PPO:
         p = ctx.cfg.ppo
         return ppo_update(
             key, state, batch, actor_apply=ctx.actor_apply, critic_apply=ctx.critic_apply,
-            tx=ctx.optimizer(linear_schedule(hp.learning_rate, progress_remaining, p.lr_schedule)),
+            tx=ctx.scheduled_optimizer(hp, progress_remaining),
             n_epochs=p.n_epochs, batch_size=p.batch_size,
             clip_range=linear_schedule(hp.clip_range, progress_remaining, p.clip_range_schedule),
             ent_coef=hp.ent_coef, vf_coef=hp.vf_coef, discrete=ctx.discrete,

@@ -36,13 +36,16 @@ class UpdateContext:
 
     ``actor_apply(params, obs) -> (distribution, latent)``; ``critic_apply(params, obs) -> V(s)``;
     ``optimizer(lr)`` the run's optimiser at learning rate ``lr`` (``ppo.optimizer``, ``ppo.adam_eps``
-    or ``ppo.rms_prop_eps``, and the ``ppo.max_grad_norm`` clip: ``bpo.optim.clipped``); ``discrete``
+    or ``ppo.rms_prop_eps``, and the ``ppo.max_grad_norm`` clip: ``bpo.optim.clipped``);
+    ``scheduled_optimizer(hp, progress_remaining)`` the same at this point of the run's learning-rate
+    schedule (``ppo.lr_schedule``: ``hp.learning_rate``, or it times the progress left); ``discrete``
     whether actions are discrete; ``cfg`` the run's configuration (static: its fields may decide
     shapes and branches)."""
 
     actor_apply: Callable
     critic_apply: Callable
     optimizer: Callable[[Any], optax.GradientTransformation]
+    scheduled_optimizer: Callable[[PPOHyperparams, Any], optax.GradientTransformation]
     discrete: bool
     cfg: OnPolicyTrainConfig
 

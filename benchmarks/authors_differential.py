@@ -16,8 +16,8 @@ Two halves, run in two environments, exchanging one ``.npz`` file:
 2. ``compare`` runs here. It maps their parameter trees onto ours and, for each of our presets
    (``mujoco_authors_code``: their configuration with their bugs; ``mujoco_default_authors``:
    without them), replays each stage of the update with our functions
-   (``bpo.learner.bpo_ppo_batch``, ``bpo.agents.ppo.ppo_step``, ``bpo.fqe.fqe_step`` through our
-   ``Behaviour``, ``bpo.fqe.second_moment_problem``, ``bpo.agents.bpo.mu_loss``) from their state at
+   (``bpo.agents.learner.bpo_ppo_batch``, ``bpo.agents.ppo.ppo_step``, ``bpo.core.fqe.fqe_step`` through our
+   ``Behaviour``, ``bpo.core.fqe.second_moment_problem``, ``bpo.agents.bpo.mu_loss``) from their state at
    that stage's start, on their minibatches and their draws, and prints one table: for each
    quantity the largest absolute and relative difference, and what explains it. The gradients of
    each loop's first step are compared as their optimiser saw them: clipped to the global norm,
@@ -55,13 +55,15 @@ try:  # our side; the authors' environment has none of it and runs only ``record
     import jax.numpy as jnp
     import optax
 
-    from bpo import distributions
-    from bpo import replay as rb
     from bpo.agents.bpo import mu_loss
+    from bpo.agents.learner import bpo_ppo_batch, make_learner
     from bpo.agents.methods import validate
     from bpo.agents.ppo import PPOState, actor_loss, ppo_step, value_loss
-    from bpo.config import traced_hyperparams
-    from bpo.fqe import (
+    from bpo.config.presets import get_preset
+    from bpo.config.schema import traced_hyperparams
+    from bpo.core import distributions
+    from bpo.core import replay as rb
+    from bpo.core.fqe import (
         QState,
         bellman_targets,
         clip_targets,
@@ -72,8 +74,6 @@ try:  # our side; the authors' environment has none of it and runs only ``record
         second_moment_problem,
         td_weights,
     )
-    from bpo.learner import bpo_ppo_batch, make_learner
-    from bpo.presets import get_preset
     from envs.gymnasium_envs import gym_spec
 except ModuleNotFoundError:
     pass
@@ -294,7 +294,7 @@ def record(args) -> None:
 
 # --- our side --------------------------------------------------------------------------------------------
 
-# Their flax module names -> ours (bpo.networks): the actor's and critic's hidden layers sit in a Torso.
+# Their flax module names -> ours (bpo.core.networks): the actor's and critic's hidden layers sit in a Torso.
 _RENAME = {"actor": {"Dense_0": "Torso_0/Dense_0", "Dense_1": "Torso_0/Dense_1", "Dense_2": "Dense_0"},
            "critic": {"Dense_0": "Torso_0/Dense_0", "Dense_1": "Torso_0/Dense_1", "Dense_2": "Dense_0"}}
 _RENAME["mu"] = _RENAME["actor"]

@@ -18,8 +18,8 @@ import time
 
 import jax
 
-from bpo.config import replace, traced_hyperparams
-from bpo.presets import get_preset
+from bpo.config.presets import get_preset
+from bpo.config.schema import replace, traced_hyperparams
 from bpo.runners.seeds import seed_keys
 from bpo.training import make_train, run
 

@@ -11,8 +11,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from bpo.config import replace
-from bpo.presets import get_preset
+from bpo.config.presets import get_preset
+from bpo.config.schema import replace
 from bpo.training import run, summarize, write
 
 

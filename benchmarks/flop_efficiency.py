@@ -50,11 +50,18 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from jax.extend import core as jcore  # noqa: E402
 
-from bpo.config import replace, traced_hyperparams  # noqa: E402
-from bpo.distributions import logits_dist  # noqa: E402
-from bpo.learner import keyed_update, make_learner  # noqa: E402
-from bpo.presets import apply_variant, get_preset  # noqa: E402
-from bpo.replay import add, init_replay  # noqa: E402
+try:  # bpo in folders by kind
+    from bpo.agents.learner import keyed_update, make_learner
+    from bpo.config.presets import apply_variant, get_preset
+    from bpo.config.schema import replace, traced_hyperparams
+    from bpo.core.distributions import logits_dist
+    from bpo.core.replay import add, init_replay
+except ImportError:  # an older commit's flat bpo/, measured by update_speed.py with these helpers
+    from bpo.config import replace, traced_hyperparams
+    from bpo.distributions import logits_dist
+    from bpo.learner import keyed_update, make_learner
+    from bpo.presets import apply_variant, get_preset
+    from bpo.replay import add, init_replay
 from bpo.runners.episodic import make_program  # noqa: E402
 from envs.gymnasium_envs import gym_spec  # noqa: E402
 

@@ -58,8 +58,8 @@ def raw_env_steps_per_s(env_id: str, n: int, steps: int = 200) -> float:
 
 
 def training(env_id: str, preset: str, algo: str, seeds: int) -> dict:
-    from bpo.config import replace
-    from bpo.presets import apply_variant, get_preset
+    from bpo.config.presets import apply_variant, get_preset
+    from bpo.config.schema import replace
     from bpo.training import run
 
     cfg = apply_variant(get_preset(preset, env_id), "ppo" if algo == "ppo" else "bpo_c1.0_rho1.5")

@@ -55,8 +55,8 @@ def raw_gym_steps_per_s(env_id: str, steps: int) -> tuple[float, float]:
 
 
 def ours(env_id: str, variant: str, steps: int, seeds: int) -> dict:
-    from bpo.config import replace, traced_hyperparams
-    from bpo.presets import apply_variant, get_preset
+    from bpo.config.presets import apply_variant, get_preset
+    from bpo.config.schema import replace, traced_hyperparams
     from bpo.runners.host import HostRunner
     from bpo.training.driver import drive
 

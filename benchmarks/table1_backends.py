@@ -40,8 +40,8 @@ import time
 import jax
 import numpy as np
 
-from bpo.config import replace, traced_hyperparams
-from bpo.presets import apply_variant, get_preset
+from bpo.config.presets import apply_variant, get_preset
+from bpo.config.schema import replace, traced_hyperparams
 from bpo.runners.onpolicy import make_program
 from bpo.training import run
 from envs import make_env

@@ -16,8 +16,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from bpo.agents.methods import validate
-from bpo.config import replace, traced_hyperparams
-from bpo.presets import get_preset
+from bpo.config.presets import get_preset
+from bpo.config.schema import replace, traced_hyperparams
 from bpo.training import make_train, run, write
 from bpo.training.policies import load_policy
 

@@ -37,7 +37,7 @@ from rliable import library as rly
 from rliable import metrics
 from scipy import optimize, stats
 
-from bpo import results
+from bpo.infra import results
 from experiments.common import row_label, save_figure, setting_label, sort_rows
 
 TAUS = np.arange(101) / 100

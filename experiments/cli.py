@@ -21,7 +21,7 @@ import signal
 if __name__ == "__main__":
     # The program itself: SIGINT and SIGTERM are blocked before the imports below start any thread
     # (NumPy's, XLA's), so that every thread inherits the mask and only the thread started by
-    # ``receive_signals_on_a_thread`` takes them (bpo.processes).
+    # ``receive_signals_on_a_thread`` takes them (bpo.infra.processes).
     signal.pthread_sigmask(signal.SIG_BLOCK, (signal.SIGINT, signal.SIGTERM))
 
 import importlib.metadata
@@ -34,15 +34,15 @@ from typing import Annotated
 
 import tyro
 
-from bpo import checkpoint as ckpt
 from bpo.agents.methods import validate
-from bpo.checkpoint import NonFiniteError
-from bpo.config import ConfigError, EpisodicTrainConfig, OnPolicyTrainConfig, from_dict
-from bpo.presets import PRESETS, VARIANTS, apply_variant, get_preset
-from bpo.processes import Interrupted, receive_signals_on_a_thread
-from bpo.progress import EvalProgress
-from bpo.provenance import code_version
-from bpo.runtime import enable_compile_cache, report_crashes
+from bpo.config.presets import PRESETS, VARIANTS, apply_variant, get_preset
+from bpo.config.schema import ConfigError, EpisodicTrainConfig, OnPolicyTrainConfig, from_dict
+from bpo.infra import checkpoint as ckpt
+from bpo.infra.checkpoint import NonFiniteError
+from bpo.infra.processes import Interrupted, receive_signals_on_a_thread
+from bpo.infra.progress import EvalProgress
+from bpo.infra.provenance import code_version
+from bpo.infra.runtime import enable_compile_cache, report_crashes
 from bpo.training import (
     checkpointable,
     default_checkpoint_every,
@@ -283,8 +283,8 @@ def _preparse(argv: list[str], flag: str) -> str | None:
 def main(argv: list[str] | None = None) -> int:
     """``bpo``; output cut off by its reader (``bpo ... --help | head -1``) ends it quietly. As the
     program itself (no ``argv``: the ``bpo`` script, ``python -m experiments.cli``) it first takes
-    SIGINT and SIGTERM on a thread of their own (``bpo.processes``) and reports native crashes
-    (``bpo.runtime.report_crashes``); called with ``argv`` (in another Python program, a test) it
+    SIGINT and SIGTERM on a thread of their own (``bpo.infra.processes``) and reports native crashes
+    (``bpo.infra.runtime.report_crashes``); called with ``argv`` (in another Python program, a test) it
     leaves that program's signal handling as it is (docs/runtime.md)."""
     if argv is None:
         report_crashes()

@@ -6,7 +6,7 @@ runs and ``bpo probe-summary``: ``experiments.probe.probe_folder``).
 
 Outputs go to ``runs/NAME`` (git-ignored) unless ``--out`` says otherwise: the committed results
 under ``results/`` are only rewritten on request (``--out results/NAME``). Every command first
-creates its output folder and proves it can write there (``bpo.results.ensure_writable_dir``),
+creates its output folder and proves it can write there (``bpo.infra.results.ensure_writable_dir``),
 before anything is planned, compiled, launched or drawn.
 
 ``bpo plot`` and ``bpo table`` (and ``bpo reproduce``'s drawing step) read every run directory
@@ -27,9 +27,9 @@ from typing import Annotated, Literal
 
 import tyro
 
-from bpo.config import ConfigError
-from bpo.results import ensure_writable_dir
-from bpo.validation import validate_environment
+from bpo.config.schema import ConfigError
+from bpo.infra.results import ensure_writable_dir
+from bpo.infra.settings import validate_environment
 from experiments import launch, store
 from experiments.plotting import DEFAULT_PLOT, PlotOptions, plot_results
 from experiments.probe import probe_folder

@@ -15,7 +15,7 @@ from matplotlib.figure import Figure
 from scipy import stats
 
 from bpo.agents.methods import get_method, method_names
-from bpo.presets import ABLATIONS, METHOD_ROWS, PAPER_TABLE1, TABLE1_ROWS, paper_setting
+from bpo.config.presets import ABLATIONS, METHOD_ROWS, PAPER_TABLE1, TABLE1_ROWS, paper_setting
 from envs.short_corridor import expected_return, optimal_right_probability
 
 ROW_LABELS = {

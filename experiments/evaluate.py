@@ -11,12 +11,12 @@ from typing import Annotated, Literal
 
 import tyro
 
-from bpo.config import ConfigError
-from bpo.publish import save_or_rescue
-from bpo.results import atomic_write_json, ensure_writable_dir
+from bpo.config.schema import ConfigError
+from bpo.infra.publish import save_or_rescue
+from bpo.infra.results import atomic_write_json, ensure_writable_dir
+from bpo.infra.settings import validate_environment
 from bpo.training.evaluate import EvalRequest, evaluate_saved
 from bpo.training.policies import load_policies
-from bpo.validation import validate_environment
 from experiments.video import check_video, record_video
 
 

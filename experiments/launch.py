@@ -25,7 +25,7 @@ import signal
 if __name__ == "__main__":
     # The program itself: SIGINT and SIGTERM are blocked before the imports below start any thread
     # (NumPy's, XLA's), so that every thread inherits the mask and only the thread started by
-    # ``worker_main`` takes them (bpo.processes).
+    # ``worker_main`` takes them (bpo.infra.processes).
     signal.pthread_sigmask(signal.SIG_BLOCK, (signal.SIGINT, signal.SIGTERM))
 
 import contextlib
@@ -43,11 +43,11 @@ from typing import IO
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from bpo import checkpoint as ckpt
-from bpo import processes, results
-from bpo.config import ConfigError
-from bpo.progress import console
-from bpo.runtime import enable_compile_cache, report_crashes
+from bpo.config.schema import ConfigError
+from bpo.infra import checkpoint as ckpt
+from bpo.infra import processes, results
+from bpo.infra.progress import console
+from bpo.infra.runtime import enable_compile_cache, report_crashes
 from bpo.training import default_checkpoint_every, program_key, run_rows, run_validated, write
 from bpo.training.job import Job, continue_or_restart, train
 from bpo.training.rows import can_share
@@ -62,7 +62,7 @@ LOCK_FD_ENV = "BPO_RUN_LOCK_FD"
 SWEEP_PID_ENV = "BPO_SWEEP_PID"
 """A local worker's sweep process, which the worker dies with."""
 LOCKED_ELSEWHERE = 79
-"""A worker's exit code when another process holds its run's lock. Not 75, ``bpo.stall.EXIT_STALLED``:
+"""A worker's exit code when another process holds its run's lock. Not 75, ``bpo.infra.stall.EXIT_STALLED``:
 with the two equal, a sweep reported runs the stall guard had stopped as "left to another process
 that is running them", although nothing ran them."""
 STOP_GRACE_S = 30.0
@@ -98,7 +98,7 @@ def execute(sweep_dir: str | Path, run_id: str, lock: store.Lock | None = None) 
 
     The run checkpoints into ``SWEEP/.checkpoints/RUN-ID`` about ten times, and an interrupted run
     continues from its last checkpoint (unless its configuration changed since). SIGINT and SIGTERM
-    stop it at the end of the current loop iteration, with a checkpoint: ``bpo.processes.Interrupted``."""
+    stop it at the end of the current loop iteration, with a checkpoint: ``bpo.infra.processes.Interrupted``."""
     sweep_dir = Path(sweep_dir)
     lock = lock or store.try_lock_run(sweep_dir, run_id)
     if lock is None:

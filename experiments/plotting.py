@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
-from bpo.config import ConfigError
+from bpo.config.schema import ConfigError
 from experiments.common import (
     OPTIMAL_RETURNS,
     report_provenance,

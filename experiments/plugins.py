@@ -1,7 +1,7 @@
 """Modules of one's own that every ``bpo`` command imports first: ``BPO_PLUGINS``, a comma-separated
 list of importable module names (``my_methods``, ``lab.pg.vpg``) or paths of Python files
 (``/home/me/vpg.py``). A plug-in registers what it adds when it is imported: a method
-(``bpo.agents.methods.register_method``), its presets (``bpo.presets.register_preset``). Sweep
+(``bpo.agents.methods.register_method``), its presets (``bpo.config.presets.register_preset``). Sweep
 workers and Slurm jobs inherit the variable, so a sweep of a plug-in's method runs as any other
 (``docs/methods.md``).
 """
@@ -15,7 +15,7 @@ import re
 import sys
 from pathlib import Path
 
-from bpo.config import ConfigError
+from bpo.config.schema import ConfigError
 
 PLUGINS_ENV = "BPO_PLUGINS"
 _MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")

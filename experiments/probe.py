@@ -12,13 +12,13 @@ from typing import Annotated, Literal
 
 import tyro
 
-from bpo.config import ConfigError
-from bpo.probe import ProbeSettings, format_cost, probe_cost
-from bpo.provenance import code_version
-from bpo.publish import save_or_rescue
-from bpo.results import atomic_write_json, ensure_writable_dir
+from bpo.config.schema import ConfigError
+from bpo.infra.provenance import code_version
+from bpo.infra.publish import save_or_rescue
+from bpo.infra.results import atomic_write_json, ensure_writable_dir
+from bpo.infra.settings import validate_environment
+from bpo.instruments.probe import ProbeSettings, format_cost, probe_cost
 from bpo.training.probe_run import check_probe, check_probe_name, probe_run, probed_points
-from bpo.validation import validate_environment
 from experiments import store
 from experiments.common import save_figure
 from experiments.probe_summary import find_probes, markdown, read_probe, summarise, write_summary

@@ -21,9 +21,9 @@ from typing import Annotated
 import numpy as np
 import tyro
 
-from bpo.config import ConfigError
-from bpo.provenance import code_version
-from bpo.results import atomic_write_json, atomic_write_text, ensure_writable_dir
+from bpo.config.schema import ConfigError
+from bpo.infra.provenance import code_version
+from bpo.infra.results import atomic_write_json, atomic_write_text, ensure_writable_dir
 from experiments.common import (
     format_p,
     one_sample_t,
@@ -69,7 +69,7 @@ POINT_FIELDS: dict[str, Check] = {
 STAT_FIELDS: dict[str, Check] = {
     **{f"{name}_ratio_{end}": NUMBER_OR_NULL for name in ("var", "mse") for end in ("median", "lo", "hi")},
     "frac_var_mu_lower": NUMBER, "ess_frac_mean": NUMBER_OR_NULL, "states": COUNT}
-"""The numbers of ``bpo.probe.probe_statistics`` the summary reads, pooled and per seed (None: NaN
+"""The numbers of ``bpo.instruments.probe.probe_statistics`` the summary reads, pooled and per seed (None: NaN
 or an infinity, as the probe writes them)."""
 
 

@@ -1,5 +1,5 @@
 """The entry point of the ``bpo`` script: SIGINT and SIGTERM are blocked before anything else is
-imported (importing NumPy starts a thread, and every thread must inherit the mask: ``bpo.processes``),
+imported (importing NumPy starts a thread, and every thread must inherit the mask: ``bpo.infra.processes``),
 then ``experiments.cli.main`` runs the command. ``python -m experiments.cli`` does the same at the
 top of that module. Only the script imports this module: imported into another program, it would
 leave that program's main thread deaf to both signals."""

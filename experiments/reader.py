@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bpo.config import from_dict
+from bpo.config.schema import from_dict
 from experiments.sweep import RunSpec
 
 CURVE_COLUMNS = ("step", "seed", "eval_return")
@@ -65,7 +65,7 @@ class Skipped:
 
 @dataclass(frozen=True)
 class Run:
-    """A finished run directory whose files were read and checked: its config (a ``bpo.config``
+    """A finished run directory whose files were read and checked: its config (a ``bpo.config.schema``
     object), its summary (``read_summary``) and its row (from ``spec.json``, else the variant or
     algorithm)."""
 
@@ -210,7 +210,7 @@ CONFIG_TYPED: dict[str, Check] = {
 
 
 def read_config(run_dir: Path):
-    """``config.json`` as the config object it was written from (``bpo.config.from_dict``), with
+    """``config.json`` as the config object it was written from (``bpo.config.schema.from_dict``), with
     the fields the analysis commands use checked: what the run is (preset, environment,
     algorithm), its budget, and its evaluation protocol. A field added to the code after the file
     was written takes its default, as everywhere a config is read back."""
@@ -372,7 +372,7 @@ def _check_evaluations(rows: list[dict], seeds: int | None, path: Path) -> None:
 
 
 def read_curve(run_dir: Path, seeds: int | None = None) -> list[dict]:
-    """``curve.csv``: one dict of floats per row (``bpo.results.read_curve``'s form), checked to
+    """``curve.csv``: one dict of floats per row (``bpo.infra.results.read_curve``'s form), checked to
     have the columns ``CURVE_COLUMNS``, whole rows of numbers, and, given the run's ``seeds``,
     the same evaluations for each of them."""
     path = Path(run_dir) / "curve.csv"

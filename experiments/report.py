@@ -19,9 +19,9 @@ from pathlib import Path
 
 import tyro
 
-from bpo.presets import PAPER_TABLE1, paper_setting
-from bpo.results import atomic_write_text, read_curve, read_summary
-from bpo.stats import describe
+from bpo.config.presets import PAPER_TABLE1, paper_setting
+from bpo.infra.results import atomic_write_text, read_curve, read_summary
+from bpo.instruments.stats import describe
 from experiments.common import (
     format_p,
     row_label,
@@ -159,7 +159,7 @@ def headline_block(results: Path) -> str:
 
 
 def _curve_points(steps_by_seed: list[dict[int, float]], step: int) -> str:
-    """Mean ± SE over seeds of the evaluation at ``step`` (``bpo.stats.describe``)."""
+    """Mean ± SE over seeds of the evaluation at ``step`` (``bpo.instruments.stats.describe``)."""
     d = describe([s[step] for s in steps_by_seed if step in s])
     return "–" if d["n"] < 2 else f"{d['mean']:.0f} ± {d['se']:.0f}"
 

@@ -36,9 +36,9 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from bpo import results
-from bpo.config import COMPATIBLE_ADDITIONS, EXECUTION_ONLY, from_dict, missing_fields, to_dict
-from bpo.publish import replace_dir
+from bpo.config.schema import COMPATIBLE_ADDITIONS, EXECUTION_ONLY, from_dict, missing_fields, to_dict
+from bpo.infra import results
+from bpo.infra.publish import replace_dir
 from experiments import reader
 from experiments.sweep import RunSpec
 
@@ -212,7 +212,7 @@ def is_finished(sweep_dir: Path, spec: RunSpec) -> bool:
         if set(missing_fields(raw)) - set(COMPATIBLE_ADDITIONS):
             return False  # stale: recorded before a field existed whose default may change the results
         # Read through the config classes: a run written before a field moved section is compared
-        # in today's layout (bpo.config.from_dict).
+        # in today's layout (bpo.config.schema.from_dict).
         stored = json.loads(json.dumps(to_dict(from_dict(raw))))
         expected = json.loads(json.dumps(to_dict(spec.config())))
         return same_result_config(stored, expected)
@@ -222,7 +222,7 @@ def is_finished(sweep_dir: Path, spec: RunSpec) -> bool:
 
 def same_result_config(stored: dict, expected: dict) -> bool:
     """Whether a stored run computed what ``expected`` asks for: equal but for the fields that only
-    change how a run executes (``bpo.config.EXECUTION_ONLY``)."""
+    change how a run executes (``bpo.config.schema.EXECUTION_ONLY``)."""
     for key, want in expected.items():
         if key in EXECUTION_ONLY:
             continue
@@ -284,7 +284,7 @@ def remove_empty_staging(sweep_dir: Path) -> None:
 
 def publish(sweep_dir: Path, spec: RunSpec, write_run) -> dict:
     """Write a run with ``write_run(staging_dir) -> summary`` and move it into place whole
-    (``bpo.publish.replace_dir``: an older run under the same id is replaced, never mixed with it).
+    (``bpo.infra.publish.replace_dir``: an older run under the same id is replaced, never mixed with it).
     The caller holds the run's lock (``try_lock_run``)."""
     sweep_dir = Path(sweep_dir)
     staging = sweep_dir / STAGING / spec.run_id / f"{socket.gethostname()}.{os.getpid()}"

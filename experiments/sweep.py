@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from bpo.agents.methods import validate
-from bpo.config import EXECUTION_ONLY, ConfigError, EpisodicTrainConfig, replace
-from bpo.presets import apply_variant, get_preset
-from bpo.probe import ProbeSettings
+from bpo.config.presets import apply_variant, get_preset
+from bpo.config.schema import EXECUTION_ONLY, ConfigError, EpisodicTrainConfig, replace
+from bpo.instruments.probe import ProbeSettings
 from bpo.training.probe_run import check_probe_name, with_truncation
 
 SWEEPS_DIR = Path(__file__).parent / "sweeps"
@@ -51,7 +51,7 @@ class Grid:
     """One block of a sweep: the product of ``envs`` x ``variants`` x the ``grid`` values."""
 
     preset: str
-    """A name from bpo.presets.PRESETS."""
+    """A name from bpo.config.presets.PRESETS."""
     envs: tuple[str, ...] = ()
     """Environments, each with the preset's Table 5 overrides; () keeps the preset's own."""
     variants: tuple[str, ...] = ()

@@ -33,10 +33,10 @@ from pathlib import Path
 
 import numpy as np
 
-from bpo import results
-from bpo.config import to_dict
-from bpo.presets import PAPER_TABLE1, paper_setting
-from bpo.stats import describe
+from bpo.config.presets import PAPER_TABLE1, paper_setting
+from bpo.config.schema import to_dict
+from bpo.infra import results
+from bpo.instruments.stats import describe
 from experiments.aggregates import GAMMA, normalised_runs, runs_used_note, strict_json, write_aggregates
 from experiments.common import (
     OPTIMAL_RETURNS,

@@ -1,9 +1,9 @@
 """``bpo verify-variance``: Theorem 2 checked exactly (dynamic programming) and by Monte Carlo.
 
 For ShortCorridor (at the optimal policy) and random MDPs: the exact variance of the IS return
-(eq. 6, lambda = 1, no truncation; bpo.variance) under pi and under mu-hat (eq. 5), Theorem 2's
+(eq. 6, lambda = 1, no truncation; bpo.instruments.variance) under pi and under mu-hat (eq. 5), Theorem 2's
 gap epsilon, and Monte Carlo estimates with standard errors. Two forms of the return are
-reported (see bpo.variance): baseline b = 0 (PDIS, eq. 1: what Lemma 4 describes and what
+reported (see bpo.instruments.variance): baseline b = 0 (PDIS, eq. 1: what Lemma 4 describes and what
 BPO-REINFORCE uses) and b = v_pi (eq. 6 as printed). Optionally trains BPO-REINFORCE
 (``short_corridor`` preset) and computes, at evaluation checkpoints, the exact variance under
 the learned mu against pi and mu-hat of the same pi. Writes summary.json, table.json, table.md
@@ -21,15 +21,15 @@ import numpy as np
 import tyro
 from matplotlib.figure import Figure
 
-from bpo import variance as V
-from bpo.config import ConfigError, replace
-from bpo.presets import get_preset
-from bpo.provenance import provenance
-from bpo.publish import save_or_rescue
-from bpo.results import atomic_write_json, atomic_write_text, ensure_writable_dir
-from bpo.stats import describe
+from bpo.config.presets import get_preset
+from bpo.config.schema import ConfigError, replace
+from bpo.infra.provenance import provenance
+from bpo.infra.publish import save_or_rescue
+from bpo.infra.results import atomic_write_json, atomic_write_text, ensure_writable_dir
+from bpo.infra.settings import validate_environment
+from bpo.instruments import variance as V
+from bpo.instruments.stats import describe
 from bpo.training import run
-from bpo.validation import validate_environment
 from experiments.common import save_figure
 
 Z_AGREE = 4.0  # |MC - exact| / SE below this counts as agreement

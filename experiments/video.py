@@ -20,8 +20,8 @@ import gymnasium as gym
 import imageio.v3 as iio
 import numpy as np
 
-from bpo.config import ConfigError
-from bpo.results import atomic_write_bytes
+from bpo.config.schema import ConfigError
+from bpo.infra.results import atomic_write_bytes
 from bpo.training.policies import load_policies, load_policy
 from envs.gymnasium_envs import MUJOCO_ENVS
 

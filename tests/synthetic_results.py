@@ -4,9 +4,9 @@ from pathlib import Path
 
 import numpy as np
 
-from bpo.config import replace
-from bpo.presets import apply_variant, get_preset
-from bpo.results import write_run_dir
+from bpo.config.presets import apply_variant, get_preset
+from bpo.config.schema import replace
+from bpo.infra.results import write_run_dir
 
 
 def exact_sample(mean: float, sd: float, n: int, seed: int = 0) -> np.ndarray:
@@ -18,7 +18,7 @@ def exact_sample(mean: float, sd: float, n: int, seed: int = 0) -> np.ndarray:
 
 
 def provenance_record(code_version: str = "0123abcd", mujoco: str | None = "3.17.0") -> dict:
-    """A summary's ``provenance`` as ``bpo.provenance.provenance`` writes it."""
+    """A summary's ``provenance`` as ``bpo.infra.provenance.provenance`` writes it."""
     return {"code_version": code_version, "python": "3.12.0",
             "packages": {"jax": "0.6.0", "jaxlib": "0.6.0", "flax": "0.10.6", "optax": "0.2.4", "mujoco": mujoco,
                          "mujoco-mjx": mujoco, "gymnasium": "1.1.1"},

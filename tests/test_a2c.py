@@ -11,14 +11,14 @@ import numpy as np
 import optax
 import pytest
 
-from bpo import distributions as D
 from bpo.agents.a2c import A2CState, a2c_loss, a2c_update, behaviour_weights, joint_params
+from bpo.agents.learner import make_learner
 from bpo.agents.methods import validate
-from bpo.config import ConfigError, replace, traced_hyperparams
-from bpo.learner import make_learner
-from bpo.optim import clipped
-from bpo.presets import apply_variant, get_preset
-from bpo.returns import tis_advantages
+from bpo.config.presets import apply_variant, get_preset
+from bpo.config.schema import ConfigError, replace, traced_hyperparams
+from bpo.core import distributions as D
+from bpo.core.optim import clipped
+from bpo.core.returns import tis_advantages
 from bpo.runners.onpolicy import make_program
 from experiments.cli import main
 

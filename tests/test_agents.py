@@ -10,10 +10,10 @@ import numpy as np
 import optax
 import pytest
 
-from bpo import replay as rb
 from bpo.agents.reinforce import exponential_schedule, reinforce_loss, reinforce_update
-from bpo.minibatch import last_minibatch, minibatch_epochs, permuted_minibatches
-from bpo.networks import SHORT_CORRIDOR_FEATURES, LinearSoftmax, two_action_logits
+from bpo.core import replay as rb
+from bpo.core.minibatch import last_minibatch, minibatch_epochs, permuted_minibatches
+from bpo.core.networks import SHORT_CORRIDOR_FEATURES, LinearSoftmax, two_action_logits
 
 
 def test_reinforce_gradient_matches_closed_form():

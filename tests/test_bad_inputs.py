@@ -18,8 +18,8 @@ import bpo.runners.onpolicy  # noqa: F401
 import envs  # noqa: F401
 import experiments.commands  # noqa: F401
 from bpo.agents.methods import validate
-from bpo.config import ConfigError, replace
-from bpo.presets import get_preset
+from bpo.config.presets import get_preset
+from bpo.config.schema import ConfigError, replace
 from experiments.cli import main
 
 # Validating a config builds its environment once to read its spec; gymnax turns a few constants

@@ -7,10 +7,10 @@ import optax
 import pytest
 
 from bpo.agents.bpo import make_behaviour, mu_loss
-from bpo.behaviour import behaviour_target_log_probs, continuous_mu_loss, discrete_mu_loss
-from bpo.config import replace
-from bpo.distributions import Dist, logits_dist
-from bpo.presets import get_preset
+from bpo.config.presets import get_preset
+from bpo.config.schema import replace
+from bpo.core.behaviour import behaviour_target_log_probs, continuous_mu_loss, discrete_mu_loss
+from bpo.core.distributions import Dist, logits_dist
 
 
 def minimise(loss, x0, steps=3000, lr=0.05):
@@ -90,7 +90,7 @@ def test_mu_entropy_bonus_subtracts_its_weighted_entropy():
 @pytest.mark.parametrize("clip", [True, False])
 def test_continuous_q_reads_the_action_the_environment_executes(clip):
     """With ``clip_actions`` Q(s, a) sees a clipped to the action bounds, as the environment does
-    (``bpo.distributions.clip_action``); without it, the raw sample."""
+    (``bpo.core.distributions.clip_action``); without it, the raw sample."""
     cfg = replace(get_preset("mujoco_default").bpo, zero_init_head=False)  # a zero head would ignore the input
     beh = make_behaviour(cfg, False, 2, None, action_low=-np.ones(2), action_high=np.ones(2), clip_actions=clip)
     obs = jnp.array([[0.3, -0.2], [0.1, 0.4]])

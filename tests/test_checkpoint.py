@@ -14,9 +14,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from bpo import checkpoint as ckpt
-from bpo.config import ConfigError, replace
-from bpo.presets import get_preset
+from bpo.config.presets import get_preset
+from bpo.config.schema import ConfigError, replace
+from bpo.infra import checkpoint as ckpt
 from bpo.training import driver, run
 from envs.gymnasium_envs import make_vector_env
 
@@ -319,7 +319,7 @@ def test_ctrl_c_keeps_a_default_run_and_the_same_command_continues_it(tmp_path):
 
 def bar_count(stdout: str, label: str) -> tuple[int, int]:
     """(done, total) of the last frame of the progress bar labelled ``label`` in a command's
-    output; off a terminal the bar writes whole lines (``bpo.progress``)."""
+    output; off a terminal the bar writes whole lines (``bpo.infra.progress``)."""
     frames = [line for line in stdout.splitlines() if line.startswith(label)]
     assert frames, f"no progress line starting {label!r} in:\n{stdout}"
     done, total = re.search(r" (\d+)/(\d+) ", frames[-1]).groups()

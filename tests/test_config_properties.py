@@ -39,8 +39,8 @@ from hypothesis import strategies as st
 
 import envs
 from bpo.agents.methods import validate
-from bpo.config import ConfigError, EpisodicTrainConfig, OnPolicyTrainConfig, replace, traced_hyperparams
-from bpo.presets import PRESETS, VARIANTS, get_preset
+from bpo.config.presets import PRESETS, VARIANTS, get_preset
+from bpo.config.schema import ConfigError, EpisodicTrainConfig, OnPolicyTrainConfig, replace, traced_hyperparams
 from envs.gymnasium_envs import GYMNASIUM_ENVS
 from experiments.cli import main
 

@@ -8,9 +8,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bpo import diagnostics as dg
-from bpo import distributions as D
-from bpo import kl
+from bpo.core import diagnostics as dg
+from bpo.core import distributions as D
+from bpo.core import kl
 
 jax.config.update("jax_enable_x64", False)
 
@@ -195,9 +195,9 @@ def test_known_wrong_kl_forms_differ_as_seeds_000_says():
 
 def _learner_and_rollout(**changes):
     """A BPO-PPO learner on CartPole and one rollout drawn from its own behaviour policy mu."""
-    from bpo.config import replace, traced_hyperparams
-    from bpo.learner import make_learner
-    from bpo.presets import get_preset
+    from bpo.agents.learner import make_learner
+    from bpo.config.presets import get_preset
+    from bpo.config.schema import replace, traced_hyperparams
     from envs import make_env
 
     cfg = replace(get_preset("cartpole_ppo"), algo="bpo", **changes)
@@ -249,8 +249,8 @@ def test_trust_region_masking_in_the_learner():
 
 
 def test_summary_warns_about_a_mismatch_and_curves_pool_diagnostics():
-    from bpo.config import replace
-    from bpo.presets import get_preset
+    from bpo.config.presets import get_preset
+    from bpo.config.schema import replace
     from bpo.training.run_output import RunOutput
     from bpo.training.summary import diagnostic_curves, diagnostics_summary
 

@@ -1,5 +1,5 @@
 """The documentation names real code: every dotted name of a first-party module in backticks in
-``docs/*.md`` and ``README.md`` (``bpo.fqe.fqe_step``, ``bpo.learner.Learner.update``) resolves to
+``docs/*.md`` and ``README.md`` (``bpo.core.fqe.fqe_step``, ``bpo.agents.learner.Learner.update``) resolves to
 a module or an attribute, every ``tests/FILE.py::test_name`` is a test of that file, and every
 relative Markdown link points to a file of the repository."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from bpo.config import EpisodicTrainConfig, OnPolicyTrainConfig, field_names
+from bpo.config.schema import EpisodicTrainConfig, OnPolicyTrainConfig, field_names
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = sorted((ROOT / "docs").glob("*.md")) + [ROOT / "README.md"]

@@ -12,10 +12,10 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from bpo import checkpoint as ckpt
-from bpo.config import replace
-from bpo.presets import get_preset
-from bpo.processes import Interrupted
+from bpo.config.presets import get_preset
+from bpo.config.schema import replace
+from bpo.infra import checkpoint as ckpt
+from bpo.infra.processes import Interrupted
 from bpo.training import driver, summary
 from bpo.training.run_output import RunOutput
 from experiments.cli import main

@@ -48,7 +48,7 @@ def test_bpo_evaluate_repeats_the_committed_final_return_the_readme_quotes(tmp_p
     import json
     import shutil
 
-    from bpo.provenance import provenance
+    from bpo.infra.provenance import provenance
     from experiments.cli import main
 
     run = tmp_path / "run"

@@ -8,7 +8,7 @@ import numpy as np
 import optax
 import pytest
 
-from bpo.fqe import (
+from bpo.core.fqe import (
     FQESettings,
     QState,
     clip_targets,

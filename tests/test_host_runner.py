@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from gymnasium.vector import AutoresetMode
 
+from bpo.agents.learner import keyed_update, make_learner
 from bpo.agents.methods import validate
-from bpo.config import ConfigError, OnPolicyTrainConfig, PPOConfig, replace, traced_hyperparams
-from bpo.learner import keyed_update, make_learner
-from bpo.presets import PAPER_TABLE1, apply_variant, best_bpo_row, get_preset
+from bpo.config.presets import PAPER_TABLE1, apply_variant, best_bpo_row, get_preset
+from bpo.config.schema import ConfigError, OnPolicyTrainConfig, PPOConfig, replace, traced_hyperparams
 from bpo.runners.host import HostRunner
 from bpo.training import run
 from bpo.training.driver import drive
@@ -225,7 +225,7 @@ def test_cli_trains_a_mujoco_preset_with_tensorboard(tmp_path):
                  "--total-timesteps", "256", "--ppo.n-steps", "128", "--eval-every", "128", "--eval-episodes", "1",
                  "--bpo.n-qvf-epochs", "1", "--bpo.n-mu-epochs", "1", "--tensorboard", "--no-progress",
                  "--out", str(out)]) == 0
-    from bpo.results import read_curve, read_summary
+    from bpo.infra.results import read_curve, read_summary
 
     summary = read_summary(out)
     assert (summary["env"], summary["variant"], summary["seeds"], summary["total_timesteps"]) == (

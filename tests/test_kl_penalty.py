@@ -10,12 +10,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bpo import distributions as D
-from bpo import kl
 from bpo.agents.methods import validate
 from bpo.agents.ppo import actor_loss
-from bpo.config import ConfigError, replace, traced_hyperparams
-from bpo.presets import PRESETS
+from bpo.config.presets import PRESETS
+from bpo.config.schema import ConfigError, replace, traced_hyperparams
+from bpo.core import distributions as D
+from bpo.core import kl
 from bpo.training import make_train
 
 N = 5

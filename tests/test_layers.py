@@ -6,7 +6,8 @@ module level or inside a function, is an edge of the import graph.
 No cycles among the modules; the command line, ``experiments.cli``, is the top layer: it may import
 anything and only the console script's entry point (``experiments.program``, which sets the signal
 mask first) imports it; ``bpo`` and ``envs`` never import ``experiments``; ``envs`` imports
-nothing from ``bpo``; inside ``bpo`` imports point down: core -> learners -> runners -> training.
+nothing from ``bpo``; inside ``bpo`` imports point down through its folders:
+core -> config -> infra -> instruments -> agents -> runners -> training.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("bpo", "envs", "experiments")
 # The command line, the top layer: it may import any module, and only the script's entry point imports it.
 COMMAND_LINE = "experiments.cli"
-# The console script ``bpo``: blocks the stop signals before any import (bpo.processes), then runs the
+# The console script ``bpo``: blocks the stop signals before any import (bpo.infra.processes), then runs the
 # command line; it imports nothing else of ours, and nothing imports it.
 ENTRY_POINT = "experiments.program"
 
@@ -38,8 +39,8 @@ def modules() -> dict[str, Path]:
 
 
 def _owning_module(name: str) -> str:
-    """The longest prefix of a dotted name that is a first-party module (``bpo.config.replace`` ->
-    ``bpo.config``)."""
+    """The longest prefix of a dotted name that is a first-party module (``bpo.config.schema.replace`` ->
+    ``bpo.config.schema``)."""
     known = modules()
     while name and name not in known:
         name = name.rpartition(".")[0]
@@ -125,8 +126,8 @@ def _cycle_in(component: list[str], graph) -> list[str]:
 
 def test_the_graph_sees_every_package_and_function_level_imports():
     graph = import_graph()
-    assert {COMMAND_LINE, "bpo.config", "envs", "experiments.sweep"} <= set(graph)
-    assert "bpo.config" in graph[COMMAND_LINE]  # a module-level import
+    assert {COMMAND_LINE, "bpo.config.schema", "envs", "experiments.sweep"} <= set(graph)
+    assert "bpo.config.schema" in graph[COMMAND_LINE]  # a module-level import
     assert "experiments.commands" in graph[COMMAND_LINE]  # imported inside main()
 
 
@@ -167,28 +168,39 @@ def test_nothing_imports_the_command_line_but_the_script_s_entry_point():
     assert import_graph()[ENTRY_POINT] == {COMMAND_LINE}
 
 
-# The order inside ``bpo`` (docs/design.md): a module imports only modules of its own layer or
-# below. Every module of ``bpo`` not listed under a higher layer is core.
-BPO_LAYERS = (("learners", ("bpo.agents", "bpo.learner")), ("runners", ("bpo.runners",)),
-              ("training", ("bpo.training",)))
+# The folders of ``bpo`` by kind, lowest first (docs/design.md): a module imports only modules of
+# its own folder or a lower one. The package's own ``__init__`` applies the process-wide runtime
+# settings, so it ranks with the run infrastructure.
+BPO_LAYERS = (("mathematics", "bpo.core"), ("configuration", "bpo.config"), ("run infrastructure", "bpo.infra"),
+              ("instruments", "bpo.instruments"), ("learners", "bpo.agents"), ("runners", "bpo.runners"),
+              ("training", "bpo.training"))
+TOP = len(BPO_LAYERS) + 1  # experiments; then the command line, then the script's entry point
 
 
 def layer_of(module: str) -> int:
-    """0 for envs, 1 for bpo's core, 2-4 for BPO_LAYERS, 5 for experiments, 6 for the command line,
-    7 for the script's entry point."""
+    """0 for envs, 1 to 7 for bpo's folders (BPO_LAYERS), 8 for experiments, 9 for the command
+    line, 10 for the script's entry point."""
     if _in(module, "envs"):
         return 0
     if module == ENTRY_POINT:
-        return 7
+        return TOP + 2
     if module == COMMAND_LINE:
-        return 6
+        return TOP + 1
     if _in(module, "experiments"):
-        return 5
-    rank = 1
-    for i, (_, packages) in enumerate(BPO_LAYERS):
-        if any(_in(module, p) for p in packages):
-            rank = i + 2
-    return rank
+        return TOP
+    if module == "bpo":
+        return 1 + [name for name, _ in BPO_LAYERS].index("run infrastructure")
+    for rank, (_, package) in enumerate(BPO_LAYERS, start=1):
+        if _in(module, package):
+            return rank
+    raise AssertionError(f"{module} is in no folder of bpo: put it in one of {[p for _, p in BPO_LAYERS]}")
+
+
+def test_every_module_of_bpo_is_in_a_folder_of_its_kind():
+    loose = sorted(m for m in modules() if _in(m, "bpo") and m != "bpo"
+                   and not any(_in(m, package) for _, package in BPO_LAYERS))
+    assert not loose, f"modules of bpo outside its folders: {loose}"
+    assert {package for _, package in BPO_LAYERS} <= set(modules())  # each folder is a package
 
 
 def test_layers_point_down():
@@ -199,6 +211,9 @@ def test_layers_point_down():
 
 
 def test_layer_ranks():
-    assert [layer_of(m) for m in ("envs.functional", "bpo.returns", "bpo.agents.bpo", "bpo.learner",
+    assert [layer_of(m) for m in ("envs.functional", "bpo.core.returns", "bpo.config.schema", "bpo.infra.publish",
+                                  "bpo.instruments.probe", "bpo.agents.bpo", "bpo.agents.learner",
                                   "bpo.runners.host", "bpo.training.run", "experiments.sweep",
-                                  "experiments.commands", COMMAND_LINE, ENTRY_POINT)] == [0, 1, 2, 2, 3, 4, 5, 5, 6, 7]
+                                  "experiments.commands", COMMAND_LINE, ENTRY_POINT)] == \
+        [0, 1, 2, 3, 4, 5, 5, 6, 7, 8, 8, 9, 10]
+    assert layer_of("bpo") == layer_of("bpo.infra.runtime")

@@ -10,15 +10,15 @@ import numpy as np
 import optax
 import pytest
 
-from bpo import distributions as D
-from bpo import replay as rb
 from bpo.agents.bpo import fqe_epochs, make_behaviour, mu_epochs, mu_loss
+from bpo.agents.learner import bpo_ppo_batch, ppo_batch
 from bpo.agents.reinforce import Episode, bpo_reinforce_episode_update, reinforce_episode_update
-from bpo.behaviour import behaviour_target_log_probs, discrete_mu_loss
-from bpo.config import EpisodicBehaviourConfig, Hyperparams, OnPolicyReturnConfig, PPOHyperparams
-from bpo.fqe import QState, fqe_step, take_action
-from bpo.learner import bpo_ppo_batch, ppo_batch
-from bpo.networks import MLP, SHORT_CORRIDOR_FEATURES, LinearSoftmax, two_action_logits
+from bpo.config.schema import EpisodicBehaviourConfig, Hyperparams, OnPolicyReturnConfig, PPOHyperparams
+from bpo.core import distributions as D
+from bpo.core import replay as rb
+from bpo.core.behaviour import behaviour_target_log_probs, discrete_mu_loss
+from bpo.core.fqe import QState, fqe_step, take_action
+from bpo.core.networks import MLP, SHORT_CORRIDOR_FEATURES, LinearSoftmax, two_action_logits
 
 X = np.array(SHORT_CORRIDOR_FEATURES)
 

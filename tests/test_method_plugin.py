@@ -22,12 +22,12 @@ import numpy as np
 import optax
 import pytest
 
-from bpo import distributions
 from bpo.agents.a2c import behaviour_weights
+from bpo.agents.learner import bpo_ppo_batch, make_learner
 from bpo.agents.methods import get_method, register_method, validate
-from bpo.config import ConfigError, OnPolicyTrainConfig, traced_hyperparams
-from bpo.learner import bpo_ppo_batch, make_learner
-from bpo.presets import PRESETS, register_preset
+from bpo.config.presets import PRESETS, register_preset
+from bpo.config.schema import ConfigError, OnPolicyTrainConfig, traced_hyperparams
+from bpo.core import distributions
 from envs import make_env
 from experiments.cli import main
 from experiments.plugins import load_plugins

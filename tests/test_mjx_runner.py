@@ -8,8 +8,8 @@ import math
 import pytest
 
 from bpo.agents.methods import validate
-from bpo.config import ConfigError, replace
-from bpo.presets import get_preset
+from bpo.config.presets import get_preset
+from bpo.config.schema import ConfigError, replace
 from experiments.cli import main
 
 pytestmark = pytest.mark.mjx
@@ -24,7 +24,7 @@ def test_cli_trains_bpo_on_an_mjx_task(tmp_path):
                  "--eval-every", "128",
                  "--eval-episodes", "2", "--bpo.n-qvf-epochs", "1", "--bpo.n-mu-epochs", "1", "--no-progress",
                  "--out", str(out)]) == 0
-    from bpo.results import read_curve, read_summary
+    from bpo.infra.results import read_curve, read_summary
 
     summary = read_summary(out)
     config = json.loads((out / "config.json").read_text())

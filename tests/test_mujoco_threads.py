@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from bpo.agents.methods import validate
-from bpo.config import ConfigError, replace
-from bpo.presets import get_preset
+from bpo.config.presets import get_preset
+from bpo.config.schema import ConfigError, replace
 from envs.functional import auto_reset_step
 from envs.mujoco_threads import ThreadedMujocoEnv
 

@@ -9,11 +9,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from bpo.agents.learner import make_learner
 from bpo.agents.methods import validate
-from bpo.config import OnPolicyTrainConfig, PPOConfig, replace, traced_hyperparams
-from bpo.learner import make_learner
-from bpo.networks import Actor
-from bpo.presets import BUILT_IN, PRESETS
+from bpo.config.presets import BUILT_IN, PRESETS
+from bpo.config.schema import OnPolicyTrainConfig, PPOConfig, replace, traced_hyperparams
+from bpo.core.networks import Actor
 from bpo.training import make_train, run
 from envs import make_env
 from envs.functional import auto_reset_step
@@ -107,7 +107,7 @@ def test_cli_trains_an_on_policy_preset(tmp_path):
     out = tmp_path / "run"
     assert main(["train", "cartpole_ppo", "--algo", "bpo", "--seeds", "2", "--total-timesteps", "512",
                  "--eval-every", "256", "--eval-episodes", "1", "--no-progress", "--out", str(out)]) == 0
-    from bpo.results import read_curve, read_summary
+    from bpo.infra.results import read_curve, read_summary
 
     summary = read_summary(out)
     assert summary["algo"] == "bpo" and summary["step_unit"] == "env_step" and summary["total_timesteps"] == 512
@@ -122,7 +122,7 @@ def test_cli_trains_an_on_policy_preset(tmp_path):
 
 
 # --- What each BPO switch and ablation changes -------------------------------------------------
-# Three updates of the learner (``bpo.learner``, as both runners call it) on synthetic rollouts
+# Three updates of the learner (``bpo.agents.learner``, as both runners call it) on synthetic rollouts
 # collected by its acting policy: the first by mu = pi (every ratio pi/mu is 1), the next two by mu
 # after behaviour steps (ratios != 1). Observations, rewards and terminations are random; small
 # networks and batches: one compile per configuration. c_bar = 1, so that per-decision and

@@ -17,7 +17,7 @@ import jax
 import pytest
 
 from bpo.agents.methods import validate
-from bpo.presets import get_preset
+from bpo.config.presets import get_preset
 from envs.gymnasium_envs import gym_spec
 from experiments.cli import main
 

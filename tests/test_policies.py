@@ -12,9 +12,9 @@ import jax
 import numpy as np
 import pytest
 
-from bpo.config import replace
-from bpo.learner import make_learner
-from bpo.presets import get_preset
+from bpo.agents.learner import make_learner
+from bpo.config.presets import get_preset
+from bpo.config.schema import replace
 from bpo.training import driver, run, write
 from bpo.training.policies import FILE, NoPolicies, load_policies, load_policy
 from envs.gymnasium_envs import gym_spec

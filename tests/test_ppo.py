@@ -10,7 +10,6 @@ import numpy as np
 import optax
 import pytest
 
-from bpo import distributions as D
 from bpo.agents.ppo import (
     PPOState,
     actor_loss,
@@ -20,8 +19,9 @@ from bpo.agents.ppo import (
     ppo_update,
     value_loss,
 )
-from bpo.normalization import init_stats, normalize, update_stats
-from bpo.optim import clipped_adam
+from bpo.core import distributions as D
+from bpo.core.normalization import init_stats, normalize, update_stats
+from bpo.core.optim import clipped_adam
 
 
 def test_clipped_surrogate_matches_hand_computation():

@@ -1,9 +1,9 @@
-"""bpo.probe against independent references.
+"""bpo.instruments.probe against independent references.
 
-* The oracle: on ShortCorridor and on random MDPs (``bpo.variance``) the probe's per-state Var_mu,
+* The oracle: on ShortCorridor and on random MDPs (``bpo.instruments.variance``) the probe's per-state Var_mu,
   Var_pi and their ratio agree with the exact variances of the IS return (``is_return_variance``,
   the dynamic programme ``bpo verify-variance`` reports) within Z standard errors of a sample
-  variance (fourth-moment form, as ``bpo.variance.monte_carlo``), plus a bound on what the horizon
+  variance (fourth-moment form, as ``bpo.instruments.variance.monte_carlo``), plus a bound on what the horizon
   cuts off (``horizon_tail_bound``).
 * mu = pi: with common keys the estimates are identical draw for draw (ratio exactly 1); with
   independent keys the ratio's bootstrap interval contains 1.
@@ -21,9 +21,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bpo import probe as P
-from bpo import variance as V
-from bpo.distributions import logits_dist
+from bpo.core.distributions import logits_dist
+from bpo.instruments import probe as P
+from bpo.instruments import variance as V
 from envs.functional import ShortCorridorFunctional
 from envs.short_corridor import EnvState, optimal_right_probability
 
@@ -42,7 +42,7 @@ ORACLE = P.ProbeReturns(gamma=0.0, lam=1.0, rho_bar=math.inf, c_bar=math.inf)  #
 
 @functools.partial(jax.jit, static_argnames=("k", "horizon"))
 def tabular_probe(key, key_mu, mdp_P, mdp_R, starts, pi, mu, base, returns, *, k, horizon):
-    """The probe on ``bpo.probe.TabularEnv`` from the start states ``starts`` (indices, t = 0); the
+    """The probe on ``bpo.instruments.probe.TabularEnv`` from the start states ``starts`` (indices, t = 0); the
     MDP's arrays are arguments, so one compilation serves every MDP of a shape."""
     env = P.TabularEnv(mdp_P, mdp_R, jnp.full(mdp_R.shape[0], 1.0 / mdp_R.shape[0]))
     states = P.TabularState(starts, jnp.zeros_like(starts))

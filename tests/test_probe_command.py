@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from flax import serialization
 
-from bpo.config import replace
-from bpo.presets import get_preset
-from bpo.probe import ProbeSettings
+from bpo.config.presets import get_preset
+from bpo.config.schema import replace
+from bpo.instruments.probe import ProbeSettings
 from bpo.training import run, write
 from bpo.training.policies import FILE
 from bpo.training.probe_run import probe_run

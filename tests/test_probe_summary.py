@@ -13,8 +13,8 @@ import pytest
 import scipy.stats
 from flax import serialization
 
-from bpo.config import replace
-from bpo.presets import get_preset
+from bpo.config.presets import get_preset
+from bpo.config.schema import replace
 from bpo.training import run, write
 from bpo.training.policies import FILE
 from experiments.cli import main

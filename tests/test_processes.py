@@ -17,9 +17,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bpo import checkpoint as ckpt
-from bpo import processes
-from bpo.presets import get_preset
+from bpo.config.presets import get_preset
+from bpo.infra import checkpoint as ckpt
+from bpo.infra import processes
 
 SHORT_CORRIDOR = ["train", "short_corridor", "--algo", "bpo", "--episodes", "600", "--eval-every", "10",
                   "--eval-episodes", "2", "--seeds", "2", "--no-progress"]
@@ -123,7 +123,7 @@ def blocked_signals(pid: int, tid: int | None = None) -> set[int]:
 @pytest.mark.slow
 @pytest.mark.mujoco
 def test_no_thread_that_runs_compiled_code_takes_a_stop_signal(tmp_path):
-    """A signal handler run on top of JIT-compiled kernels can corrupt the heap (bpo.processes), so
+    """A signal handler run on top of JIT-compiled kernels can corrupt the heap (bpo.infra.processes), so
     in ``bpo train`` every thread, XLA's included, blocks SIGINT and SIGTERM: one of them takes
     them with sigwait. Its child processes (evaluation worker, environment workers) block neither,
     and the run still stops with a checkpoint and exit code 143."""
@@ -151,7 +151,7 @@ def test_no_thread_that_runs_compiled_code_takes_a_stop_signal(tmp_path):
 @pytest.mark.slow
 def test_a_run_killed_by_a_fatal_signal_prints_every_thread_s_python_stack(tmp_path):
     """A crash in native code (glibc aborting on a corrupted heap, a segfault) has no Python
-    traceback; ``bpo`` prints each thread's Python stack first (``bpo.runtime.report_crashes``),
+    traceback; ``bpo`` prints each thread's Python stack first (``bpo.infra.runtime.report_crashes``),
     so a log says what was running. The real process, killed by a real SIGABRT mid-training."""
     proc = start([*SHORT_CORRIDOR, "--checkpoint-every", "5", "--out", str(tmp_path / "run")])
     wait_for(lambda: ckpt.exists(tmp_path / "run" / "checkpoint"), proc)
@@ -178,7 +178,7 @@ def test_stop_requests_take_the_first_signal_and_a_second_ctrl_c_aborts():
 
 LONG_CALL = """
 import jax, jax.numpy as jnp
-from bpo import processes
+from bpo.infra import processes
 spin = jax.jit(lambda x: jax.lax.fori_loop(0, 2_000_000_000, lambda i, a: jnp.sin(a) * 1.0000001 + 1e-9, x))
 with processes.stop_requests():
     print("in", flush=True)

@@ -1,4 +1,4 @@
-"""Results reach the disk whole or are kept somewhere the user is told about (``bpo.publish``): a
+"""Results reach the disk whole or are kept somewhere the user is told about (``bpo.infra.publish``): a
 rewrite that fails half-way leaves the old run as it was, a run over a file-size limit (a real
 ``ulimit -f`` on a real process) is rescued in parts that join back to the very files an unlimited
 run writes, and a sweep's run is replaced whole."""
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from bpo import publish, results
-from bpo.presets import get_preset
+from bpo.config.presets import get_preset
+from bpo.infra import publish, results
 from experiments.cli import main
 
 TRAIN = ["train", "cartpole_ppo", "--algo", "bpo", "--total-timesteps", "8192", "--no-progress"]

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from scipy import stats
 
-from bpo.presets import PAPER_TABLE1, best_bpo_row, get_preset, paper_setting
-from bpo.results import read_summary
+from bpo.config.presets import PAPER_TABLE1, best_bpo_row, get_preset, paper_setting
+from bpo.infra.results import read_summary
 from experiments.cli import main
 from experiments.common import provenance_notes, sort_settings
 from experiments.report import PAGES, render, report

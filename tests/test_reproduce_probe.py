@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from bpo.config import ConfigError
-from bpo.presets import get_preset
+from bpo.config.presets import get_preset
+from bpo.config.schema import ConfigError
 from experiments import report
 from experiments.cli import main
 from experiments.sweep import Grid, ProbePlan, ProbeVariant, Sweep, expand, load_sweep
@@ -29,7 +29,7 @@ def _sweep_file(folder: Path, settings: str = SETTINGS) -> Path:
     size = get_preset("cartpole_ppo").rollout_size
     fixed = (("total_timesteps", 2 * size), ("eval_every", size), ("eval_episodes", 2), ("save_policies_every", 1))
     path = folder / "tiny_probe.py"
-    path.write_text("from bpo.probe import ProbeSettings\n"
+    path.write_text("from bpo.instruments.probe import ProbeSettings\n"
                     "from experiments.sweep import Grid, ProbePlan, ProbeVariant, Sweep\n\n"
                     "SWEEP = Sweep(name='tiny_probe', grids=(Grid(preset='cartpole_ppo', variants=('ppo', 'bpo'),\n"
                     f"             fixed={fixed!r}, seeds=2),),\n"

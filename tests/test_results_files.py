@@ -23,8 +23,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bpo.config import replace
-from bpo.presets import apply_variant, get_preset
+from bpo.config.presets import apply_variant, get_preset
+from bpo.config.schema import replace
 from experiments import store
 from experiments.cli import main
 from experiments.common import welch_p

@@ -1,4 +1,4 @@
-"""Property-based tests (hypothesis) of the return estimators in ``bpo.returns``.
+"""Property-based tests (hypothesis) of the return estimators in ``bpo.core.returns``.
 
 Every estimator is compared with a plain-Python reference written here straight from the
 definitions (paper eq. (6), Remark 1, Lemma 3; the module's docstrings for the argument
@@ -34,7 +34,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from bpo.returns import gae_returns, pdis_returns, tis_advantages, tis_lambda_returns
+from bpo.core.returns import gae_returns, pdis_returns, tis_advantages, tis_lambda_returns
 
 MODES = ("per_decision", "traj", "traj_shifted")
 T_MAX, N_MAX = 12, 3

@@ -7,8 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bpo.returns import gae_returns, pdis_returns, tis_advantages, tis_lambda_returns
-from bpo.transforms import symexp, symlog
+from bpo.core.returns import gae_returns, pdis_returns, tis_advantages, tis_lambda_returns
+from bpo.core.transforms import symexp, symlog
 
 INF = math.inf
 

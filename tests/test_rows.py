@@ -8,8 +8,15 @@ import json
 import numpy as np
 import pytest
 
-from bpo.config import ConfigError, EpisodicTrainConfig, OnPolicyTrainConfig, replace, traced_fields, traced_hyperparams
-from bpo.presets import apply_variant, get_preset
+from bpo.config.presets import apply_variant, get_preset
+from bpo.config.schema import (
+    ConfigError,
+    EpisodicTrainConfig,
+    OnPolicyTrainConfig,
+    replace,
+    traced_fields,
+    traced_hyperparams,
+)
 from bpo.training import check_rows, run, run_rows, summarize
 from experiments.cli import main
 
@@ -46,7 +53,7 @@ def test_rows_that_differ_in_a_static_field_are_refused(changes, field):
         check_rows([tiny("bpo_c1.5_rho1.5"), tiny("bpo_c1.0_rho1.5", **changes)])
 
 
-# The traced fields, listed by hand: the ``traced`` markers in bpo/config.py must say the same.
+# The traced fields, listed by hand: the ``traced`` markers in bpo/config/schema.py must say the same.
 ON_POLICY_TRACED = {"ppo.learning_rate", "ppo.gamma", "ppo.gae_lambda", "ppo.clip_range", "ppo.ent_coef",
                     "ppo.vf_coef", "returns.rho_bar", "returns.c_bar", "bpo.q_lr", "bpo.mu_lr", "bpo.symlog_reg_coef",
                     "bpo.polyak_tau", "bpo.ppo_ent_coef"}

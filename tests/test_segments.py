@@ -10,9 +10,9 @@ import jax
 import numpy as np
 import pytest
 
-from bpo import processes, runtime
-from bpo.config import replace
-from bpo.presets import apply_variant, get_preset
+from bpo.config.presets import apply_variant, get_preset
+from bpo.config.schema import replace
+from bpo.infra import processes, runtime
 from bpo.runners.jax_runner import shard_bounds
 from bpo.training import run, run_rows
 

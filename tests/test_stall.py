@@ -1,4 +1,4 @@
-"""``bpo.stall``: a process idle inside the guard is stopped with exit 75 and the advice; a busy one,
+"""``bpo.infra.stall``: a process idle inside the guard is stopped with exit 75 and the advice; a busy one,
 or one paused with SIGSTOP, is not. Real processes and signals."""
 
 import os
@@ -9,11 +9,11 @@ import time
 
 import pytest
 
-from bpo.stall import EXIT_STALLED, STALL_ENV, stall_minutes
+from bpo.infra.stall import EXIT_STALLED, STALL_ENV, stall_minutes
 
 CHILD = """
 import sys, time
-from bpo.stall import stall_guard
+from bpo.infra.stall import stall_guard
 with stall_guard(lambda: "ADVICE: run it again"):
     end = time.monotonic() + float(sys.argv[2])
     while time.monotonic() < end:
@@ -70,7 +70,7 @@ def test_a_bad_setting_names_the_variable(monkeypatch, value):
 
 STARVED = """
 import os, sys, time
-from bpo.stall import stall_guard
+from bpo.infra.stall import stall_guard
 os.sched_setaffinity(0, {int(sys.argv[1])})
 os.nice(19)  # beside two busy neighbours at nice 0 on its core: under 1 % of it
 with stall_guard(lambda: "ADVICE"):
@@ -105,7 +105,7 @@ def test_a_starved_process_is_not_a_stall():
 
 WAITING = """
 import subprocess, sys
-from bpo.stall import stall_guard
+from bpo.infra.stall import stall_guard
 with stall_guard(lambda: "ADVICE"):
     # as a training loop waiting for its evaluation worker: no CPU here, all of it in the child
     busy = "import time\\nend = time.monotonic() + 8\\nwhile time.monotonic() < end: pass"

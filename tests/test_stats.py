@@ -1,11 +1,11 @@
-"""``bpo.stats.describe``, the one computation of mean, SD and SE over seeds, against hand
+"""``bpo.instruments.stats.describe``, the one computation of mean, SD and SE over seeds, against hand
 computations."""
 
 import math
 
 import pytest
 
-from bpo.stats import describe
+from bpo.instruments.stats import describe
 
 
 def test_mean_sd_se_by_hand_and_non_finite_seeds_left_out():

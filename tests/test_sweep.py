@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from bpo.config import ConfigError, replace
-from bpo.presets import TABLE1_ROWS, get_preset
-from bpo.stall import EXIT_STALLED
+from bpo.config.presets import TABLE1_ROWS, get_preset
+from bpo.config.schema import ConfigError, replace
+from bpo.infra.stall import EXIT_STALLED
 from experiments import launch, store
 from experiments.cli import main
 from experiments.commands import SweepArgs, _report_outcome, build_sweep
@@ -243,7 +243,7 @@ def _ppid(pid: int) -> int | None:
 
 def _children(pid: int) -> list[int]:
     """The processes whose parent is ``pid`` (from /proc/*/stat), but multiprocessing's resource
-    tracker, which every ``bpo`` program starts first (``bpo.processes.receive_signals_on_a_thread``)."""
+    tracker, which every ``bpo`` program starts first (``bpo.infra.processes.receive_signals_on_a_thread``)."""
     def tracker(child: int) -> bool:
         try:
             return b"resource_tracker" in Path(f"/proc/{child}/cmdline").read_bytes()

@@ -16,8 +16,8 @@ from matplotlib.figure import Figure
 from matplotlib.text import Text
 from scipy import stats
 
-from bpo.config import replace
-from bpo.presets import PAPER_TABLE1, get_preset
+from bpo.config.presets import PAPER_TABLE1, get_preset
+from bpo.config.schema import replace
 from experiments.aggregates import improvement_figure, iqm_figure, newcombe_interval
 from experiments.cli import main
 from experiments.common import (
@@ -218,7 +218,7 @@ def test_bpo_table_writes_marked_markdown_latex_and_aggregates(tmp_path, capsys)
     assert len(table["notes"]) == 3
     for name in ("iqm.png", "iqm.pdf", "probability_of_improvement.png", "probability_of_improvement.pdf"):
         assert (tmp_path / "out" / name).stat().st_size > 5000
-    # The paper's Table 1 for the same cells (bpo.presets.PAPER_TABLE1), in the same column order,
+    # The paper's Table 1 for the same cells (bpo.config.presets.PAPER_TABLE1), in the same column order,
     # labelled mean (SD) over 10 runs and marked by the same test with its ± as the SD.
     assert "The paper's Table 1 for the same cells (1.5M/2M steps): mean (SD) over 10 runs." in text
     assert "| PPO | 1106 (SD 111) | 2126 (SD 492) |" in text

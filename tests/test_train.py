@@ -12,8 +12,8 @@ import mujoco
 import numpy as np
 import pytest
 
-from bpo.config import replace, traced_hyperparams
-from bpo.presets import get_preset
+from bpo.config.presets import get_preset
+from bpo.config.schema import replace, traced_hyperparams
 from bpo.runners.seeds import seed_keys
 from bpo.training import make_train, run, summarize
 from experiments.cli import main

@@ -1,4 +1,4 @@
-"""bpo.variance against independent references: exhaustive trajectory enumeration of a small
+"""bpo.instruments.variance against independent references: exhaustive trajectory enumeration of a small
 acyclic MDP (plain recursion, eq. (6) evaluated term by term), closed forms, and Monte Carlo on
 random MDPs; Theorem 2; the verify-variance command's arguments and outputs."""
 
@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from bpo import variance as V
+from bpo.instruments import variance as V
 from envs.short_corridor import expected_return, optimal_right_probability
 from experiments.cli import main
 

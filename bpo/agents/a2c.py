@@ -5,7 +5,7 @@ of Stable-Baselines3's ``A2C.train`` (the reference implementation whose setting
 take from rl-baselines3-zoo).
 
 The actor and the critic are separate networks, but, as in SB3, one loss and one optimiser
-(RMSprop by default, ``bpo.optim.clipped``) over both, with one global gradient-norm clip.
+(RMSprop by default, ``bpo.core.optim.clipped``) over both, with one global gradient-norm clip.
 
 BPO-A2C (the paper's conclusion names A2C as the first extension; Algorithm 1 adds the behaviour
 step after the target update) collects with mu. At A2C's single step pi_theta is still pi_old, so
@@ -22,10 +22,10 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from bpo import distributions
 from bpo.agents.ppo import normalize_advantages
 from bpo.agents.target import Batch, UpdateContext
-from bpo.config import ConfigError, OnPolicyTrainConfig, PPOHyperparams
+from bpo.config.schema import ConfigError, OnPolicyTrainConfig, PPOHyperparams
+from bpo.core import distributions
 
 
 class A2CState(NamedTuple):

@@ -29,12 +29,12 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from bpo import distributions
-from bpo import replay as rb
-from bpo.behaviour import behaviour_target_log_probs, continuous_mu_loss, discrete_mu_loss, floored_q_hat
-from bpo.config import BehaviourConfig
-from bpo.distributions import Dist
-from bpo.fqe import (
+from bpo.config.schema import BehaviourConfig
+from bpo.core import distributions
+from bpo.core import replay as rb
+from bpo.core.behaviour import behaviour_target_log_probs, continuous_mu_loss, discrete_mu_loss, floored_q_hat
+from bpo.core.distributions import Dist
+from bpo.core.fqe import (
     FQESettings,
     QState,
     expected_next_value,
@@ -46,9 +46,9 @@ from bpo.fqe import (
     to_real,
     value_params,
 )
-from bpo.minibatch import last_minibatch, minibatch_epochs
-from bpo.networks import MLP
-from bpo.optim import clipped_adam
+from bpo.core.minibatch import last_minibatch, minibatch_epochs
+from bpo.core.networks import MLP
+from bpo.core.optim import clipped_adam
 
 Params = dict
 DistFn = Callable[[jax.Array], Dist]

@@ -1,9 +1,9 @@
 """The registry of policy-gradient methods (``cfg.method``), and the validation of a run's config:
-its fields (``bpo.validation``), then its method's own settings.
+its fields (``bpo.config.validation``), then its method's own settings.
 
 PPO and A2C are built in. A method of one's own is one module that defines a
 ``bpo.agents.target.TargetUpdate`` and calls ``register_method`` (with, usually, a preset:
-``bpo.presets.register_preset``); ``bpo`` commands import it when it is named in ``BPO_PLUGINS``
+``bpo.config.presets.register_preset``); ``bpo`` commands import it when it is named in ``BPO_PLUGINS``
 (``docs/methods.md``). It then runs alone (``algo = method``) and with BPO (``algo = 'bpo'``)
 on every backend, in sweeps, tables and plots, like the built-in ones.
 """
@@ -13,8 +13,8 @@ from __future__ import annotations
 from bpo.agents.a2c import A2C
 from bpo.agents.ppo import PPO
 from bpo.agents.target import TargetUpdate
-from bpo.config import ConfigError, OnPolicyTrainConfig
-from bpo.validation import check_fields
+from bpo.config.schema import ConfigError, OnPolicyTrainConfig
+from bpo.config.validation import check_fields
 
 _METHODS: dict[str, TargetUpdate] = {m.name: m for m in (PPO(), A2C())}
 RESERVED = ("bpo", "reinforce")

@@ -3,13 +3,13 @@
 
 The actor and the critic are separate networks with separate Adam optimisers (Tables 3-4 list a
 pi optimiser and a V optimiser), each with its own global gradient-norm clip
-(``bpo.optim.clipped_adam``). The same update serves BPO-PPO (Listing 4): the caller passes the
+(``bpo.core.optim.clipped_adam``). The same update serves BPO-PPO (Listing 4): the caller passes the
 log-probabilities of the collecting policy (mu) as ``old_log_prob``, so the ratio is pi_theta/mu,
 and truncated IS-TD(lambda) advantages.
 
 An optional KL penalty beta KL(pi_theta || pi_old) joins the actor loss (``kl_coef`` = beta > 0),
 estimated on the rollout's samples, which the behaviour policy drew (pi_old for PPO, mu for
-BPO-PPO), in a form whose expected gradient is the KL's gradient (``bpo.kl.kl_penalty_loss``).
+BPO-PPO), in a form whose expected gradient is the KL's gradient (``bpo.core.kl.kl_penalty_loss``).
 """
 
 from typing import NamedTuple
@@ -18,11 +18,11 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from bpo import distributions
 from bpo.agents.target import Batch, UpdateContext
-from bpo.config import ConfigError, OnPolicyTrainConfig, PPOHyperparams
-from bpo.kl import KLEstimator, kl_penalty_loss
-from bpo.minibatch import minibatch_epochs, permuted_minibatches
+from bpo.config.schema import ConfigError, OnPolicyTrainConfig, PPOHyperparams
+from bpo.core import distributions
+from bpo.core.kl import KLEstimator, kl_penalty_loss
+from bpo.core.minibatch import minibatch_epochs, permuted_minibatches
 
 
 class PPOState(NamedTuple):
@@ -113,7 +113,7 @@ def ppo_update(key, state: PPOState, batch: dict, *, actor_apply, critic_apply, 
     """Listing 1, lines 3-5: ``n_epochs`` random passes over the flattened rollout ``batch`` in
     minibatches of ``batch_size`` (``permuted_minibatches``), one ``ppo_step`` each.
 
-    ``tx`` is the optimiser with this update's learning rate (``bpo.optim.clipped_adam``).
+    ``tx`` is the optimiser with this update's learning rate (``bpo.core.optim.clipped_adam``).
     ``kl_coef`` and ``kl_estimator`` (static) add the KL penalty to the actor loss. Returns the new
     state and the steps' metrics averaged."""
     n = batch["obs"].shape[0]

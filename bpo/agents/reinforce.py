@@ -20,12 +20,12 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from bpo import diagnostics as dg
-from bpo import replay as rb
 from bpo.agents.bpo import Behaviour, BehaviourState
-from bpo.distributions import logits_dist
-from bpo.fqe import take_action
-from bpo.returns import TrajMode, pdis_returns
+from bpo.core import diagnostics as dg
+from bpo.core import replay as rb
+from bpo.core.distributions import logits_dist
+from bpo.core.fqe import take_action
+from bpo.core.returns import TrajMode, pdis_returns
 
 LogitsApply = Callable[[dict, jax.Array], jax.Array]
 """(pi's parameters, obs) -> logits."""

@@ -1,5 +1,5 @@
 """The target update of Algorithm 1 as a plug-in: what a policy-gradient method must provide for
-the on-policy learner (``bpo.learner``) to run it alone and with BPO.
+the on-policy learner (``bpo.agents.learner``) to run it alone and with BPO.
 
 Algorithm 1 is method-agnostic: a rollout is collected (by pi, or by the behaviour policy mu with
 BPO), returns and advantages are computed (GAE, or the truncated IS-TD(lambda) returns of eq. (6)
@@ -21,7 +21,7 @@ from typing import Any, Protocol
 import jax
 import optax
 
-from bpo.config import OnPolicyTrainConfig, PPOHyperparams
+from bpo.config.schema import OnPolicyTrainConfig, PPOHyperparams
 
 Batch = dict[str, jax.Array]
 """What a target update trains on, flattened over the rollout ``[rollout_size, ...]``: ``obs``,
@@ -32,11 +32,11 @@ Batch = dict[str, jax.Array]
 
 @dataclass(frozen=True)
 class UpdateContext:
-    """What a method's update may use of the learner (built once by ``bpo.learner.make_learner``).
+    """What a method's update may use of the learner (built once by ``bpo.agents.learner.make_learner``).
 
     ``actor_apply(params, obs) -> (distribution, latent)``; ``critic_apply(params, obs) -> V(s)``;
     ``optimizer(lr)`` the run's optimiser at learning rate ``lr`` (``ppo.optimizer``, ``ppo.adam_eps``
-    or ``ppo.rms_prop_eps``, and the ``ppo.max_grad_norm`` clip: ``bpo.optim.clipped``);
+    or ``ppo.rms_prop_eps``, and the ``ppo.max_grad_norm`` clip: ``bpo.core.optim.clipped``);
     ``scheduled_optimizer(hp, progress_remaining)`` the same at this point of the run's learning-rate
     schedule (``ppo.lr_schedule``: ``hp.learning_rate``, or it times the progress left); ``discrete``
     whether actions are discrete; ``cfg`` the run's configuration (static: its fields may decide
@@ -64,7 +64,7 @@ class TargetUpdate(Protocol):
     """How tables and plots name the method's row (``PPO``, ``A2C``)."""
 
     def validate(self, cfg: OnPolicyTrainConfig) -> None:
-        """Refuse, with ``bpo.config.ConfigError`` naming the field, settings the method cannot run."""
+        """Refuse, with ``bpo.config.schema.ConfigError`` naming the field, settings the method cannot run."""
 
     def init(self, ctx: UpdateContext, actor_params, critic_params, hp: PPOHyperparams) -> Any:
         """The method's state from the networks' initial parameters."""

@@ -21,12 +21,12 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from bpo import replay as rb
 from bpo.agents.bpo import Behaviour, make_behaviour
 from bpo.agents.reinforce import Episode, bpo_reinforce_episode_update, make_optimizer, reinforce_episode_update
-from bpo.config import EpisodicTrainConfig, Hyperparams
-from bpo.distributions import logits_dist
-from bpo.networks import MLP, SHORT_CORRIDOR_FEATURES, LinearSoftmax, two_action_logits
+from bpo.config.schema import EpisodicTrainConfig, Hyperparams
+from bpo.core import replay as rb
+from bpo.core.distributions import logits_dist
+from bpo.core.networks import MLP, SHORT_CORRIDOR_FEATURES, LinearSoftmax, two_action_logits
 from envs import ShortCorridorJax, make_jax_env
 
 

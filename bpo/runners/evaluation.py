@@ -22,11 +22,11 @@ from concurrent.futures import Future, ProcessPoolExecutor
 import jax
 import numpy as np
 
-from bpo.config import OnPolicyTrainConfig
-from bpo.learner import make_learner
-from bpo.processes import die_with_parent
+from bpo.agents.learner import make_learner
+from bpo.config.schema import OnPolicyTrainConfig
+from bpo.infra.processes import die_with_parent
+from bpo.infra.runtime import report_crashes
 from bpo.runners.seeds import seed_map
-from bpo.runtime import report_crashes
 from envs.gymnasium_envs import EVAL_STREAM, env_seeds, gym_spec, make_vector_env
 
 

@@ -1,6 +1,6 @@
 """Host runner for PPO (Listing 1) and BPO-PPO (Listing 4) on Gymnasium environments.
 
-The environments step on the host; everything else is the learner of ``bpo.learner``, jitted,
+The environments step on the host; everything else is the learner of ``bpo.agents.learner``, jitted,
 with the seeds of the config vmapped (one Gymnasium vector env holds ``seeds x n_envs``
 sub-environments). Per vector step there is one compiled call; per rollout one more:
 
@@ -24,9 +24,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bpo import processes
-from bpo.config import OnPolicyTrainConfig, PPOHyperparams
-from bpo.learner import keyed_update, make_learner
+from bpo.agents.learner import keyed_update, make_learner
+from bpo.config.schema import OnPolicyTrainConfig, PPOHyperparams
+from bpo.infra import processes
 from bpo.runners.evaluation import Evaluations
 from bpo.runners.seeds import seed_keys, seed_map
 from envs.gymnasium_envs import TRAIN_STREAM, env_seeds, final_observations, gym_spec, make_vector_env

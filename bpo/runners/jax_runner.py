@@ -10,7 +10,7 @@ not bitwise.
 
 Seeds are vmapped in chunks of ``seed_chunk`` that run one after another inside the program
 (``bpo.runners.seeds.chunked_seed_map``). On a CPU the seeds are split into shards of whole
-chunks, one per core (``bpo.runtime.cpu_threads``), and the shards' iterations run side by side in
+chunks, one per core (``bpo.infra.runtime.cpu_threads``), and the shards' iterations run side by side in
 threads (XLA releases the interpreter while a program runs). Each seed's computations are the same
 whichever shard holds it, so the results do not depend on the number of threads
 (``tests/test_segments.py``). The driver (``bpo.training.driver``) owns the loop, checkpoints,
@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 import jax
 import numpy as np
 
-from bpo import runtime
+from bpo.infra import runtime
 from bpo.runners.program import Program
 from bpo.runners.seeds import chunked_seed_map
 

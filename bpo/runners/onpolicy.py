@@ -8,7 +8,7 @@ evaluation (when scheduled) and one update:
     n_epochs of PPO minibatch steps, ratio pi_theta / pi (ppo) or / mu (bpo) (eqs. 10, 12)
     behaviour step: FQE Q, r-hat, FQE Q-hat, mu                              (bpo only; eqs. 7, 13-16)
 
-The learner (acting and the per-rollout update) lives in ``bpo.learner``; this module steps the
+The learner (acting and the per-rollout update) lives in ``bpo.agents.learner``; this module steps the
 environments and schedules evaluations. Observations are normalised with running statistics
 updated from the rollouts (shared by every network). Rollout rows keep the observations
 normalised as the acting policy saw them, so the PPO ratio starts at pi/mu exactly; D keeps raw
@@ -23,8 +23,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bpo.config import OnPolicyTrainConfig, PPOHyperparams
-from bpo.learner import Learner, LearnerState, Rows, keyed_update, make_learner
+from bpo.agents.learner import Learner, LearnerState, Rows, keyed_update, make_learner
+from bpo.config.schema import OnPolicyTrainConfig, PPOHyperparams
 from envs import make_env
 from envs.functional import FunctionalEnv, auto_reset_step
 

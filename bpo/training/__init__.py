@@ -8,7 +8,7 @@
   hyperparameters, trained as one program.
 """
 
-from bpo.config import TrainConfig
+from bpo.config.schema import TrainConfig
 from bpo.training.rows import check_rows, program_key, run_rows
 from bpo.training.run import make_runner, make_train, run, run_validated
 from bpo.training.run_output import RunOutput

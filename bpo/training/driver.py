@@ -33,10 +33,10 @@ from typing import NamedTuple, Protocol
 import jax
 import numpy as np
 
-from bpo import checkpoint as ckpt
-from bpo import processes
-from bpo.config import ConfigError
-from bpo.stall import stall_guard
+from bpo.config.schema import ConfigError
+from bpo.infra import checkpoint as ckpt
+from bpo.infra import processes
+from bpo.infra.stall import stall_guard
 from bpo.training.policies import plain_tree
 from bpo.training.run_output import RunOutput, TrainConfig
 
@@ -49,7 +49,7 @@ class Runner(Protocol):
     (the seed chunk of a JAX run); ``backend``, ``threads`` and the times are reported in the
     summary. ``iterate(done)`` runs iteration ``done`` and returns its training metrics
     ``{name: [seeds, units]}`` with the index of its first unit; ``snapshot(done)`` returns (state,
-    extra, the part of the state to check for non-finite values) for ``bpo.checkpoint.save``;
+    extra, the part of the state to check for non-finite values) for ``bpo.infra.checkpoint.save``;
     ``restore(state, extra)`` takes them back, ``state`` shaped like ``template()``;
     ``evaluations_done(done)``: the evaluations of each seed already reported after ``done``
     iterations (where a resumed run's progress bar starts)."""
@@ -155,7 +155,7 @@ def save(runner: Runner, cfg: TrainConfig, directory: Path, done: int, checkpoin
         ckpt.save(directory, state, {**extra, **kept}, info, cfg)
     except ckpt.CheckpointWriteError as e:
         # A full disk or a size limit must not cost the run: it goes on, its results stay in memory
-        # and are written (or rescued, bpo.publish) at the end; the previous checkpoint, if any, is whole.
+        # and are written (or rescued, bpo.infra.publish) at the end; the previous checkpoint, if any, is whole.
         old = f"; the one before is kept in {directory}" if ckpt.exists(directory) else ""
         print(f"warning: checkpoint after {runner.unit} {done} not written ({e}){old}; training goes on",
               file=sys.stderr, flush=True)

@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bpo.config import ConfigError, EpisodicTrainConfig
+from bpo.config.schema import ConfigError, EpisodicTrainConfig
 from bpo.runners.onpolicy import run_episodes
 from bpo.training.policies import SavedPolicies, acting_function, load_policies, task_backend
 from envs import make_env

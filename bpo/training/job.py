@@ -18,17 +18,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bpo import checkpoint as ckpt
 from bpo.agents.methods import validate
-from bpo.config import ConfigError, from_dict, to_dict
-from bpo.processes import stop_requests
-from bpo.publish import check_publishable, publish_run_dir, save_or_rescue
-from bpo.results import ensure_writable_dir
-from bpo.tensorboard import Loggers, TensorBoardLogger, WandbLogger
+from bpo.config.schema import ConfigError, from_dict, to_dict
+from bpo.infra import checkpoint as ckpt
+from bpo.infra.processes import stop_requests
+from bpo.infra.publish import check_publishable, publish_run_dir, save_or_rescue
+from bpo.infra.results import ensure_writable_dir
+from bpo.infra.settings import validate_environment
+from bpo.infra.tensorboard import Loggers, TensorBoardLogger, WandbLogger
 from bpo.training.run import run_validated
 from bpo.training.run_output import RunOutput
 from bpo.training.summary import summarize, write
-from bpo.validation import validate_environment
 
 OUTPUT_OPTIONS = {"tensorboard": False, "track": False, "wandb_project": "bpo", "wandb_entity": None,
                   "per_seed_scalars": False}
@@ -154,7 +154,7 @@ def make_loggers(job: Job) -> Loggers | None:
 def train(job: Job, progress: Callable | None = None, on_resume: Callable | None = None,
           take_stop_signals: bool = True) -> RunOutput:
     """Train the job's run, checkpointing as it says and logging the scalars its options ask for.
-    SIGINT and SIGTERM stop it at the end of a loop iteration (``bpo.processes.Interrupted``, with
+    SIGINT and SIGTERM stop it at the end of a loop iteration (``bpo.infra.processes.Interrupted``, with
     the checkpoint written when it checkpoints); ``take_stop_signals=False`` for a caller that
     holds ``stop_requests`` itself (a sweep worker, through the publication too)."""
     logger = make_loggers(job)
@@ -172,7 +172,7 @@ def train(job: Job, progress: Callable | None = None, on_resume: Callable | None
 
 
 def publish(job: Job, out: RunOutput) -> tuple[dict | None, Path | None]:
-    """Write the run directory whole (``bpo.publish``: rescued elsewhere if it cannot be), then drop
+    """Write the run directory whole (``bpo.infra.publish``: rescued elsewhere if it cannot be), then drop
     the checkpoint that has served its purpose. Returns the summary (None when nothing could be
     written) and the rescue folder (None when the results are where they belong); the checkpoint
     is kept unless they are."""

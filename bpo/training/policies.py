@@ -33,10 +33,11 @@ import jax.numpy as jnp
 import numpy as np
 from flax import serialization
 
-from bpo import distributions, results
-from bpo.config import ConfigError, EpisodicTrainConfig, from_dict
-from bpo.learner import make_learner
-from bpo.normalization import RunningStats
+from bpo.agents.learner import make_learner
+from bpo.config.schema import ConfigError, EpisodicTrainConfig, from_dict
+from bpo.core import distributions
+from bpo.core.normalization import RunningStats
+from bpo.infra import results
 from bpo.runners import episodic
 from envs import make_env
 from envs.gymnasium_envs import GYMNASIUM_ENVS, MUJOCO_ENVS, gym_spec

@@ -1,14 +1,14 @@
-"""The return-estimator probe (``bpo.probe``) on a finished run's saved policies: ``bpo probe RUN``.
+"""The return-estimator probe (``bpo.instruments.probe``) on a finished run's saved policies: ``bpo probe RUN``.
 
 For each kept point of a BPO-PPO run (``save_policies_every``: the policies after every N updates,
 ``SavedPolicies.during``, plus the final ones) and each seed, pi, mu, the value network and the
 observation normaliser are rebuilt from the saved parameters. Start states are those mu visits from
 fresh resets at that point: M environments are reset and stepped ``settings.horizon`` steps under mu
-(``bpo.probe.visited_states``, auto-reset), and M of the M x H states seen are drawn without
+(``bpo.instruments.probe.visited_states``, auto-reset), and M of the M x H states seen are drawn without
 replacement. This is not the run's replay buffer (which is not saved): the states are weighted as
-mu visits them in the first H steps after a reset. From each, ``bpo.probe.probe_segments`` runs K
+mu visits them in the first H steps after a reset. From each, ``bpo.instruments.probe.probe_segments`` runs K
 segments under pi and K under mu with the run's gamma, gae_lambda, rho_bar, c_bar and truncation
-mode, ``bpo.probe.reference_values`` the Monte Carlo v_pi, and ``bpo.probe.probe_statistics``
+mode, ``bpo.instruments.probe.reference_values`` the Monte Carlo v_pi, and ``bpo.instruments.probe.probe_statistics``
 summarises them. Every key comes from ``settings.seed`` folded with the point's update count and
 the seed index, so the same command gives the same numbers.
 """
@@ -23,12 +23,19 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bpo import distributions
+from bpo.agents.learner import make_learner
 from bpo.agents.methods import validate
-from bpo.config import ConfigError, EpisodicTrainConfig, replace, traced_hyperparams
-from bpo.learner import make_learner
-from bpo.normalization import RunningStats
-from bpo.probe import ProbeReturns, ProbeSettings, probe_segments, probe_statistics, reference_values, visited_states
+from bpo.config.schema import ConfigError, EpisodicTrainConfig, replace, traced_hyperparams
+from bpo.core import distributions
+from bpo.core.normalization import RunningStats
+from bpo.instruments.probe import (
+    ProbeReturns,
+    ProbeSettings,
+    probe_segments,
+    probe_statistics,
+    reference_values,
+    visited_states,
+)
 from bpo.training.policies import SavedPolicies, load_policies, task_backend
 from envs import make_env
 

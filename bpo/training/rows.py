@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bpo.config import ConfigError, OnPolicyTrainConfig, TrainConfig, to_dict, traced_fields, traced_hyperparams
+from bpo.config.schema import ConfigError, OnPolicyTrainConfig, TrainConfig, to_dict, traced_fields, traced_hyperparams
 from bpo.runners import onpolicy
 from bpo.runners.jax_runner import JaxRunner
 from bpo.runners.seeds import seed_keys

@@ -15,8 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bpo.agents.methods import validate
-from bpo.config import EpisodicTrainConfig, OnPolicyTrainConfig, TrainConfig, traced_hyperparams
-from bpo.provenance import code_version
+from bpo.config.schema import EpisodicTrainConfig, OnPolicyTrainConfig, TrainConfig, traced_hyperparams
+from bpo.infra.provenance import code_version
 from bpo.runners import episodic, onpolicy
 from bpo.runners.host import HostRunner
 from bpo.runners.jax_runner import JaxRunner

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import jax
 import numpy as np
 
-from bpo.config import TrainConfig
+from bpo.config.schema import TrainConfig
 
 
 @dataclass

@@ -1,5 +1,5 @@
 """A finished run's results: the summary, the learning curve, the training-metric table, and the
-run directory they are written to (``bpo.results``)."""
+run directory they are written to (``bpo.infra.results``)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ from pathlib import Path
 
 import numpy as np
 
-from bpo import diagnostics as dg
-from bpo import results
-from bpo.config import OnPolicyTrainConfig
-from bpo.provenance import provenance
-from bpo.stats import describe
+from bpo.config.schema import OnPolicyTrainConfig
+from bpo.core import diagnostics as dg
+from bpo.infra import results
+from bpo.infra.provenance import provenance
+from bpo.instruments.stats import describe
 from bpo.training.policies import write_policies
 from bpo.training.run_output import RunOutput
 

@@ -1,7 +1,7 @@
 """Figures 4 and 5: the best BPO row of each Table 1 column, the same without Q-hat in the mu loss
 (bpo_no_qhat) and without symlog targets (bpo_no_symlog), beside PPO; 10 seeds."""
 
-from bpo.presets import PAPER_TABLE1, best_bpo_row
+from bpo.config.presets import PAPER_TABLE1, best_bpo_row
 from experiments.sweep import Grid, SlurmResources, Sweep
 
 SWEEP = Sweep(

@@ -11,7 +11,7 @@ whole table is projected at about 32 h of both cores (docs/backends.md); results
 keeps the campaign's measured cost. Run it again to continue from every run's checkpoint.
 """
 
-from bpo.presets import TABLE1_ROWS
+from bpo.config.presets import TABLE1_ROWS
 from experiments.sweep import Grid, SlurmResources, Sweep
 
 SWEEP = Sweep(

@@ -1,7 +1,7 @@
 """Table 1 scaled down to a 2-core machine (about an hour): the five rows on HalfCheetah-v5 and
 Hopper-v5 with the ``mujoco_default`` preset (Table 4), 3 seeds, 100k steps instead of 1.5M."""
 
-from bpo.presets import TABLE1_ROWS
+from bpo.config.presets import TABLE1_ROWS
 from experiments.sweep import Grid, SlurmResources, Sweep
 
 SWEEP = Sweep(

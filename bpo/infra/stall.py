@@ -5,7 +5,7 @@ first compiled call of a run never returned. Every XLA and Python thread of the 
 futex wait, the main thread in ``CpuPjRtRawLoadedExecutable::Execute`` waiting for a completion
 that no thread would signal, and the process used no CPU for 13 minutes until it was killed; run
 again, the same run went through. It happened with the concurrency-optimised scheduler off
-(``bpo.runtime``), so it is apparently a second lost wake-up in XLA:CPU, rarer than the first.
+(``bpo.infra.runtime``), so it is apparently a second lost wake-up in XLA:CPU, rarer than the first.
 Seen again in a headline run continued from its checkpoint (a build from before this guard): its
 first compiled call (the host runner's init program) hung twice in a row, 2 and 32 minutes with
 no CPU, and the third start, with the persistent compilation cache off (``BPO_COMPILE_CACHE=''``),
@@ -111,7 +111,7 @@ def _watch(stop: threading.Event, minutes: float, advice: Callable[[], str]) -> 
         last, waited = now, waited_now
         if idle >= needed:
             print(f"error: the run has used no CPU for {minutes:g} minutes inside a compiled call: XLA's CPU "
-                  f"runtime appears to have lost a wake-up and the call will not return (bpo.stall). {advice()}",
+                  f"runtime appears to have lost a wake-up and the call will not return (bpo.infra.stall). {advice()}",
                   file=sys.stderr, flush=True)
             os._exit(EXIT_STALLED)
 

@@ -23,7 +23,7 @@ of a preset with ``apply_variant`` (``bpo train PRESET --variant NAME``).
 
 from dataclasses import replace
 
-from bpo.config import (
+from bpo.config.schema import (
     ConfigError,
     EpisodicBehaviourConfig,
     EpisodicReturnConfig,
@@ -34,7 +34,7 @@ from bpo.config import (
     PPOConfig,
     ReinforceConfig,
 )
-from bpo.config import replace as replace_dotted
+from bpo.config.schema import replace as replace_dotted
 
 # The authors' CartPole settings (8 envs x 32 steps, batch 256, 20 epochs, decayed lr and clip; tanh
 # 64-unit actor and critic with LeCun-normal init; no observation normalisation). Not theirs: the Q

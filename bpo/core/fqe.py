@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from bpo.transforms import symexp, symlog
+from bpo.core.transforms import symexp, symlog
 
 
 class QState(NamedTuple):

@@ -1,4 +1,4 @@
-"""Typed, frozen configuration of the algorithms and runs (checked by ``bpo.validation``).
+"""Typed, frozen configuration of the algorithms and runs (checked by ``bpo.config.validation``).
 
 Fields are split the rejax way: *static* fields fix shapes and loop lengths and are baked into
 the compiled program; *traced* fields (learning rates, gamma, lambda, rho_bar, c_bar, tau, ...)
@@ -345,7 +345,7 @@ class PPOConfig:
     """Adam epsilon."""
     optimizer: Literal["adam", "rmsprop"] = "adam"
     """Optimiser of the actor and the critic: Adam (the paper's tables), or RMSprop with smoothing
-    0.99 and epsilon ``rms_prop_eps`` (SB3's A2C, ``use_rms_prop=True``; ``bpo.optim.clipped``)."""
+    0.99 and epsilon ``rms_prop_eps`` (SB3's A2C, ``use_rms_prop=True``; ``bpo.core.optim.clipped``)."""
     rms_prop_eps: float = 1e-5
     """RMSprop epsilon (SB3's A2C: 1e-5), added outside the square root as torch does."""
     normalize_advantage: bool = True
@@ -417,7 +417,7 @@ class OnPolicyTrainConfig:
     """Gymnasium backend: evaluate in a worker process while training goes on, with a copy of the
     parameters (results are the same either way); False evaluates in the training loop."""
     variant: str = ""
-    """Named algorithm variant (``bpo.presets.VARIANTS``): a row of Table 1 (ppo, bpo_c1.5_rho1.5,
+    """Named algorithm variant (``bpo.config.presets.VARIANTS``): a row of Table 1 (ppo, bpo_c1.5_rho1.5,
     bpo_c1.0_rho1.0, bpo_c1.0_rho1.5, bpo_traj_c1.0) or an ablation of the best row for the env and
     preset (bpo_no_qhat, bpo_no_symlog). On the command line it sets its fields first, so other
     flags still override them. Recorded in the results; empty when no variant was applied."""

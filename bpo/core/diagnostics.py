@@ -5,7 +5,7 @@ With log rho = log pi(a|s) - log mu(a|s) (the IS ratio of eq. 6 before truncatio
 * IS ratio mean / min / max, and the effective-sample-size fraction (sum rho)^2 / (n sum rho^2):
   1 when pi = mu, near 1/n when one sample carries all the weight;
 * the fractions of ratios truncated by rho_bar and by c_bar;
-* KL(mu || pi) and KL(pi || mu) from the samples by the k1 and k3 estimators (``bpo.kl``), and
+* KL(mu || pi) and KL(pi || mu) from the samples by the k1 and k3 estimators (``bpo.core.kl``), and
   exactly from the two action distributions where that is a closed form;
 * the log-probability mismatch between the log mu stored at collection and log mu recomputed by the
   learner with the same parameters: mean log-ratio and half the mean squared log-ratio, the two
@@ -23,7 +23,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from bpo.distributions import Dist
+from bpo.core.distributions import Dist
 
 MISMATCH_WARNING = 0.01  # the mismatch metrics' usual thresholds: below 0.01 expected, above 0.1 critical
 # Per-update diagnostics, and how updates are pooled (for curves and summaries): min, max or mean.

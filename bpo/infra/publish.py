@@ -27,8 +27,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from bpo import results
-from bpo.config import ConfigError
+from bpo.config.schema import ConfigError
+from bpo.infra import results
 
 T = TypeVar("T")
 RUN_FILES = ("config.json", "curve.csv", "train_metrics.csv", "summary.json", "spec.json", "policies.msgpack",

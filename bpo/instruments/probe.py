@@ -5,7 +5,7 @@ From each of M start states (environment states with their observations), K inde
 of H steps are run under pi and K under mu, with the run's gamma, lambda, rho_bar, c_bar and value
 function. Each segment gives one estimate of v_pi at its start state:
 
-* under mu: the truncated IS-TD(lambda) return G_0 of eq. (6) (``bpo.returns.tis_lambda_returns``,
+* under mu: the truncated IS-TD(lambda) return G_0 of eq. (6) (``bpo.core.returns.tis_lambda_returns``,
   log rho_t = log pi(a_t|s_t) - log mu(a_t|s_t)), the value target BPO-PPO uses;
 * under pi: the same estimator with log rho_t = 0 (eq. (6) on-policy: GAE(lambda), Lemma 3).
 
@@ -13,7 +13,7 @@ A segment never continues into a new episode: after the step that ends the episo
 truncated) the trace is cut, as the learner's ``done`` does, and the environment is not stepped on.
 A segment still running after H steps bootstraps from v(s_H), as the last row of a rollout does.
 
-Policies are given as *distribution functions* ``obs -> bpo.distributions.Dist`` (``DistFn``),
+Policies are given as *distribution functions* ``obs -> bpo.core.distributions.Dist`` (``DistFn``),
 evaluated on one raw observation, with ``discrete`` saying how to read them. A sampler
 ``(key, obs) -> (action, log_prob)`` would not be enough: under mu the estimator needs log pi of
 the action mu drew. The learner's networks fit directly:
@@ -37,9 +37,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bpo import distributions
-from bpo.distributions import Dist
-from bpo.returns import TrajMode, tis_lambda_returns
+from bpo.core import distributions
+from bpo.core.distributions import Dist
+from bpo.core.returns import TrajMode, tis_lambda_returns
 from envs.functional import EnvSpec, FunctionalEnv, auto_reset_step
 
 DistFn = Callable[[jax.Array], Dist]
@@ -116,7 +116,7 @@ def segment_estimate(key, env: FunctionalEnv, state, obs, behaviour: DistFn, tar
                      value: ValueFn, returns: ProbeReturns, *, horizon: int, discrete: bool,
                      to_env: Callable | None = None, traj: bool | TrajMode = False) -> Segment:
     """One segment of ``horizon`` steps from (``state``, ``obs``) under ``behaviour`` and its
-    start-state estimate: eq. (6) at t = 0 (``bpo.returns.tis_lambda_returns``) with log-ratios
+    start-state estimate: eq. (6) at t = 0 (``bpo.core.returns.tis_lambda_returns``) with log-ratios
     log target - log behaviour, or 0 where ``target`` is None (on-policy). ``to_env``: the action
     the environment executes (e.g. clipped to the bounds); log-probabilities use the sampled one."""
     step = functools.partial(_step_row, env, behaviour, target, value, discrete, to_env or _identity)
@@ -216,7 +216,7 @@ def kish_ess(log_weight, axis: int = -1) -> np.ndarray:
 
 def variance_se(x, axis: int = -1) -> np.ndarray:
     """Standard error of the sample variance of ``x`` along ``axis``: sqrt((m4 - m2^2) / n) with the
-    central moments m2, m4 (the large-sample form ``bpo.variance.monte_carlo`` uses)."""
+    central moments m2, m4 (the large-sample form ``bpo.instruments.variance.monte_carlo`` uses)."""
     x = np.asarray(x, dtype=float)
     dev = x - np.mean(x, axis=axis, keepdims=True)
     m2, m4 = np.mean(dev**2, axis=axis), np.mean(dev**4, axis=axis)
@@ -360,7 +360,7 @@ class TabularState(NamedTuple):
 
 
 class TabularEnv:
-    """A finite MDP in ``bpo.variance.TabularMDP``'s arrays (``P[s, a, s']`` sub-stochastic, the
+    """A finite MDP in ``bpo.instruments.variance.TabularMDP``'s arrays (``P[s, a, s']`` sub-stochastic, the
     deficit terminates; ``R[s, a]`` deterministic; start distribution ``p0``) behind the functional
     interface of ``envs.functional``. The observation is one-hot over S + 1 (the last is the
     terminal state). The arrays may be traced: build it inside a jitted function so that one

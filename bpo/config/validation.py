@@ -7,7 +7,7 @@ beyond float range are no numbers, and inf only where a field documents it. So `
 ``ConfigError`` on any bad value, never another exception.
 
 Validation needs the environments' specs (discrete or continuous actions, which ids exist on which
-backend) and the variant names, so it sits above ``bpo.config``, ``bpo.presets`` and ``envs``.
+backend) and the variant names, so it sits above ``bpo.config.schema``, ``bpo.config.presets`` and ``envs``.
 """
 
 from __future__ import annotations
@@ -18,11 +18,8 @@ import sys
 import typing
 from typing import Literal
 
-from bpo import publish
-from bpo.config import BehaviourConfig, ConfigError, OnPolicyTrainConfig, ReturnConfig
-from bpo.presets import VARIANTS
-from bpo.runtime import cpu_threads
-from bpo.stall import stall_minutes
+from bpo.config.presets import VARIANTS
+from bpo.config.schema import BehaviourConfig, ConfigError, OnPolicyTrainConfig, ReturnConfig
 from envs import FUNCTIONAL_ENVS, JAX_ENVS, make_env
 from envs.gymnasium_envs import GYMNASIUM_ENVS, MUJOCO_ENVS, gym_spec
 
@@ -288,16 +285,3 @@ def _validate_onpolicy(cfg: OnPolicyTrainConfig) -> OnPolicyTrainConfig:
                           "bpo or leave it inf")
     return cfg
 
-
-def validate_environment() -> None:
-    """The ``BPO_*`` environment variables a run reads only later (``BPO_THREADS``,
-    ``BPO_STALL_MINUTES``, ``BPO_WRITE_RETRIES``, ``BPO_WRITE_RETRY_S``), checked before any work:
-    a bad one is a ``ConfigError`` naming it, not a traceback an hour in."""
-    for check in (cpu_threads, stall_minutes, publish.check_environment):
-        try:
-            check()
-        except ConfigError:
-            raise
-        except ValueError as e:  # "NAME: what is wrong" from modules that cannot import bpo.config
-            name, _, what = str(e).partition(": ")
-            raise ConfigError(name, what) from None

@@ -27,19 +27,19 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from bpo import diagnostics as dg
-from bpo import distributions
-from bpo import replay as rb
 from bpo.agents.bpo import Behaviour, BehaviourState, DistFn, make_behaviour
 from bpo.agents.methods import get_method
 from bpo.agents.ppo import linear_schedule
 from bpo.agents.target import Batch, TargetUpdate, UpdateContext
-from bpo.config import OnPolicyReturnConfig, OnPolicyTrainConfig, PPOHyperparams
-from bpo.networks import Actor, Critic
-from bpo.normalization import RunningStats, init_stats, update_stats
-from bpo.normalization import normalize as normalize_obs
-from bpo.optim import clipped
-from bpo.returns import gae_returns, tis_advantages
+from bpo.config.schema import OnPolicyReturnConfig, OnPolicyTrainConfig, PPOHyperparams
+from bpo.core import diagnostics as dg
+from bpo.core import distributions
+from bpo.core import replay as rb
+from bpo.core.networks import Actor, Critic
+from bpo.core.normalization import RunningStats, init_stats, update_stats
+from bpo.core.normalization import normalize as normalize_obs
+from bpo.core.optim import clipped
+from bpo.core.returns import gae_returns, tis_advantages
 from envs.functional import EnvSpec
 
 Rows = dict[str, jax.Array]
@@ -77,7 +77,7 @@ def bpo_ppo_batch(rows: Rows, values, next_values, pi_old: DistFn, mu: DistFn, h
     parameters that collected the rollout (for the diagnostics). Value targets G_t are
     the truncated IS-TD(lambda) returns of eq. (6) with log rho = log pi_old - log mu; advantages
     are eq. (11), G_t - V(s_t), with ``cfg.advantage = 'eq11'``, or the authors' form without
-    rho_t (``bpo.returns.tis_advantages``). The ratio of eq. (10) is pi_theta / mu, or with
+    rho_t (``bpo.core.returns.tis_advantages``). The ratio of eq. (10) is pi_theta / mu, or with
     ``weight_on_advantage`` pi_theta / pi_old with the advantage weighted by min(rho_bar, pi_old/mu).
     Trust Region Masking (finite ``trust_region_delta``) zeroes the advantage weight of whole
     segments whose pi_old/mu is too far from 1. Returns the batch and the off-policy diagnostics."""

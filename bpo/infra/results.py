@@ -4,7 +4,7 @@ A run directory holds ``config.json`` (the resolved config), ``curve.csv`` (``st
 eval_return`` and extra columns; one row per evaluation per seed) and ``summary.json``.
 Each file is written to a temporary name in the same directory and renamed, so a reader never
 sees half a file; ``summary.json`` is written last and marks the run as complete. A whole run
-directory is written into a staging folder and swapped into place by ``bpo.publish``, so it is
+directory is written into a staging folder and swapped into place by ``bpo.infra.publish``, so it is
 never a mix of two runs.
 """
 
@@ -21,7 +21,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from bpo.config import ConfigError, to_dict
+from bpo.config.schema import ConfigError, to_dict
 
 
 def _umask() -> int:
@@ -41,7 +41,7 @@ _IN_PARTS = contextvars.ContextVar("oversize_in_parts", default=False)
 def oversize_in_parts() -> Iterator[None]:
     """Inside: a file over this process's size limit (``ulimit -f``) is written as NAME.part000,
     NAME.part001, ... each under the limit (``cat NAME.part* > NAME`` joins them), not refused. For
-    rescuing results (``bpo.publish``), where a readable file in parts beats none."""
+    rescuing results (``bpo.infra.publish``), where a readable file in parts beats none."""
     token = _IN_PARTS.set(True)
     try:
         yield

@@ -21,8 +21,8 @@ import jax
 import numpy as np
 from flax import serialization
 
-from bpo import results
-from bpo.config import ConfigError, to_dict
+from bpo.config.schema import ConfigError, to_dict
+from bpo.infra import results
 
 STATE_FILE, INFO_FILE = "checkpoint.msgpack", "checkpoint.json"
 

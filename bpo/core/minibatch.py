@@ -4,7 +4,7 @@
 An epoch draws its minibatches' row indices from one key and gives every minibatch step its own
 key from another (continuous FQE and mu sample actions; steps that draw nothing ignore it). PPO
 permutes its whole rollout (``permuted_minibatches``); FQE and mu make random passes over the
-filled part of the replay (``bpo.replay.epoch_indices``).
+filled part of the replay (``bpo.core.replay.epoch_indices``).
 """
 
 from collections.abc import Callable

@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bpo.distributions import Dist, logits_dist, sde_scale
+from bpo.core.distributions import Dist, logits_dist, sde_scale
 
 
 class LayerNorm(nn.Module):
@@ -121,7 +121,7 @@ class Actor(nn.Module):
 
     Discrete: logits. Continuous: Gaussian mean and a state-independent ``log_std`` parameter
     initialised to ``log_std_init``; with ``use_sde`` the log std is a [latent, action] matrix and
-    the std depends on the last hidden layer (``latent``), see ``bpo.distributions``.
+    the std depends on the last hidden layer (``latent``), see ``bpo.core.distributions``.
     """
 
     hidden: Sequence[int]

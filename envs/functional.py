@@ -95,9 +95,11 @@ class GymnaxEnv:
 class ShortCorridorFunctional:
     """The pure-JAX ShortCorridor (``envs.short_corridor``) behind this interface."""
 
-    def __init__(self, max_steps: int = 1000):
-        self._env = ShortCorridorJax(max_steps=max_steps)
-        self.spec = EnvSpec(self._env.obs_dim, True, self._env.n_actions, None, None, max_steps)
+    def __init__(self, max_steps: int = 1000, env: ShortCorridorJax | None = None):
+        """``env``: an existing twin to view through this interface (its own step limit), as the
+        episodic runner's evaluation does; else a new one with ``max_steps``."""
+        self._env = ShortCorridorJax(max_steps=max_steps) if env is None else env
+        self.spec = EnvSpec(self._env.obs_dim, True, self._env.n_actions, None, None, self._env.max_steps)
 
     def reset(self, key):
         return self._env.reset(key)

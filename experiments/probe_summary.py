@@ -24,6 +24,7 @@ import tyro
 from bpo.config.schema import ConfigError
 from bpo.infra.provenance import code_version
 from bpo.infra.results import atomic_write_json, atomic_write_text, ensure_writable_dir
+from bpo.instruments.stats import describe
 from experiments.common import (
     format_p,
     one_sample_t,
@@ -342,7 +343,7 @@ def compare_rows(runs: list[dict], baseline: str) -> list[dict]:
 
 
 def _sd(values: list[float]) -> float:
-    return float(np.std(values, ddof=1)) if len(values) > 1 else math.nan
+    return describe(values, drop_non_finite=False)["sd"]
 
 
 def _finite(x: float) -> float | None:

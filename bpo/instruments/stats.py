@@ -1,6 +1,7 @@
 """Statistics over seeds: the one place that computes a mean, its SD and its SE, for
-``summary.json`` (``bpo.training.summary``), the tables (``experiments.table``) and the variance
-check (``experiments.verify_variance``)."""
+``summary.json`` (``bpo.training.summary``), ``bpo evaluate`` (``bpo.training.evaluate``), the
+tables (``experiments.table``, ``experiments.report``), the probe's summary
+(``experiments.probe_summary``) and the variance check (``experiments.verify_variance``)."""
 
 from __future__ import annotations
 

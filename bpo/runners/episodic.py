@@ -15,6 +15,7 @@ Seeds and traced hyperparameters are vmapped by the caller (see ``bpo.training``
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import NamedTuple
 
 import jax
@@ -27,7 +28,9 @@ from bpo.config.schema import EpisodicTrainConfig, Hyperparams
 from bpo.core import replay as rb
 from bpo.core.distributions import logits_dist
 from bpo.core.networks import MLP, SHORT_CORRIDOR_FEATURES, LinearSoftmax, two_action_logits
+from bpo.runners.evaluation import run_episodes
 from envs import ShortCorridorJax, make_jax_env
+from envs.functional import ShortCorridorFunctional
 
 
 def rollout_episode(key, env, logits_fn: Callable, max_steps: int) -> Episode:
@@ -59,23 +62,11 @@ def rollout_episode(key, env, logits_fn: Callable, max_steps: int) -> Episode:
     return jax.lax.while_loop(cond, body, carry)[-1]
 
 
-def episode_return(key, env, logits_fn: Callable, deterministic: bool):
-    """Undiscounted return of one episode (evaluation; nothing is stored). The env's step limit ends it."""
-    k_reset, key = jax.random.split(key)
-    state, obs = env.reset(k_reset)
-
-    def cond(carry):
-        return ~carry[4]
-
-    def body(carry):
-        key, state, obs, total, _ = carry
-        key, k_act = jax.random.split(key)
-        logits = logits_fn(obs)
-        action = jnp.argmax(logits) if deterministic else jax.random.categorical(k_act, logits)
-        state, obs, reward, terminated, truncated = env.step(state, action)
-        return key, state, obs, total + reward, terminated | truncated
-
-    return jax.lax.while_loop(cond, body, (key, state, obs, jnp.zeros(()), jnp.array(False)))[3]
+def act(logits_fn: Callable, deterministic: bool, key, obs):
+    """pi's action at ``obs``: its mode, or a draw with the step's own key (the episodic
+    environment's step draws nothing)."""
+    logits = logits_fn(obs)
+    return jnp.argmax(logits, -1) if deterministic else jax.random.categorical(key, logits)
 
 
 class EpisodicCarry(NamedTuple):
@@ -152,7 +143,9 @@ class EpisodicProgram:
         cfg = self.cfg
         keys = jax.random.split(jax.random.fold_in(carry.key, 7), cfg.eval_episodes)
         pi_fn = lambda o: self.policy.apply(carry.pi_params, o)  # noqa: E731
-        returns = jax.vmap(lambda k: episode_return(k, self.env, pi_fn, cfg.eval_deterministic))(keys)
+        returns, _ = run_episodes(ShortCorridorFunctional(env=self.env), partial(act, pi_fn, cfg.eval_deterministic),
+                                  jax.vmap(lambda k: jax.random.split(k)[1])(keys))  # each episode's stream as
+        # before the loop was shared, so that Figure 2's evaluations stay the same (the reset draws nothing)
         out = {"eval_return": jnp.mean(returns), "eval_episode": carry.episode,
                "pi_probs": jax.nn.softmax(pi_fn(obs0)), "mu_probs": jax.nn.softmax(self.behaviour_logits(carry)(obs0))}
         if hasattr(self.env, "exact_return"):

@@ -1,4 +1,9 @@
-"""Deterministic evaluation of the target policy on Gymnasium environments, for the host runner.
+"""Evaluation of the target policy: the one loop of every JAX run, and its twin for Gymnasium runs.
+
+``run_episodes`` runs whole episodes inside a compiled program: the evaluation of the on-policy
+runner (``OnPolicyProgram.evaluate``), of the episodic runner (``EpisodicProgram.evaluate``) and
+of ``bpo evaluate``. The host runner steps Gymnasium in Python, so its evaluation is a loop of its
+own over a vector environment (``PolicyEvaluator``):
 
 ``eval_episodes`` episodes per seed with the policy's mode (Gaussian mean / argmax) and the
 observation statistics frozen, on a vector env of ``seeds x eval_episodes`` sub-environments
@@ -17,9 +22,11 @@ from __future__ import annotations
 import multiprocessing
 import os
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from bpo.agents.learner import make_learner
@@ -27,7 +34,40 @@ from bpo.config.schema import OnPolicyTrainConfig
 from bpo.infra.processes import die_with_parent
 from bpo.infra.runtime import report_crashes
 from bpo.runners.seeds import seed_map
+from envs.functional import FunctionalEnv
 from envs.gymnasium_envs import EVAL_STREAM, env_seeds, gym_spec, make_vector_env
+
+
+def run_episodes(env: FunctionalEnv, act: Callable, keys) -> tuple[jax.Array, jax.Array]:
+    """One episode from each key, all at once: (undiscounted returns, lengths).
+
+    Args:
+        env: the environment; an episode ends when it terminates or truncates, or after
+            ``env.spec.max_episode_steps`` steps.
+        act: ``act(key, obs) -> action``. ``key`` is the step's key, which the environment's step
+            also receives: an ``act`` that draws from the policy derives its own key from it
+            (``fold_in(key, 1)``), unless the environment's step draws nothing.
+        keys: one key per episode; the reset takes it, then each step splits it.
+    Returns:
+        ``(returns, lengths)``, one of each per key."""
+    def episode(k):
+        state, obs = env.reset(k)
+
+        def cond(c):
+            return ~c[3] & (c[4] < env.spec.max_episode_steps)
+
+        def body(c):
+            k, state, obs, _, t, total = c
+            k, k_step = jax.random.split(k)
+            action = act(k_step, obs)
+            state, obs, reward, terminated, truncated = env.step_env(k_step, state, action)
+            return k, state, obs, terminated | truncated, t + 1, total + reward
+
+        init = (k, state, obs, jnp.array(False), jnp.zeros((), jnp.int32), jnp.zeros(()))
+        out = jax.lax.while_loop(cond, body, init)
+        return out[-1], out[-2]
+
+    return jax.vmap(episode)(keys)
 
 
 class PolicyEvaluator:

@@ -25,6 +25,7 @@ import numpy as np
 
 from bpo.agents.learner import Learner, LearnerState, Rows, keyed_update, make_learner
 from bpo.config.schema import OnPolicyTrainConfig, PPOHyperparams
+from bpo.runners.evaluation import run_episodes
 from envs import make_env
 from envs.functional import FunctionalEnv, auto_reset_step
 
@@ -36,31 +37,6 @@ class OnPolicyCarry(NamedTuple):
     obs: jnp.ndarray  # raw observations [n_envs, obs_dim]
     sde: jnp.ndarray  # gSDE exploration matrices [n_envs, latent, action] (zeros without gSDE)
     episode_return: jnp.ndarray  # running return of the current episode of each env
-
-
-def run_episodes(env: FunctionalEnv, act: Callable, keys) -> tuple[jax.Array, jax.Array]:
-    """One episode from each key, all at once: (undiscounted returns, lengths). ``act(key, obs)``
-    chooses the environment action; its key is folded from the step's, so a deterministic policy
-    sees the same episodes whatever ``act`` does with it. The one evaluation of every JAX run
-    (``OnPolicyProgram.evaluate``) and of ``bpo evaluate``."""
-    def episode(k):
-        state, obs = env.reset(k)
-
-        def cond(c):
-            return ~c[3] & (c[4] < env.spec.max_episode_steps)
-
-        def body(c):
-            k, state, obs, _, t, total = c
-            k, k_step = jax.random.split(k)
-            action = act(jax.random.fold_in(k_step, 1), obs)
-            state, obs, reward, terminated, truncated = env.step_env(k_step, state, action)
-            return k, state, obs, terminated | truncated, t + 1, total + reward
-
-        init = (k, state, obs, jnp.array(False), jnp.zeros((), jnp.int32), jnp.zeros(()))
-        out = jax.lax.while_loop(cond, body, init)
-        return out[-1], out[-2]
-
-    return jax.vmap(episode)(keys)
 
 
 def evaluations_before(cfg: OnPolicyTrainConfig) -> np.ndarray:

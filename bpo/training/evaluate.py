@@ -1,6 +1,6 @@
 """``bpo evaluate``: a saved policy re-evaluated, on any backend that runs its task.
 
-Episodes are run by ``bpo.runners.onpolicy.run_episodes``, the evaluation of every JAX run, all
+Episodes are run by ``bpo.runners.evaluation.run_episodes``, the evaluation of every JAX run, all
 seeds at once as the run does. With the run's own settings (pi, deterministic, its number of
 episodes and backend, ``key_from="run"``) the episodes are those of the run's final evaluation,
 drawn from the key saved with the policies, so the mean return repeats the recorded final return
@@ -9,6 +9,7 @@ drawn from the key saved with the policies, so the mean return repeats the recor
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,7 +18,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from bpo.config.schema import ConfigError, EpisodicTrainConfig
-from bpo.runners.onpolicy import run_episodes
+from bpo.instruments.stats import describe
+from bpo.runners.evaluation import run_episodes
 from bpo.training.policies import SavedPolicies, acting_function, load_policies, task_backend
 from envs import make_env
 
@@ -60,15 +62,20 @@ def evaluate_saved(run_dir: Path, request: EvalRequest) -> dict:
     keys = episode_keys(saved, request, episodes)
     params = jax.tree.map(jnp.asarray, saved.final)
     def one_seed(p, k):
-        returns, lengths = run_episodes(env, lambda key, o: act(p, key, o), k)
+        returns, lengths = run_episodes(env, lambda key, o: act(p, jax.random.fold_in(key, 1), o), k)
         return returns, lengths, jnp.mean(returns)  # float32, as the run's evaluation averages
 
     returns, lengths, seed_means = jax.jit(jax.vmap(one_seed))(params, keys)
     means = np.asarray(seed_means, np.float64)
-    sd = float(means.std(ddof=1)) if len(means) > 1 else None
+    stats = describe(means, drop_non_finite=False)
     return {"run": str(run_dir), "which": request.which, "deterministic": request.deterministic,
             "backend": backend, "episodes_per_seed": episodes, "key": "run" if request.seed is None else request.seed,
             "returns": np.asarray(returns).tolist(), "lengths": np.asarray(lengths).tolist(),
-            "per_seed_mean": means.tolist(), "mean": float(means.mean()), "sd": sd,
-            "se": None if sd is None else sd / float(np.sqrt(len(means))),
+            "per_seed_mean": means.tolist(), "mean": stats["mean"], "sd": _defined(stats["sd"]),
+            "se": _defined(stats["se"]),
             "mean_length": float(np.mean(lengths))}
+
+
+def _defined(x: float) -> float | None:
+    """None where a statistic is undefined (one seed): the file is strict JSON."""
+    return None if math.isnan(x) else x

@@ -137,9 +137,9 @@ def acting_function(saved: SavedPolicies, which: str = "pi", deterministic: bool
         program = episodic.make_program(saved.config)
 
         def act_episodic(params, key, obs):
-            logits = (program.policy.apply(params["pi_params"], obs) if which == "pi"
-                      else program.behaviour.mu_apply(params["mu_params"], obs).loc)
-            return jnp.argmax(logits, -1) if deterministic else jax.random.categorical(key, logits)
+            logits = ((lambda o: program.policy.apply(params["pi_params"], o)) if which == "pi"
+                      else (lambda o: program.behaviour.mu_apply(params["mu_params"], o).loc))
+            return episodic.act(logits, deterministic, key, obs)
 
         return act_episodic
     cfg = saved.config

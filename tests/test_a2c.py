@@ -156,23 +156,23 @@ def test_bpo_a2c_weights_each_step_by_min_rho_bar_pi_over_mu():
     state = carry.learner
     new, _ = learner.update(state, jax.random.PRNGKey(0), jax.random.PRNGKey(1), rows, hp)
 
-    pi = np.asarray(jax.nn.softmax(learner.dist_fn(state.ppo.actor_params)(rows["obs"]).loc))
+    pi = np.asarray(jax.nn.softmax(learner.dist_fn(state.target.actor_params)(rows["obs"]).loc))
     mu = np.asarray(jax.nn.softmax(learner.dist_fn(noisy)(rows["obs"]).loc))
     a = np.asarray(rows["action"])
     pick = lambda p: np.take_along_axis(p, a[..., None], -1)[..., 0]  # noqa: E731
     ratio = pick(pi) / pick(mu)
     assert ratio.min() < 0.8 and ratio.max() > 1.5  # the truncation and both sides of 1 are exercised
-    values = learner.critic_apply(state.ppo.critic_params, rows["obs"])
-    next_values = learner.critic_apply(state.ppo.critic_params, rows["next_obs"])
+    values = learner.critic_apply(state.target.critic_params, rows["obs"])
+    next_values = learner.critic_apply(state.target.critic_params, rows["next_obs"])
     done = jnp.maximum(rows["terminated"], rows["truncated"])
     adv, ret = tis_advantages(rows["reward"], values, next_values, rows["terminated"], done, jnp.log(ratio),
                               gamma=0.99, lam=1.0, rho_bar=1.5, c_bar=1.0, current_rho=True)
     flat = lambda x: jnp.reshape(x, (-1,) + x.shape[2:])  # noqa: E731
     batch = {"obs": flat(rows["obs"]), "action": flat(rows["action"]), "advantage": flat(adv), "return": flat(ret),
              "adv_weight": flat(jnp.asarray(np.minimum(1.5, ratio), jnp.float32))}
-    want, _ = a2c_update(state.ppo, batch, actor_apply=learner.actor.apply, critic_apply=learner.critic_apply,
+    want, _ = a2c_update(state.target, batch, actor_apply=learner.actor.apply, critic_apply=learner.critic_apply,
                          tx=learner.tx(7e-4), ent_coef=0.0, vf_coef=0.5, discrete=True, normalize_advantage=False)
-    for got, exp in ((new.ppo.actor_params, want.actor_params), (new.ppo.critic_params, want.critic_params)):
+    for got, exp in ((new.target.actor_params, want.actor_params), (new.target.critic_params, want.critic_params)):
         jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-7), got, exp)
 
 
@@ -188,7 +188,8 @@ def test_bpo_a2c_with_mu_equal_to_pi_takes_the_a2c_step():
     plain = carry.learner._replace(behaviour=(), replay=())
     a2c_state, _ = a2c_learner.update(plain, jax.random.PRNGKey(0), jax.random.PRNGKey(1), rows,
                                       traced_hyperparams(a2c_cfg))
-    jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-7), bpo_state.ppo, a2c_state.ppo)
+    jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-7), bpo_state.target,
+                 a2c_state.target)
 
 
 @pytest.mark.parametrize("changes,field", [

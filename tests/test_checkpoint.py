@@ -343,3 +343,30 @@ def test_the_progress_bar_of_a_resumed_run_starts_where_it_stopped_and_ends_full
     assert again.returncode == 0, again.stderr
     assert "continuing the interrupted run from its checkpoint" in again.stderr
     assert bar_count(again.stdout, label) == (calls, calls)
+
+
+def test_a_checkpoint_that_names_the_target_state_ppo_still_loads(tmp_path):
+    """Checkpoints written before ``LearnerState.ppo`` became ``target`` load into this version
+    (``bpo.agents.learner.migrate_state_dict``), values unchanged; without the migration they would not."""
+    import jax
+    from flax import serialization
+
+    from bpo.agents.learner import make_learner, migrate_state_dict
+    from bpo.config.schema import traced_hyperparams
+    from envs import make_env
+
+    cfg = replace(get_preset("cartpole_ppo"), algo="bpo")
+    learner, hp = make_learner(cfg, make_env(cfg.env).spec), traced_hyperparams(cfg)
+    keys = jax.random.split(jax.random.PRNGKey(0), 4)
+    state = learner.init(tuple(keys[:3]), hp, jax.random.normal(keys[3], (cfg.ppo.n_envs, 4)))
+    ckpt.save(tmp_path, {"carry": state}, {}, {"iterations_done": 1}, cfg)
+    path = tmp_path / ckpt.STATE_FILE
+    raw = serialization.msgpack_restore(path.read_bytes())
+    learner_dict = raw["state"]["carry"]
+    learner_dict["ppo"] = learner_dict.pop("target")  # as the older version wrote it
+    path.write_bytes(serialization.msgpack_serialize(raw))
+
+    loaded, _, _ = ckpt.load(tmp_path, {"carry": state}, migrate_state_dict)
+    jax.tree.map(np.testing.assert_array_equal, loaded, {"carry": state})
+    with pytest.raises(Exception, match="target"):
+        ckpt.load(tmp_path, {"carry": state})

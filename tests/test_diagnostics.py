@@ -239,12 +239,12 @@ def test_trust_region_masking_in_the_learner():
         rows["log_prob"].shape)}
     masked_state, metrics = learner.update(state, jax.random.PRNGKey(1), jax.random.PRNGKey(2), rows, hp)
     assert float(metrics["trm_mask_rate"]) == 1.0 and float(metrics["trm_segments_masked"]) == 1.0
-    jax.tree.map(np.testing.assert_array_equal, masked_state.ppo.actor_params, state.ppo.actor_params)
+    jax.tree.map(np.testing.assert_array_equal, masked_state.target.actor_params, state.target.actor_params)
     learner, state, _, hp = _learner_and_rollout()
     free_state, metrics = learner.update(state, jax.random.PRNGKey(1), jax.random.PRNGKey(2), rows, hp)
     assert "trm_mask_rate" not in metrics
-    moved = jax.tree.map(lambda a, b: float(jnp.abs(a - b).max()), free_state.ppo.actor_params,
-                         state.ppo.actor_params)
+    moved = jax.tree.map(lambda a, b: float(jnp.abs(a - b).max()), free_state.target.actor_params,
+                         state.target.actor_params)
     assert max(jax.tree.leaves(moved)) > 1e-4
 
 

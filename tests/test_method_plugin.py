@@ -146,20 +146,20 @@ def test_the_learner_runs_the_registered_update_and_its_bpo_weights():
             "truncated": jnp.zeros((T, n)).at[-1].set(1.0), "next_obs": obs, "raw_next_obs": obs}
     new, metrics = learner.update(state, ks[2], ks[3], rows, hp)
 
-    pi_old = learner.dist_fn(state.ppo.actor_params)(obs)
+    pi_old = learner.dist_fn(state.target.actor_params)(obs)
     log_pi = distributions.log_prob(pi_old, action, True)
     weight = np.minimum(float(hp.rho_bar), np.exp(np.asarray(log_pi - rows["log_prob"])))
     assert weight.std() > 0.01
-    values = learner.critic_apply(state.ppo.critic_params, obs)
-    batch, _ = bpo_ppo_batch(rows, values, values, learner.dist_fn(state.ppo.actor_params),
+    values = learner.critic_apply(state.target.critic_params, obs)
+    batch, _ = bpo_ppo_batch(rows, values, values, learner.dist_fn(state.target.actor_params),
                              learner.dist_fn(state.behaviour.mu_params), hp, cfg.returns, True)
     flat = {k: v.reshape((T * n,) + v.shape[2:]) for k, v in batch.items()}
     flat["adv_weight"] = jnp.asarray(weight.reshape(-1))
-    grads = jax.grad(vpg_actor_loss)(state.ppo.actor_params, learner.actor.apply, flat, True)
+    grads = jax.grad(vpg_actor_loss)(state.target.actor_params, learner.actor.apply, flat, True)
     tx = learner.tx(hp.learning_rate)
-    updates, _ = tx.update(grads, tx.init(state.ppo.actor_params), state.ppo.actor_params)
-    expected = optax.apply_updates(state.ppo.actor_params, updates)
-    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7), new.ppo.actor_params, expected)
+    updates, _ = tx.update(grads, tx.init(state.target.actor_params), state.target.actor_params)
+    expected = optax.apply_updates(state.target.actor_params, updates)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7), new.target.actor_params, expected)
     assert np.isfinite(float(metrics["pg_loss"])) and "mu_loss" in metrics
 
 

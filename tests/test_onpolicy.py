@@ -351,8 +351,8 @@ def test_without_q_hat_mu_tracks_pi():
         new_state, _ = update(state, k_ppo, k_beh, rows, frozen)
         p = cfg.ppo
         actor = Actor(p.pi_hidden, 2, True, False, p.log_std_init, p.activation, p.ortho_init)
-        pi = jax.nn.softmax(actor.apply(new_state.ppo.actor_params, rows["obs"])[0].loc)
-        pi0 = jax.nn.softmax(actor.apply(state.ppo.actor_params, rows["obs"])[0].loc)
+        pi = jax.nn.softmax(actor.apply(new_state.target.actor_params, rows["obs"])[0].loc)
+        pi0 = jax.nn.softmax(actor.apply(state.target.actor_params, rows["obs"])[0].loc)
         mu = jax.nn.softmax(actor.apply(new_state.behaviour.mu_params, rows["obs"])[0].loc)
         np.testing.assert_array_equal(pi, pi0)  # pi did not move
         return float(jnp.max(jnp.abs(mu - pi)))

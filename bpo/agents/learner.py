@@ -49,11 +49,25 @@ ActResult = tuple[jax.Array, jax.Array, jax.Array, jax.Array, jax.Array]
 
 
 class LearnerState(NamedTuple):
-    ppo: Any  # the target update's state (``TargetUpdate.init``; PPOState for PPO), whatever the method
+    target: Any  # the target update's state (``TargetUpdate.init``: PPOState for PPO, A2CState for A2C)
     behaviour: BehaviourState | tuple  # () for ppo
     replay: rb.Replay | tuple  # () for ppo
     stats: RunningStats
     update: jnp.ndarray  # updates done
+
+
+_LEARNER_STATE_BEFORE_TARGET = frozenset({"ppo", "behaviour", "replay", "stats", "update"})
+
+
+def migrate_state_dict(tree):
+    """A checkpoint's state (flax's state dict) as this version names it: ``LearnerState.target``
+    was called ``ppo`` before A2C and plug-ins shared it; every such node is renamed, nothing else
+    changes (``bpo.infra.checkpoint.load``'s ``migrate``)."""
+    if not isinstance(tree, dict):
+        return tree
+    if set(tree) == _LEARNER_STATE_BEFORE_TARGET:
+        tree = {("target" if k == "ppo" else k): v for k, v in tree.items()}
+    return {k: migrate_state_dict(v) for k, v in tree.items()}
 
 
 def ppo_batch(rows: Rows, values, next_values, hp: PPOHyperparams) -> Batch:
@@ -143,7 +157,7 @@ class Learner:
         stats = update_stats(init_stats(spec.obs_dim), obs0)
         actor_params = self.actor.init(k_actor, obs0)
         critic_params = self.critic.init(k_critic, obs0)
-        ppo_state = self.target.init(self.context, actor_params, critic_params, hp)
+        target_state = self.target.init(self.context, actor_params, critic_params, hp)
         bstate, replay = (), ()
         if self.behaviour is not None:
             action0 = jnp.int32(0) if discrete else jnp.zeros(spec.n_actions, jnp.float32)
@@ -152,7 +166,7 @@ class Learner:
             example = {"obs": obs0[0], "action": action0, "reward": zero, "terminated": zero, "truncated": zero,
                        "next_obs": obs0[0], "log_mu": zero}
             replay = rb.init_replay(example, self.cfg.bpo.replay_size)
-        return LearnerState(ppo_state, bstate, replay, stats, jnp.zeros((), jnp.int32))
+        return LearnerState(target_state, bstate, replay, stats, jnp.zeros((), jnp.int32))
 
     @property
     def use_sde(self) -> bool:
@@ -166,12 +180,12 @@ class Learner:
 
     def acting_params(self, state: LearnerState) -> dict:
         """Parameters of the collecting policy: mu for bpo, pi for ppo."""
-        return state.behaviour.mu_params if self.behaviour is not None else state.ppo.actor_params
+        return state.behaviour.mu_params if self.behaviour is not None else state.target.actor_params
 
     def final_params(self, state: LearnerState) -> dict:
         """What a finished run keeps of its learner (``bpo.training.policies``): pi's and the
         critic's parameters, the observation statistics and, for BPO, mu's parameters."""
-        out = {"actor_params": state.ppo.actor_params, "critic_params": state.ppo.critic_params,
+        out = {"actor_params": state.target.actor_params, "critic_params": state.target.critic_params,
                "obs_stats": state.stats}
         if self.behaviour is not None:
             out["mu_params"] = state.behaviour.mu_params
@@ -210,7 +224,7 @@ class Learner:
 
     def greedy_action(self, state: LearnerState, obs) -> jax.Array:
         """Deterministic environment action of pi (argmax or the Gaussian mean)."""
-        return self.greedy_with(state.ppo.actor_params, state.stats, obs)
+        return self.greedy_with(state.target.actor_params, state.stats, obs)
 
     def greedy_with(self, actor_params, stats: RunningStats, obs) -> jax.Array:
         action = distributions.mode(self.dist_fn(actor_params)(self.normalize(stats, obs)), self.spec.discrete)
@@ -229,7 +243,7 @@ class Learner:
         """``tx`` at this point of the run's learning-rate schedule (``ppo.lr_schedule``)."""
         return self.tx(linear_schedule(hp.learning_rate, progress_remaining, self.cfg.ppo.lr_schedule))
 
-    def update(self, state: LearnerState, k_ppo, k_beh, rows: Rows, hp: PPOHyperparams) -> tuple[LearnerState, dict]:
+    def update(self, state: LearnerState, k_target, k_beh, rows: Rows, hp: PPOHyperparams) -> tuple[LearnerState, dict]:
         """One phase of Listing 1 (ppo, a2c) or Listing 4 lines 4-16 (bpo) on a rollout."""
         b, beh, discrete = self.cfg.bpo, self.behaviour, self.spec.discrete
         replay = state.replay
@@ -238,11 +252,11 @@ class Learner:
                            "terminated": rows["terminated"], "truncated": rows["truncated"],
                            "next_obs": rows["raw_next_obs"], "log_mu": rows["log_prob"]}
             replay = rb.add(replay, jax.tree.map(self.flatten, transitions), jnp.ones(self.rollout_size, bool))
-        values = self.critic_apply(state.ppo.critic_params, rows["obs"])
-        next_values = self.critic_apply(state.ppo.critic_params, rows["next_obs"])
+        values = self.critic_apply(state.target.critic_params, rows["obs"])
+        next_values = self.critic_apply(state.target.critic_params, rows["next_obs"])
         if beh is not None:
             # mu's parameters are still those that collected the rollout: the behaviour step comes later.
-            batch, diagnostics = bpo_ppo_batch(rows, values, next_values, self.dist_fn(state.ppo.actor_params),
+            batch, diagnostics = bpo_ppo_batch(rows, values, next_values, self.dist_fn(state.target.actor_params),
                                                self.dist_fn(state.behaviour.mu_params), hp, self.cfg.returns, discrete)
         else:
             batch, diagnostics = ppo_batch(rows, values, next_values, hp), {}
@@ -250,15 +264,16 @@ class Learner:
             batch = self.target.behaviour_batch(batch, hp)
         batch = jax.tree.map(self.flatten, batch)
         progress_remaining = jnp.maximum(1.0 - (state.update + 1) * self.rollout_size / self.cfg.total_timesteps, 0.0)
-        ppo_state, ppo_metrics = self.target.update(self.context, k_ppo, state.ppo, batch, hp, progress_remaining)
+        target_state, target_metrics = self.target.update(self.context, k_target, state.target, batch, hp,
+                                                          progress_remaining)
         bstate, beh_metrics = state.behaviour, {}
         if beh is not None:
             normed = replay.replace(data={**replay.data, "obs": self.normalize(state.stats, replay.data["obs"]),
                                           "next_obs": self.normalize(state.stats, replay.data["next_obs"])})
             lr_scale = linear_schedule(1.0, progress_remaining, b.lr_schedule)
-            bstate, beh_metrics = beh.step(k_beh, bstate, normed, self.dist_fn(ppo_state.actor_params), hp, lr_scale)
-        new_state = LearnerState(ppo_state, bstate, replay, state.stats, state.update + 1)
-        return new_state, {**ppo_metrics, **beh_metrics, **diagnostics}
+            bstate, beh_metrics = beh.step(k_beh, bstate, normed, self.dist_fn(target_state.actor_params), hp, lr_scale)
+        new_state = LearnerState(target_state, bstate, replay, state.stats, state.update + 1)
+        return new_state, {**target_metrics, **beh_metrics, **diagnostics}
 
 
 def make_learner(cfg: OnPolicyTrainConfig, spec: EnvSpec) -> Learner:
@@ -281,6 +296,6 @@ def make_learner(cfg: OnPolicyTrainConfig, spec: EnvSpec) -> Learner:
 def keyed_update(learner: Learner, state: LearnerState, key, rows: Rows, hp: PPOHyperparams):
     """One learner update from a run's key: ``(key, state, rows, hp) -> (key, state, metrics)``.
     Both runners call this, so given the same rollout they perform the same update."""
-    key, k_ppo, k_beh = jax.random.split(key, 3)
-    state, metrics = learner.update(state, k_ppo, k_beh, rows, hp)
+    key, k_target, k_beh = jax.random.split(key, 3)
+    state, metrics = learner.update(state, k_target, k_beh, rows, hp)
     return key, state, metrics

@@ -106,15 +106,17 @@ def exists(directory: Path | None) -> bool:
     return directory is not None and (Path(directory) / STATE_FILE).exists()
 
 
-def load(directory: Path, template):
+def load(directory: Path, template, migrate=None):
     """(state shaped like ``template``, extra, info) of the checkpoint in ``directory``; the info
-    is the one saved with the state (``save``)."""
+    is the one saved with the state (``save``). ``migrate``: maps a state dict written by an older
+    version to this one's names before it is matched with ``template``."""
     directory = Path(directory)
     raw = _read(directory / STATE_FILE, lambda p: serialization.msgpack_restore(p.read_bytes()))
     if not isinstance(raw, dict) or not {"state", "extra"} <= set(raw):
         raise UnreadableCheckpoint(directory / STATE_FILE, "not a bpo checkpoint: no state and extra in it")
     info = _info(raw, directory)
-    state = _read(directory / STATE_FILE, lambda _: serialization.from_state_dict(template, raw["state"]))
+    saved = raw["state"] if migrate is None else migrate(raw["state"])
+    state = _read(directory / STATE_FILE, lambda _: serialization.from_state_dict(template, saved))
     return state, raw["extra"], info
 
 

@@ -256,7 +256,7 @@ class HostRunner:
     def _evaluate(self, env_step: int) -> list:
         """Submit an evaluation of pi now and report those that are done; returns them as (step, returns)."""
         start = time.perf_counter()
-        self._evaluations.submit(env_step, self.state.ppo.actor_params, self.stats, self._n_evals)
+        self._evaluations.submit(env_step, self.state.target.actor_params, self.stats, self._n_evals)
         self._n_evals += 1
         done = self._evaluations.ready()
         self.eval_time_s += time.perf_counter() - start

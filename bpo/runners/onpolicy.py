@@ -163,7 +163,15 @@ class OnPolicyProgram:
         return int(evaluations_before(self.cfg)[:iterations].sum())
 
 
+def run_env(cfg: OnPolicyTrainConfig, backend: str | None = None) -> FunctionalEnv:
+    """The environment of a run of ``cfg`` (JAX, MJX or threads backend, with the run's physics
+    threads and MJX solver iterations): the one place that builds it, for training, ``bpo
+    evaluate`` and the probe. ``backend``: another backend for the same task (None: the run's)."""
+    return make_env(cfg.env, cfg.backend if backend is None else backend, cfg.physics_threads,
+                    (cfg.mjx_iterations, cfg.mjx_ls_iterations))
+
+
 def make_program(cfg: OnPolicyTrainConfig, progress: Callable | None = None) -> OnPolicyProgram:
-    """The program of ``cfg``: its environment (JAX, MJX or threads backend) and learner."""
-    env = make_env(cfg.env, cfg.backend, cfg.physics_threads, (cfg.mjx_iterations, cfg.mjx_ls_iterations))
+    """The program of ``cfg``: its environment (``run_env``) and learner."""
+    env = run_env(cfg)
     return OnPolicyProgram(cfg, env, make_learner(cfg, env.spec), progress)

@@ -33,6 +33,7 @@ from typing import NamedTuple, Protocol
 import jax
 import numpy as np
 
+from bpo.agents.learner import migrate_state_dict
 from bpo.config.schema import ConfigError
 from bpo.infra import checkpoint as ckpt
 from bpo.infra import processes
@@ -115,7 +116,7 @@ def resume_point(runner: Runner, cfg: TrainConfig, directory: Path | None) -> Re
         return Resumed(0, dict.fromkeys(TIMES, 0.0), {}, [0.0])
     if why := ckpt.mismatch(directory, cfg, runner.checkpoint_info.get("seed_chunk")):
         raise ConfigError("resume", why)
-    state, extra, info = ckpt.load(directory, runner.template())
+    state, extra, info = ckpt.load(directory, runner.template(), migrate_state_dict)
     runner.restore(state, extra)
     before = info.get("elapsed") or {}
     done = int(info["iterations_done"])

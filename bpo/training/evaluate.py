@@ -20,8 +20,8 @@ import numpy as np
 from bpo.config.schema import ConfigError, EpisodicTrainConfig
 from bpo.instruments.stats import describe
 from bpo.runners.evaluation import run_episodes
+from bpo.runners.onpolicy import run_env
 from bpo.training.policies import SavedPolicies, acting_function, load_policies, task_backend
-from envs import make_env
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,7 @@ def evaluate_saved(run_dir: Path, request: EvalRequest) -> dict:
     episodes = request.episodes or saved.config.eval_episodes
     backend = task_backend(saved, request.backend)
     cfg = saved.config
-    env = make_env(cfg.env, backend, cfg.physics_threads, (cfg.mjx_iterations, cfg.mjx_ls_iterations))
+    env = run_env(cfg, backend)
     act = acting_function(saved, request.which, request.deterministic)
     keys = episode_keys(saved, request, episodes)
     params = jax.tree.map(jnp.asarray, saved.final)

@@ -36,8 +36,8 @@ from bpo.instruments.probe import (
     reference_values,
     visited_states,
 )
+from bpo.runners.onpolicy import run_env
 from bpo.training.policies import SavedPolicies, load_policies, task_backend
-from envs import make_env
 
 FINAL = "final"
 NETWORKS = ("actor_params", "mu_params", "critic_params", "obs_stats")  # what the probe uses
@@ -165,7 +165,7 @@ def probe_run(run_dir: Path, settings: ProbeSettings, points=None, seeds=None, b
     ``rho_bar``/``c_bar``: the estimator's truncation instead of the run's (``with_truncation``)."""
     saved, points, seeds, backend = check_probe(run_dir, points, seeds, backend, rho_bar, c_bar)
     cfg = with_truncation(saved.config, rho_bar, c_bar)
-    env = make_env(cfg.env, backend, cfg.physics_threads, (cfg.mjx_iterations, cfg.mjx_ls_iterations))
+    env = run_env(cfg, backend)
     probe = make_probe_fn(cfg, env, settings)
     results, done = [], {}
     for point in points:

@@ -40,76 +40,11 @@ import mujoco
 import numpy as np
 
 from envs.functional import EnvSpec, Step
-from envs.mjx import MJX_ENVS
-from envs.mjx.ant import TORSO
-from envs.mjx.base import MAX_EPISODE_STEPS, gymnasium_asset, reset_noise
+from envs.locomotion import MAX_EPISODE_STEPS, Readout, get_task, gymnasium_asset, reset_noise
 from envs.mujoco_log import quiet_deprecations
 
 STATE_SPEC = mujoco.mjtState.mjSTATE_INTEGRATION
 MIN_LANES_PER_TASK = 8  # fewer lanes per thread cost more in hand-offs than they save in stepping
-
-
-# Tasks: Gymnasium v5's observation, reward and termination, batched over lanes in numpy ---------------
-def _control_cost(weight: float, action: np.ndarray) -> np.ndarray:
-    # float32 actions give float32 costs, as in Gymnasium when it is given float32 actions
-    return weight * np.sum(np.square(action), axis=-1)
-
-
-class Readout(NamedTuple):
-    """What a task reads from MjData after a step or reset, per lane (float64)."""
-
-    qpos: np.ndarray
-    qvel: np.ndarray
-    position: np.ndarray  # what the forward reward differentiates
-    contact: np.ndarray  # clipped cfrc_ext of every body, flattened (Ant), else [lanes, 0]
-
-
-class Task:
-    """A v5 locomotion task on the host; constants from its MJX port (``envs.mjx``)."""
-
-    def __init__(self, env_id: str):
-        self.env_id, self.port = env_id, MJX_ENVS[env_id]
-        self.contact_forces = self.port.needs_contact_forces
-
-    def position(self, data: mujoco.MjData) -> float:
-        return data.xpos[TORSO, 0] if self.env_id == "Ant-v5" else data.qpos[0]
-
-    def observation(self, r: Readout) -> np.ndarray:
-        if self.env_id == "Ant-v5":
-            return np.concatenate([r.qpos[:, 2:], r.qvel, r.contact[:, 6:]], axis=-1)
-        if self.env_id == "HalfCheetah-v5":
-            return np.concatenate([r.qpos[:, 1:], r.qvel], axis=-1)
-        return np.concatenate([r.qpos[:, 1:], np.clip(r.qvel, -10.0, 10.0)], axis=-1)
-
-    def healthy(self, r: Readout) -> np.ndarray:
-        p = self.port
-        if self.env_id == "HalfCheetah-v5":
-            return np.ones(len(r.qpos), bool)
-        if self.env_id == "Ant-v5":
-            z = r.qpos[:, 2]
-            finite = np.all(np.isfinite(r.qpos), axis=-1) & np.all(np.isfinite(r.qvel), axis=-1)
-            return finite & (p.healthy_z_range[0] <= z) & (z <= p.healthy_z_range[1])
-        z, angle = r.qpos[:, 1], r.qpos[:, 2]
-        (z_lo, z_hi), (a_lo, a_hi) = p.healthy_z_range, p.healthy_angle_range
-        ok = (z_lo < z) & (z < z_hi) & (a_lo < angle) & (angle < a_hi)
-        if self.env_id == "Hopper-v5":
-            state = np.concatenate([r.qpos, r.qvel], axis=-1)[:, 2:]
-            s_lo, s_hi = p.healthy_state_range
-            ok &= np.all((s_lo < state) & (state < s_hi), axis=-1)
-        return ok
-
-    def reward_and_termination(self, r: Readout, velocity: np.ndarray, action: np.ndarray):
-        """Gymnasium's ``_get_rew`` term by term in its order, and ``terminated``."""
-        p = self.port
-        if self.env_id == "HalfCheetah-v5":
-            reward = p.forward_reward_weight * velocity - _control_cost(p.ctrl_cost_weight, action)
-            return reward, np.zeros(len(velocity), bool)
-        healthy = self.healthy(r)
-        rewards = p.forward_reward_weight * velocity + healthy * p.healthy_reward
-        costs = _control_cost(p.ctrl_cost_weight, action)
-        if self.env_id == "Ant-v5":
-            costs = costs + p.contact_cost_weight * np.sum(np.square(r.contact), axis=-1)
-        return rewards - costs, ~healthy
 
 
 # The host side: a stateless pool that steps lanes of flattened states -------------------------------
@@ -118,13 +53,13 @@ class PhysicsPool:
     its own ``MjData`` (thread-local, so concurrent callers never share one)."""
 
     def __init__(self, env_id: str, threads: int = 0):
-        self.task = Task(env_id)
+        self.task = get_task(env_id, "threaded")
         quiet_deprecations()
-        self.model = mujoco.MjModel.from_xml_path(gymnasium_asset(self.task.port.xml_file))
-        self.frame_skip = self.task.port.frame_skip
+        self.model = mujoco.MjModel.from_xml_path(gymnasium_asset(self.task.xml_file))
+        self.frame_skip = self.task.frame_skip
         self.dt = self.model.opt.timestep * self.frame_skip
         self.n_state = mujoco.mj_stateSize(self.model, STATE_SPEC)
-        self.n_contact = 6 * self.model.nbody if self.task.contact_forces else 0
+        self.n_contact = 6 * self.model.nbody if self.task.needs_contact_forces else 0
         self.threads = threads or os.cpu_count() or 1
         self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix=f"mujoco-{env_id}")
         self._local = threading.local()
@@ -157,11 +92,11 @@ class PhysicsPool:
         mujoco.mj_getState(self.model, data, state[i, :-1], STATE_SPEC)
         position[i] = state[i, -1] = self.task.position(data)
         if self.n_contact:
-            contact[i] = np.clip(data.cfrc_ext, *self.task.port.contact_force_range).ravel()
+            contact[i] = np.clip(data.cfrc_ext, *self.task.contact_force_range).ravel()
 
-    def _readout(self, state, position, contact) -> Readout:
+    def _readout(self, state, contact) -> Readout:
         nq, nv = self.model.nq, self.model.nv
-        return Readout(state[:, 1:1 + nq], state[:, 1 + nq:1 + nq + nv], position, contact)
+        return Readout(state[:, 1:1 + nq], state[:, 1 + nq:1 + nq + nv], contact)
 
     def reset(self, qpos: np.ndarray, qvel: np.ndarray) -> tuple[np.ndarray, Readout]:
         """Fresh episodes at (qpos, qvel) [lanes, nq/nv] (any float type, set as float64): states
@@ -179,7 +114,7 @@ class PhysicsPool:
                 self._read(data, i, state, position, contact)
 
         self._map(run, n)
-        return state, self._readout(state, position, contact)
+        return state, self._readout(state, contact)
 
     def step(self, state: np.ndarray, action: np.ndarray):
         """One environment step of every lane: new states, readouts and x velocities."""
@@ -198,13 +133,13 @@ class PhysicsPool:
                 self._read(data, i, new, position, contact)
 
         self._map(run, n)
-        return new, self._readout(new, position, contact), (position - state[:, -1]) / self.dt
+        return new, self._readout(new, contact), (position - state[:, -1]) / self.dt
 
     def transition(self, state: np.ndarray, action: np.ndarray):
         """``step`` with the task: new states, observations, rewards, terminations."""
         new, readout, velocity = self.step(state, action)
-        reward, terminated = self.task.reward_and_termination(readout, velocity, action)
-        return new, self.task.observation(readout), reward, terminated
+        reward, terminated = self.task.reward_and_termination(readout, velocity, action, np)
+        return new, self.task.observation(readout, np), reward, terminated
 
 
 # The JAX side ------------------------------------------------------------------------------------------
@@ -225,13 +160,11 @@ class ThreadedMujocoEnv:
     """A MuJoCo v5 task behind ``envs.functional``'s interface, stepped by a ``PhysicsPool``."""
 
     def __init__(self, env_id: str, threads: int = 0):
-        if env_id not in MJX_ENVS:
-            raise ValueError(f"env: no threaded MuJoCo task {env_id!r}; allowed: {sorted(MJX_ENVS)}")
-        self.pool = PhysicsPool(env_id, threads)
+        self.pool = PhysicsPool(env_id, threads)  # refuses an unknown task first
         m = self.pool.model
-        self.port = self.pool.task.port
+        self.task = self.pool.task
         self._qpos0 = jnp.asarray(m.qpos0, jnp.float32)
-        obs_dim = int(self.pool.task.observation(self.pool.reset(m.qpos0[None], np.zeros((1, m.nv)))[1]).shape[1])
+        obs_dim = int(self.task.observation(self.pool.reset(m.qpos0[None], np.zeros((1, m.nv)))[1], np).shape[1])
         low, high = m.actuator_ctrlrange.T
         self.spec = EnvSpec(obs_dim, False, int(m.nu), tuple(float(x) for x in low), tuple(float(x) for x in high),
                             MAX_EPISODE_STEPS)
@@ -246,7 +179,7 @@ class ThreadedMujocoEnv:
         qpos, qvel = np.asarray(qpos), np.asarray(qvel)  # see _host_step
         lead = qpos.shape[:-1]
         state, readout = self.pool.reset(qpos.reshape(-1, qpos.shape[-1]), qvel.reshape(-1, qvel.shape[-1]))
-        obs = self.pool.task.observation(readout).astype(np.float32)
+        obs = self.task.observation(readout, np).astype(np.float32)
         return _bits(state).reshape(lead + (-1,)), obs.reshape(lead + (-1,))
 
     def _host_step(self, bits, action, qpos=None, qvel=None, truncate=None):
@@ -268,7 +201,7 @@ class ThreadedMujocoEnv:
             if len(done):
                 flat = (qpos.reshape(-1, qpos.shape[-1]), qvel.reshape(-1, qvel.shape[-1]))
                 reset, readout = self.pool.reset(flat[0][done], flat[1][done])
-                new[done], obs[done] = reset, self.pool.task.observation(readout)
+                new[done], obs[done] = reset, self.task.observation(readout, np)
             out.insert(1, obs)
         out[0] = _bits(new)
         return tuple(x.reshape(lead + x.shape[1:]) for x in out)
@@ -300,11 +233,11 @@ class ThreadedMujocoEnv:
         return Step(ThreadedState(bits, t), obs, reward, terminated, truncate & ~terminated, final_obs)
 
     def _reset_noise(self, key):
-        return reset_noise(key, self._qpos0, self.pool.model.nv, self.port.reset_noise_scale, self.port.qvel_noise)
+        return reset_noise(key, self._qpos0, self.pool.model.nv, self.task.reset_noise_scale, self.task.qvel_noise)
 
 
 def make_threaded_env(env_id: str, threads: int = 0) -> ThreadedMujocoEnv:
     return ThreadedMujocoEnv(env_id, threads)
 
 
-__all__ = ["PhysicsPool", "Task", "ThreadedMujocoEnv", "ThreadedState", "make_threaded_env"]
+__all__ = ["PhysicsPool", "ThreadedMujocoEnv", "ThreadedState", "make_threaded_env"]

@@ -69,7 +69,7 @@ def _resynced_errors(env, step, env_id, steps=100, seed=1):
 def test_spec_matches_gymnasium(env_id):
     env = make_mjx_env(env_id)
     assert env.spec == gym_spec(env_id)
-    assert env.frame_skip == _gym(env_id).unwrapped.frame_skip
+    assert env.task.frame_skip == _gym(env_id).unwrapped.frame_skip
 
 
 @pytest.mark.mujoco
@@ -137,13 +137,13 @@ def test_reset_noise_matches_gymnasium(env_id):
     env = make_mjx_env(env_id)
     qpos, qvel = jax.vmap(env.reset_state)(jax.random.split(jax.random.PRNGKey(0), 4000))
     qpos0 = np.asarray(env._data0.qpos)
-    s = env.reset_noise_scale
+    s = env.task.reset_noise_scale
     noise = np.asarray(qpos) - qpos0
     assert np.all(np.abs(noise) <= s * (1 + 1e-6))
     np.testing.assert_allclose(noise.std(axis=0), s / np.sqrt(3), rtol=0.06)
-    expected_vel_std = s if env.qvel_noise == "normal" else s / np.sqrt(3)
+    expected_vel_std = s if env.task.qvel_noise == "normal" else s / np.sqrt(3)
     np.testing.assert_allclose(np.asarray(qvel).std(axis=0), expected_vel_std, rtol=0.06)
-    assert env.qvel_noise == ("normal" if env_id in ("HalfCheetah-v5", "Ant-v5") else "uniform")
+    assert env.task.qvel_noise == ("normal" if env_id in ("HalfCheetah-v5", "Ant-v5") else "uniform")
 
 
 def _mjx_random_returns(env, n, key, horizon):

@@ -16,7 +16,6 @@ parity tests use float64).
 
 from __future__ import annotations
 
-import os
 from typing import NamedTuple
 
 import jax
@@ -25,10 +24,9 @@ import mujoco
 from mujoco import mjx
 
 from envs.functional import EnvSpec
+from envs.locomotion import MAX_EPISODE_STEPS, LocomotionTask, Readout, gymnasium_asset, reset_noise
 from envs.mjx.contacts import mujoco_contact_frames
 from envs.mujoco_log import quiet_deprecations
-
-MAX_EPISODE_STEPS = 1000  # Gymnasium registers every v5 locomotion task with this TimeLimit
 
 
 class MjxState(NamedTuple):
@@ -36,54 +34,40 @@ class MjxState(NamedTuple):
     t: jnp.ndarray  # steps taken in this episode (Gymnasium's TimeLimit counter)
 
 
-def gymnasium_asset(xml_file: str) -> str:
-    """Path of one of Gymnasium's MuJoCo XML assets, the files its v5 environments load."""
-    import gymnasium.envs.mujoco as gym_mujoco
-
-    return os.path.join(os.path.dirname(gym_mujoco.__file__), "assets", xml_file)
-
-
 class MjxEnv:
-    """Base of the MJX ports; subclasses set the class attributes and the task methods."""
+    """A task of ``envs.locomotion`` on MJX, behind the functional interface."""
 
-    env_id: str
-    xml_file: str
-    frame_skip: int
-    reset_noise_scale: float
-    qvel_noise: str  # "uniform" (Hopper, Walker2d) or "normal" (Ant, HalfCheetah), as in Gymnasium
-    needs_contact_forces: bool = False  # run mj_rnePostConstraint after the step (Ant's cfrc_ext)
-    reset_kinematics: bool = False  # position() reads body positions, which a reset must compute
-
-    def __init__(self, iterations: int = 0, ls_iterations: int = 0):
+    def __init__(self, task: LocomotionTask, iterations: int = 0, ls_iterations: int = 0):
         quiet_deprecations()
-        self.mj_model = mujoco.MjModel.from_xml_path(gymnasium_asset(self.xml_file))
+        self.task = task
+        self.mj_model = mujoco.MjModel.from_xml_path(gymnasium_asset(task.xml_file))
         if iterations:
             self.mj_model.opt.iterations = iterations
         if ls_iterations:
             self.mj_model.opt.ls_iterations = ls_iterations
         self.model = mjx.put_model(self.mj_model)
         self._data0 = mjx.make_data(self.model)  # mj_resetData's state: qpos0, zero velocity
-        self.dt = float(self.mj_model.opt.timestep) * self.frame_skip
+        self.dt = float(self.mj_model.opt.timestep) * task.frame_skip
         low, high = self.mj_model.actuator_ctrlrange.T
         obs_dim = int(self.observation(self._data0).shape[0])
         self.spec = EnvSpec(obs_dim, False, int(self.mj_model.nu), tuple(float(x) for x in low),
                             tuple(float(x) for x in high), MAX_EPISODE_STEPS)
 
-    # Task interface -----------------------------------------------------------------------------
-    def position(self, data: mjx.Data) -> jnp.ndarray:
-        """What the forward reward differentiates: qpos[0] unless the task says otherwise."""
-        return data.qpos[0]
+    def readout(self, data: mjx.Data) -> Readout:
+        """What the task reads: qpos, qvel and, for Ant, the clipped external contact forces."""
+        task = self.task
+        contact = (jnp.clip(data._impl.cfrc_ext, *task.contact_force_range).ravel() if task.needs_contact_forces
+                   else jnp.zeros((0,), data.qpos.dtype))
+        return Readout(data.qpos, data.qvel, contact)
 
     def observation(self, data: mjx.Data) -> jnp.ndarray:
-        raise NotImplementedError
-
-    def reward_and_termination(self, data: mjx.Data, velocity: jnp.ndarray, action: jnp.ndarray):
-        raise NotImplementedError
+        return self.task.observation(self.readout(data), jnp)
 
     # Functional environment -----------------------------------------------------------------------
     def reset_state(self, key) -> tuple[jnp.ndarray, jnp.ndarray]:
         """qpos0 and zero velocity plus Gymnasium's reset noise."""
-        return reset_noise(key, self._data0.qpos, self.mj_model.nv, self.reset_noise_scale, self.qvel_noise)
+        task = self.task
+        return reset_noise(key, self._data0.qpos, self.mj_model.nv, task.reset_noise_scale, task.qvel_noise)
 
     def set_state(self, qpos, qvel) -> MjxState:
         """``MujocoEnv.set_state`` after ``mj_resetData``: a fresh episode at (qpos, qvel).
@@ -94,7 +78,7 @@ class MjxEnv:
         (``reset_kinematics``). Every auto-reset step computes a reset, so this saves a forward
         pass per step and its copy in the compiled program."""
         data = self._data0.replace(qpos=qpos, qvel=qvel)
-        if self.reset_kinematics:
+        if self.task.reset_kinematics:
             # MJX writes normalised quaternions back into qpos; MuJoCo leaves the noisy ones, which
             # Gymnasium observes at reset (the first step normalises them in both).
             data = mjx.kinematics(self.model, data).replace(qpos=qpos)
@@ -112,62 +96,19 @@ class MjxEnv:
             return jax.tree.map(lambda new, old: new.astype(old.dtype), mjx.step(self.model, d), d)
 
         with mujoco_contact_frames():
-            data = jax.lax.fori_loop(0, self.frame_skip, substep, data)
-            if self.needs_contact_forces:
+            data = jax.lax.fori_loop(0, self.task.frame_skip, substep, data)
+            if self.task.needs_contact_forces:
                 data = mjx.rne_postconstraint(self.model, data)
         return data
 
     def step_env(self, key, state: MjxState, action):
         del key  # the dynamics are deterministic
-        before = self.position(state.data)
+        before = self.task.position(state.data)
         data = self.physics(state.data, action)
-        velocity = (self.position(data) - before) / self.dt
-        reward, terminated = self.reward_and_termination(data, velocity, action)
+        velocity = (self.task.position(data) - before) / self.dt
+        reward, terminated = self.task.reward_and_termination(self.readout(data), velocity, action, jnp)
         t = state.t + 1
         return MjxState(data, t), self.observation(data), reward, terminated, t >= MAX_EPISODE_STEPS
 
 
-class HealthyTask(MjxEnv):
-    """Ant, Hopper, Walker2d: reward = forward velocity + healthy bonus - control cost (- contact
-    cost for Ant, ``extra_cost``), terminated once unhealthy; the terms in Gymnasium's order."""
-
-    forward_reward_weight: float
-    ctrl_cost_weight: float
-    healthy_reward: float
-
-    def is_healthy(self, data: mjx.Data) -> jnp.ndarray:
-        raise NotImplementedError
-
-    def extra_cost(self, data: mjx.Data) -> jnp.ndarray:
-        return jnp.zeros((), data.qpos.dtype)
-
-    def reward_and_termination(self, data, velocity, action):
-        healthy = self.is_healthy(data)
-        rewards = self.forward_reward_weight * velocity + healthy * self.healthy_reward
-        costs = control_cost(self.ctrl_cost_weight, action) + self.extra_cost(data)
-        return rewards - costs, ~healthy
-
-
-def reset_noise(key, qpos0, nv: int, scale: float, qvel_noise: str) -> tuple[jnp.ndarray, jnp.ndarray]:
-    """Gymnasium's ``reset_model`` of the v5 locomotion tasks: qpos0 plus uniform noise in
-    [-scale, scale], and zero velocity plus ``scale`` times uniform or standard-normal noise."""
-    k_pos, k_vel = jax.random.split(key)
-    qpos = qpos0 + jax.random.uniform(k_pos, qpos0.shape, qpos0.dtype, -scale, scale)
-    if qvel_noise == "normal":
-        qvel = scale * jax.random.normal(k_vel, (nv,), qpos0.dtype)
-    else:
-        qvel = jax.random.uniform(k_vel, (nv,), qpos0.dtype, -scale, scale)
-    return qpos, qvel
-
-
-def control_cost(weight: float, action) -> jnp.ndarray:
-    """Gymnasium's ``control_cost``: on the action as given, before MuJoCo clamps ctrl."""
-    return weight * jnp.sum(jnp.square(action))
-
-
-def state_vector(data: mjx.Data) -> jnp.ndarray:
-    return jnp.concatenate([data.qpos, data.qvel])
-
-
-__all__ = ["MAX_EPISODE_STEPS", "HealthyTask", "MjxEnv", "MjxState", "control_cost", "gymnasium_asset", "reset_noise",
-           "state_vector"]
+__all__ = ["MjxEnv", "MjxState"]

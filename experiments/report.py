@@ -245,10 +245,11 @@ def _glance_sweep(results: Path, name: str, link: bool = True) -> str | None:
             texts.append(f"{row_label(row)} {_mean_se(c)}{p}{worse}")
         parts.append(f"{setting_label(setting)}: " + ", ".join(texts))
     devices = ", ".join(sorted({(r["summary"].get("provenance") or {}).get("device", "unknown") for r in runs}))
+    test = (f"p: {'two-sided' if data.get('alternative') == 'two-sided' else 'one-sided'} Welch test against "
+            f"{row_label(data['baseline'])}, {_marks_text(cells, data)}" if data.get("baseline")
+            else "no baseline row in the folder, so no test")
     return (f"* **{SWEEPS[name]}** ({', '.join(budgets)}; {'/'.join(map(str, seeds))} seeds per cell; made on "
-            f"{devices}; mean ± SE; "
-            f"p: {'two-sided' if data.get('alternative') == 'two-sided' else 'one-sided'} Welch test against "
-            f"{row_label(data['baseline'])}, {_marks_text(cells, data)}): "
+            f"{devices}; mean ± SE; {test}): "
             + "; ".join(parts) + "." + (f" [`results/{name}`](results/{name})" if link else ""))
 
 

@@ -240,3 +240,13 @@ def test_a2c_reference_block_sets_our_curve_beside_the_reference_by_hand(tmp_pat
     low, high = t.confidence_interval(0.95)
     assert f"[{low:+.1f}, {high:+.1f}]" in text and "ours − reference +40.0" in text
     assert "within the range of the reference's seeds" in text
+
+
+def test_a_folder_without_a_baseline_row_gets_a_line_without_a_test():
+    """``results/authors_code`` holds one BPO cell and no PPO row: its line gives the cell and says
+    there is no test (it raised on the missing baseline before)."""
+    from experiments.report import _glance_sweep
+
+    line = _glance_sweep(ROOT / "results", "authors_code")
+    assert "no baseline row in the folder, so no test" in line and "Welch" not in line
+    assert "BPO (c̄, ρ̄ = 1.0, 1.5) 3329 ± 319" in line

@@ -140,3 +140,45 @@ def test_results_over_a_file_size_limit_are_rescued_in_parts_and_the_old_run_is_
     assert filecmp.cmp(rescued / "config.json", reference / "config.json", shallow=False)
     summary = json.loads(b"".join(p.read_bytes() for p in sorted(rescued.glob("summary.json*"))))
     assert summary["final_eval_returns"] == json.loads((reference / "summary.json").read_text())["final_eval_returns"]
+
+
+def test_a_run_folder_whose_name_fills_the_file_system_s_limit_is_written(tmp_path):
+    """A real ``bpo train`` into a folder named with 250 of the 255 bytes a name may have: its
+    staging and trash siblings (``.NAME.staging.HOST.PID``) would not fit, so their names shorten
+    the run's name, and the run lands whole with nothing left beside it."""
+    out = tmp_path / ("r" * 250)
+    done = subprocess.run([sys.executable, "-m", "experiments.cli", "train", "short_corridor", "--episodes", "20",
+                           "--eval-every", "10", "--eval-episodes", "2", "--no-progress", "--out", str(out)],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert json.loads((out / "summary.json").read_text())["final_eval_returns"]
+    assert [p.name for p in tmp_path.iterdir()] == [out.name]
+
+
+def test_a_run_folder_name_longer_than_the_file_system_holds_is_refused_before_any_work(tmp_path, capsys):
+    out = tmp_path / ("r" * (publish.name_max(tmp_path) + 1))
+    assert main(["train", "short_corridor", "--episodes", "20", "--no-progress", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --out: the folder name") and f"allowed: at most {publish.name_max(tmp_path)}" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_sibling_and_rescue_names_fit_and_stay_apart():
+    a, b = "x" * 300 + "a", "x" * 300 + "b"
+    names = [publish.fitted_name(".", n, ".staging.host.123", 255) for n in (a, b)]
+    assert all(len(n.encode()) == 255 for n in names) and names[0] != names[1]
+    assert publish.fitted_name(".", "run", ".staging.h.1", 255) == ".run.staging.h.1"  # short names as they were
+    multibyte = publish.fitted_name("bpo-rescued-", "é" * 200, "-", 247)
+    assert len(multibyte.encode()) <= 247 and multibyte.startswith("bpo-rescued-é")
+
+
+def test_a_long_named_run_is_rescued_under_a_name_that_fits(tmp_path, monkeypatch):
+    """The rescue folder is named after the run (``bpo-rescued-NAME-XXXXXXXX``): with a run name of
+    250 bytes it is shortened, and the results are written there."""
+    monkeypatch.setenv("BPO_RESCUE_DIR", str(tmp_path / "rescue"))
+    blocked = tmp_path / "blocked"
+    blocked.write_text("a file, so no folder can be made under it")
+    written, folder = publish.save_or_rescue(blocked / ("r" * 250),
+                                             lambda f: (Path(f).mkdir(exist_ok=True), (Path(f) / "x").write_text("1")))
+    assert folder is not None and folder.parent == tmp_path / "rescue" and (folder / "x").read_text() == "1"
+    assert len(folder.name.encode()) <= 255 and folder.name.startswith("bpo-rescued-rrr")

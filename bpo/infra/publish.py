@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import os
 import shutil
 import socket
@@ -78,12 +79,35 @@ def replace_dir(staging: Path, final: Path, trash: Path, keep_others: bool = Fal
     _fsync_dir(final.parent)
 
 
+def name_max(folder: Path) -> int:
+    """The longest file name (in bytes) the file system of ``folder`` (or its nearest existing
+    ancestor) holds; 255 where it does not say."""
+    for p in (Path(folder).absolute(), *Path(folder).absolute().parents):
+        with contextlib.suppress(OSError, ValueError):
+            return os.pathconf(p, "PC_NAME_MAX")
+    return 255
+
+
+def fitted_name(head: str, name: str, tail: str, limit: int) -> str:
+    """``head + name + tail``, with ``name`` shortened to fit ``limit`` bytes when it must: its
+    start, then ``~`` and 8 hex digits of its hash, so that different long names stay different."""
+    whole = head + name + tail
+    if len(whole.encode()) <= limit:
+        return whole
+    digest = "~" + hashlib.sha256(name.encode()).hexdigest()[:8]
+    room = limit - len((head + digest + tail).encode())
+    start = name.encode()[:max(room, 0)].decode(errors="ignore")
+    return head + start + digest + tail
+
+
 def staging_for(out_dir: Path) -> tuple[Path, Path]:
     """The staging and trash folders of a single run directory: hidden siblings of it, on its file
-    system, named after it, this host and this process."""
+    system, named after it, this host and this process (the run's name shortened where the file
+    system's name limit needs it: a run folder's name may use the whole limit)."""
     out_dir = Path(out_dir)
-    return (out_dir.parent / f".{out_dir.name}.staging.{_tag()}",
-            out_dir.parent / f".{out_dir.name}.replaced.{_tag()}")
+    limit = name_max(out_dir.parent)
+    return tuple(out_dir.parent / fitted_name(".", out_dir.name, f".{kind}.{_tag()}", limit)
+                 for kind in ("staging", "replaced"))
 
 
 def publish_run_dir(out_dir: Path, write_files: Callable[[Path], T]) -> T:
@@ -100,8 +124,13 @@ def publish_run_dir(out_dir: Path, write_files: Callable[[Path], T]) -> T:
 
 
 def check_publishable(out_dir: Path, field: str = "--out") -> None:
-    """Before any work: the folder that will receive ``out_dir``'s staging sibling can be written."""
+    """Before any work: ``out_dir``'s name fits its file system, and the folder that will receive
+    its staging sibling can be written."""
     parent = Path(out_dir).absolute().parent
+    limit, size = name_max(parent), len(Path(out_dir).name.encode())
+    if size > limit:
+        raise ConfigError(field, f"the folder name {Path(out_dir).name[:40]!r}... has {size} bytes; allowed: at "
+                                 f"most {limit}, the longest name the file system holds")
     try:
         with tempfile.TemporaryFile(dir=parent, prefix=".bpo-write-check-"):
             pass
@@ -174,7 +203,8 @@ def _rescue(out_dir: Path, write_files: Callable[[Path], T], say) -> tuple[T, Pa
     for place in rescue_candidates(out_dir):
         try:
             place.mkdir(parents=True, exist_ok=True)
-            folder = Path(tempfile.mkdtemp(prefix=f"bpo-rescued-{name}-", dir=place))
+            prefix = fitted_name("bpo-rescued-", name, "-", name_max(place) - 8)  # mkdtemp adds 8 characters
+            folder = Path(tempfile.mkdtemp(prefix=prefix, dir=place))
         except OSError:
             continue
         try:

@@ -69,10 +69,10 @@ def check_outputs(job: Job) -> None:
     (``--out``) may not start over another run's checkpoint (``check_no_unfinished_run``)."""
     validate_environment()
     out_dir, options = job.out_dir, job.options
+    check_publishable(out_dir, job.flag)  # first: a name the file system cannot hold fails every other check
     if job.flag == "--out":
         check_no_unfinished_run(job)
     ensure_writable_dir(out_dir, job.flag)
-    check_publishable(out_dir, job.flag)
     if options["tensorboard"]:
         ensure_writable_dir(out_dir / "tb", "--tensorboard")
     if options["track"]:

@@ -36,7 +36,7 @@ import tyro
 
 from bpo.agents.methods import validate
 from bpo.config.presets import PRESETS, VARIANTS, apply_variant, get_preset
-from bpo.config.schema import ConfigError, EpisodicTrainConfig, OnPolicyTrainConfig, from_dict
+from bpo.config.schema import ConfigError, EpisodicTrainConfig, OnPolicyTrainConfig, check_run_config, from_dict
 from bpo.infra import checkpoint as ckpt
 from bpo.infra.checkpoint import NonFiniteError
 from bpo.infra.processes import Interrupted, receive_signals_on_a_thread
@@ -211,8 +211,14 @@ def starting_config(argv: list[str]):
             raise ConfigError("--env" if env else "--variant", "not with a recorded config.json, whose settings "
                                                                "already include them; set single fields instead")
         try:
-            return from_dict(json.loads(Path(argv[0]).read_text()))
-        except (OSError, ValueError, TypeError, AttributeError) as e:
+            data = json.loads(Path(argv[0]).read_text())
+        except (OSError, ValueError) as e:
+            raise ConfigError("config", f"{argv[0]!r} cannot be read as a run's config.json ({type(e).__name__}: "
+                                        f"{e})") from None
+        check_run_config(data, argv[0])
+        try:
+            return from_dict(data)
+        except (ValueError, TypeError, AttributeError) as e:
             raise ConfigError("config", f"{argv[0]!r} cannot be read as a run's config.json ({type(e).__name__}: "
                                         f"{e})") from None
     preset = get_preset(argv[0], env)

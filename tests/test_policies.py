@@ -164,3 +164,52 @@ def test_policies_kept_during_training_survive_a_resume(tmp_path):
     with pytest.raises(ValueError, match="no policies kept after iteration 7"):
         load_policy(whole, at=7)
     assert load_policy(whole, at=2)(np.zeros(4, np.float32)).shape == ()
+
+
+@pytest.mark.parametrize("change", ["another run's policies", "wider networks in the config", "more seeds"])
+def test_policies_that_are_not_the_run_s_are_refused_by_evaluate_and_probe(cartpole_run, tmp_path, capsys, change):
+    """A run folder whose policies.msgpack cannot be its run's (copied from another run, or a config
+    edited since): ``bpo evaluate`` and ``bpo probe`` exit 2 with one line naming the file, before
+    any episode."""
+    cfg, out_dir, _ = cartpole_run
+    copy = tmp_path / "run"
+    copy.mkdir()
+    config = json.loads((out_dir / "config.json").read_text())
+    policies = (out_dir / FILE).read_bytes()
+    if change == "another run's policies":
+        other = replace(cfg, algo="ppo", total_timesteps=1024, eval_every=512, eval_episodes=1)
+        write(run(other), tmp_path / "other")
+        policies = (tmp_path / "other" / FILE).read_bytes()  # PPO's: no mu
+    elif change == "wider networks in the config":
+        config["ppo"]["pi_hidden"] = [128, 128]
+    else:
+        config["seeds"] = 3
+    (copy / "config.json").write_text(json.dumps(config))
+    (copy / FILE).write_bytes(policies)
+    for argv in (["evaluate", str(copy)], ["probe", str(copy)]):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: run: '{copy / FILE}': does not belong to the run"), err
+        assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert sorted(p.name for p in copy.iterdir()) == ["config.json", FILE]
+
+
+@pytest.mark.parametrize("given", ["summary.json", "checkpoint.json", "empty.json"])
+def test_a_file_given_as_a_run_s_config_must_be_one(cartpole_run, tmp_path, capsys, given):
+    """``bpo train FILE`` replays a run's config.json; a summary, a checkpoint's progress file or
+    ``{}`` trained a default run before (``from_dict`` fills what is missing with defaults)."""
+    _, out_dir, _ = cartpole_run
+    path = tmp_path / given
+    if given == "summary.json":
+        path.write_text((out_dir / "summary.json").read_text())
+    elif given == "checkpoint.json":
+        path.write_text(json.dumps({"iterations_done": 2, "config": json.loads((out_dir / "config.json").read_text())}))
+    else:
+        path.write_text("{}")
+    out = tmp_path / "out"
+    assert main(["train", str(path), "--out", str(out), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    kind = {"summary.json": "is a run's summary.json", "checkpoint.json": "is a checkpoint's checkpoint.json",
+            "empty.json": "is not a run's config.json"}[given]
+    assert err.startswith(f"error: config: '{path}' {kind}") and "allowed: the config.json in a run's folder" in err
+    assert not out.exists()

@@ -643,6 +643,28 @@ def from_dict(data: dict):
     return _build(cls, data)
 
 
+RUN_CONFIG_KEYS = ("preset", "env", "algo", "seeds", "seed")
+"""Fields every run's config.json has had, whatever its version (with its method's section)."""
+
+
+def check_run_config(data, source: str) -> None:
+    """Refuse what is not a run's config.json before ``from_dict`` fills the gaps with defaults: a
+    run's ``summary.json``, a checkpoint's ``checkpoint.json`` or ``{}`` would otherwise train a
+    default run. Raises ``ConfigError`` naming what the file lacks."""
+    if not isinstance(data, dict):
+        raise ConfigError("config", f"{source!r} is not a run's config.json: it holds a {type(data).__name__}, not "
+                                    "an object")
+    missing = [k for k in RUN_CONFIG_KEYS if k not in data]
+    if not ("ppo" in data or "reinforce" in data):
+        missing.append("ppo or reinforce")
+    if missing:
+        kind = ("is a run's summary.json, not its config.json" if "final_eval_returns" in data else
+                "is a checkpoint's checkpoint.json, not a run's config.json" if "iterations_done" in data else
+                "is not a run's config.json")
+        raise ConfigError("config", f"{source!r} {kind}: it has no {', '.join(missing)}; allowed: the config.json "
+                                    "in a run's folder")
+
+
 def _build(cls, data: dict):
     kwargs = {}
     for f in dataclasses.fields(cls):

@@ -34,7 +34,7 @@ import numpy as np
 from flax import serialization
 
 from bpo.agents.learner import make_learner
-from bpo.config.schema import ConfigError, EpisodicTrainConfig, from_dict
+from bpo.config.schema import ConfigError, EpisodicTrainConfig, from_dict, traced_hyperparams
 from bpo.core import distributions
 from bpo.core.normalization import RunningStats
 from bpo.infra import results
@@ -108,7 +108,59 @@ def load_policies(run_dir: Path) -> SavedPolicies:
     if not isinstance(payload, dict) or payload.get("format") != FORMAT or not isinstance(payload.get("final"), dict):
         raise NoPolicies(path, f"not a {FORMAT} file")
     during = {int(k): v for k, v in (payload.get("during") or {}).items()}
-    return SavedPolicies(config, payload["kind"], payload["final"], during)
+    saved = SavedPolicies(config, payload["kind"], payload["final"], during)
+    why = mismatch(saved)
+    if why:
+        raise NoPolicies(path, f"does not belong to the run in {str(run_dir)!r} ({why}); allowed: the "
+                               "policies.msgpack that run wrote")
+    return saved
+
+
+def _spec(cfg):
+    """The spec of a run's task: Gymnasium's for its tasks, else the functional environment's."""
+    return gym_spec(cfg.env) if cfg.env in GYMNASIUM_ENVS else make_env(cfg.env).spec
+
+
+def expected_shapes(cfg) -> dict:
+    """The shapes (without the seed axis) of the arrays a run of ``cfg`` keeps, from its networks
+    built without computing anything (``jax.eval_shape``)."""
+    keys = jax.random.split(jax.random.PRNGKey(0), 3)
+    if isinstance(cfg, EpisodicTrainConfig):
+        program = episodic.make_program(cfg)
+        tree = jax.eval_shape(lambda: program.policies(program.init(keys[0], traced_hyperparams(cfg))))
+    else:
+        learner = make_learner(cfg, _spec(cfg))
+        obs0 = jnp.zeros((cfg.ppo.n_envs, learner.spec.obs_dim))
+        tree = jax.eval_shape(lambda: learner.final_params(learner.init(tuple(keys), traced_hyperparams(cfg), obs0)))
+    return jax.tree.map(lambda x: tuple(x.shape), plain_tree_shapes(tree))
+
+
+def plain_tree_shapes(tree):
+    """``plain_tree`` for shapes: named tuples as dicts, leaves left as they are."""
+    if isinstance(tree, RunningStats):
+        tree = tree._asdict()
+    if isinstance(tree, dict):
+        return {k: plain_tree_shapes(v) for k, v in tree.items()}
+    return tree
+
+
+def mismatch(saved: SavedPolicies) -> str | None:
+    """Why ``saved.final`` cannot be the policies of a run of ``saved.config`` (other networks,
+    another method, another number of seeds); None if it can."""
+    expected = expected_shapes(saved.config)
+    final = {k: v for k, v in saved.final.items() if k != "key"}  # the JAX runs' evaluation key: not a network
+    if set(final) != set(expected):
+        return f"it holds {sorted(final)}, a run of this config keeps {sorted(expected)}"
+    try:
+        got = jax.tree.map(lambda x: tuple(np.shape(x)[1:]), final)
+        seeds = {np.shape(x)[0] if np.ndim(x) else None for x in jax.tree.leaves(final)}
+    except Exception as e:  # noqa: BLE001 -- whatever a foreign tree makes the mapping raise
+        return f"its arrays cannot be read ({type(e).__name__})"
+    if seeds != {saved.config.seeds}:
+        return f"it holds {sorted(seeds, key=str)} seeds, the run has {saved.config.seeds}"
+    if got != expected:
+        return "its networks' shapes differ from those of the run's config (other sizes or another task)"
+    return None
 
 
 def task_backend(saved: SavedPolicies, backend: str | None = None) -> str:
@@ -143,8 +195,7 @@ def acting_function(saved: SavedPolicies, which: str = "pi", deterministic: bool
 
         return act_episodic
     cfg = saved.config
-    spec = gym_spec(cfg.env) if cfg.env in GYMNASIUM_ENVS else make_env(cfg.env).spec
-    learner = make_learner(cfg, spec)
+    learner = make_learner(cfg, _spec(cfg))
     if not deterministic and learner.use_sde:
         raise ConfigError("deterministic", "stochastic actions of a gSDE policy need its exploration matrices, "
                                            "which are not saved; allowed: deterministic")
@@ -155,7 +206,7 @@ def acting_function(saved: SavedPolicies, which: str = "pi", deterministic: bool
         if deterministic:
             return learner.greedy_with(params[name], stats, obs)
         dist = learner.dist_fn(params[name])(learner.normalize(stats, obs))
-        action = distributions.sample(key, dist, spec.discrete)
+        action = distributions.sample(key, dist, learner.spec.discrete)
         return distributions.clip_action(action, learner.action_low, learner.action_high)
 
     return act

@@ -161,3 +161,22 @@ def test_other_truncation_probes_the_same_policies_into_another_folder(bpo_run, 
     assert main(["probe-summary", str(bpo_run.parent), "--name", "probe-untruncated"]) == 0
     text = (bpo_run.parent / "probe-untruncated_summary.md").read_text()
     assert "ρ̄ = inf, c̄ = inf" in text and not (bpo_run.parent / "probe_summary.md").exists()
+
+
+def test_a_run_rewritten_in_place_loses_the_probe_of_its_old_policies(bpo_run, tmp_path, capsys):
+    """``bpo train ... --out RUN`` over a probed run: the probe described the old policies, so it goes
+    with them (a user's own folder stays); ``bpo probe-summary`` then finds no probe to report."""
+    folder = tmp_path / "sweep"
+    shutil.copytree(bpo_run, folder / "run", ignore=shutil.ignore_patterns("probe"))
+    assert main(["probe", str(folder / "run"), *SMALL]) == 0
+    assert (folder / "run" / "probe" / "probe.json").is_file()
+    (folder / "run" / "mine").mkdir()
+    (folder / "run" / "mine" / "notes.txt").write_text("kept")
+    size = get_preset("cartpole_ppo").rollout_size
+    assert main(["train", "cartpole_ppo", "--algo", "bpo", "--total-timesteps", str(size), "--eval-every", str(size),
+                 "--eval-episodes", "1", "--seed", "7", "--no-progress", "--out", str(folder / "run")]) == 0
+    assert not (folder / "run" / "probe").exists()
+    assert (folder / "run" / "mine" / "notes.txt").read_text() == "kept"
+    capsys.readouterr()
+    assert main(["probe-summary", str(folder)]) != 0
+    assert "probe" in capsys.readouterr().err

@@ -35,7 +35,16 @@ T = TypeVar("T")
 RUN_FILES = ("config.json", "curve.csv", "train_metrics.csv", "summary.json", "spec.json", "policies.msgpack",
              "evaluations")
 """A run's own files: replaced together. Anything else in a run directory (``tb/``, ``checkpoint/``,
-the user's files) is kept by ``publish_run_dir``."""
+the user's files) is kept by ``publish_run_dir``, except what was derived from the run it replaces
+(``derived_from_the_run``)."""
+DERIVED_MARKERS = ("probe.json",)
+"""Files that mark a folder as derived from a run's policies (``bpo probe`` writes ``RUN/NAME/probe.json``)."""
+
+
+def derived_from_the_run(entry: Path) -> bool:
+    """Whether ``entry`` of a run directory was made from that run (a probe of its policies): it
+    goes with the run when the run is replaced, since it describes policies that are gone."""
+    return entry.is_dir() and any((entry / marker).is_file() for marker in DERIVED_MARKERS)
 RESCUE_ENV = "BPO_RESCUE_DIR"
 PASSING = (errno.ENOSPC, errno.EDQUOT)
 """Write errors that may pass if the write is retried later (space freed meanwhile)."""
@@ -56,7 +65,8 @@ def _fsync_dir(path: Path) -> None:
 def replace_dir(staging: Path, final: Path, trash: Path, keep_others: bool = False) -> None:
     """Put the complete folder ``staging`` at ``final``. An existing ``final`` is first renamed to
     ``trash`` (same file system), then deleted; with ``keep_others`` what it held besides the run's
-    own files (``RUN_FILES``) moves into the new folder first. Between the two renames ``final`` is
+    own files (``RUN_FILES``) and what was derived from them (``derived_from_the_run``) moves into the
+    new folder first. Between the two renames ``final`` is
     absent, never half-written; a failed second rename puts the old folder back."""
     staging, final, trash = Path(staging), Path(final), Path(trash)
     if final.exists() and not final.is_dir():  # not ours to replace (a user's file where the folder was)
@@ -71,7 +81,8 @@ def replace_dir(staging: Path, final: Path, trash: Path, keep_others: bool = Fal
             raise
         if keep_others:
             for entry in sorted(trash.iterdir()):
-                if entry.name not in RUN_FILES and not (final / entry.name).exists():
+                kept = entry.name not in RUN_FILES and not derived_from_the_run(entry)
+                if kept and not (final / entry.name).exists():
                     os.replace(entry, final / entry.name)
         shutil.rmtree(trash, ignore_errors=True)
     else:

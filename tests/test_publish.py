@@ -182,3 +182,36 @@ def test_a_long_named_run_is_rescued_under_a_name_that_fits(tmp_path, monkeypatc
                                              lambda f: (Path(f).mkdir(exist_ok=True), (Path(f) / "x").write_text("1")))
     assert folder is not None and folder.parent == tmp_path / "rescue" and (folder / "x").read_text() == "1"
     assert len(folder.name.encode()) <= 255 and folder.name.startswith("bpo-rescued-rrr")
+
+
+@pytest.mark.parametrize("where", ["beside", "another file system"])
+def test_an_out_folder_given_as_a_symbolic_link_is_followed(tmp_path, where):
+    """``--out LINK``: the run lands in the folder the link points to, the link stays a link, the
+    target's own files stay in it, and nothing is left beside the link; on another file system too
+    (the staging folder goes beside the target, so the last rename stays on one file system)."""
+    import tempfile
+
+    base = Path(tempfile.mkdtemp(dir="/dev/shm")) if where == "another file system" else tmp_path / "elsewhere"
+    if where == "another file system" and os.stat(base).st_dev == os.stat(tmp_path).st_dev:
+        pytest.skip("/dev/shm is on the same file system here")
+    try:
+        target = base / "target"
+        target.mkdir(parents=True)
+        (target / "mine.txt").write_text("the user's")
+        link = tmp_path / "link"
+        link.symlink_to(target, target_is_directory=True)
+        for seed in ("0", "1"):  # a new run, then a rewrite in place
+            done = subprocess.run([sys.executable, "-m", "experiments.cli", "train", "short_corridor", "--episodes",
+                                   "20", "--eval-every", "10", "--eval-episodes", "2", "--seed", seed, "--no-progress",
+                                   "--out", str(link)], capture_output=True, text=True, timeout=600)
+            assert done.returncode == 0, done.stderr
+            assert link.is_symlink() and link.resolve() == target.resolve()
+            assert json.loads((target / "config.json").read_text())["seed"] == int(seed)
+            assert (target / "mine.txt").read_text() == "the user's"
+            assert sorted(p.name for p in tmp_path.iterdir()) == (["elsewhere", "link"] if where == "beside" else ["link"])
+            assert sorted(p.name for p in base.iterdir()) == ["target"]
+    finally:
+        if where == "another file system":
+            import shutil
+
+            shutil.rmtree(base, ignore_errors=True)

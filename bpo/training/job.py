@@ -51,6 +51,12 @@ class Job:
     """Where the checkpoint goes when not in ``out_dir/checkpoint`` (a sweep keeps its runs'
     checkpoints in ``SWEEP/.checkpoints/RUN-ID``)."""
 
+    def __post_init__(self):
+        # A folder given as a symbolic link is the folder it points to: the run is staged beside
+        # the target and renamed into it, so the link stays a link and no file moves out of it.
+        out_dir = Path(self.out_dir)
+        object.__setattr__(self, "out_dir", out_dir.resolve() if out_dir.is_symlink() else out_dir)
+
     @property
     def checkpoint_dir(self) -> Path | None:
         if self.checkpoint_every <= 0:

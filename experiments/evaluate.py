@@ -64,7 +64,7 @@ def check_args(args: EvaluateArgs) -> Path:
         raise ConfigError("seed", f"must be in [0, 2**32 - 1], got {args.seed}")
     saved = load_policies(args.run)  # refuses a folder without policies before anything compiles
     if args.video is not None:
-        check_video(args.video, saved.config.env)
+        check_video(args.video, saved.config.env, args.video_episodes, args.video_frames)
         if not 0 <= args.video_policy_seed < saved.seeds:
             raise ConfigError("video_policy_seed", f"must be in [0, {saved.seeds - 1}], "
                                                    f"got {args.video_policy_seed}")

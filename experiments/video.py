@@ -28,8 +28,15 @@ from envs.gymnasium_envs import MUJOCO_ENVS
 FORMATS = (".gif", ".mp4")
 
 
-def check_video(path: Path, env_id: str) -> None:
-    """Before any work: a format this machine can write, and a renderer for the task."""
+def check_video(path: Path, env_id: str, episodes: int = 1, max_frames: int = 1) -> None:
+    """Before any work: a file (not a folder) in a format this machine can write, at least one
+    episode and one frame, and a renderer for the task."""
+    if episodes < 1:
+        raise ConfigError("video_episodes", f"must be an integer >= 1, got {episodes}")
+    if max_frames < 1:
+        raise ConfigError("video_frames", f"must be an integer >= 1, got {max_frames}")
+    if Path(path).is_dir():
+        raise ConfigError("video", f"{str(path)!r} is a folder; allowed: a file name ending in one of {list(FORMATS)}")
     if Path(path).suffix not in FORMATS:
         raise ConfigError("video", f"{str(path)!r}: allowed file types: {list(FORMATS)}")
     if Path(path).suffix == ".mp4":
@@ -80,7 +87,7 @@ def encode(frames: list[np.ndarray], path: Path, fps: int) -> int:
         iio.imwrite(buffer, np.stack(frames), extension=".gif", duration=1000 / fps, loop=0)
         data = buffer.getvalue()
     else:
-        import imageio_ffmpeg  # an optional extra (check_video_path said so before any work)
+        import imageio_ffmpeg  # an optional extra (check_video said so before any work)
 
         height, width = frames[0].shape[:2]
         with tempfile.NamedTemporaryFile(suffix=".mp4") as tmp:

@@ -130,6 +130,24 @@ def test_a_video_format_that_cannot_be_written_is_refused_first(cartpole_run, tm
     assert not (tmp_path / "v.avi").exists()
 
 
+@pytest.mark.parametrize("flags, field", [(["--video-episodes", "0"], "video_episodes"),
+                                          (["--video-frames", "0"], "video_frames"), ([], "video")])
+def test_video_settings_that_cannot_make_a_video_are_refused_before_the_evaluation(cartpole_run, tmp_path, capsys,
+                                                                                   flags, field):
+    """``--video-episodes 0`` and ``--video`` naming an existing folder raised after the evaluation
+    was written; each is refused first, with nothing written."""
+    _, out_dir, _ = cartpole_run
+    folder = tmp_path / "a-folder.gif"
+    folder.mkdir()
+    video = folder if field == "video" else tmp_path / "v.gif"
+    before = sorted((out_dir / "evaluations").glob("*")) if (out_dir / "evaluations").exists() else []
+    assert main(["evaluate", str(out_dir), "--seed", "11", "--video", str(video), *flags]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {field}: ") and len(err.strip().splitlines()) == 1, err
+    after = sorted((out_dir / "evaluations").glob("*")) if (out_dir / "evaluations").exists() else []
+    assert after == before and not (tmp_path / "v.gif").exists() and list(folder.iterdir()) == []
+
+
 def test_policies_kept_during_training_survive_a_resume(tmp_path):
     """``save_policies_every``: the policies after every update are kept, the same whether the run
     was stopped and resumed or not; the first kept differs from the final ones."""

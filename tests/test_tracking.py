@@ -75,3 +75,18 @@ def test_track_without_wandb_is_refused_before_any_work(tmp_path):
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.startswith("error: --track: needs the wandb package"), proc.stderr
     assert not (tmp_path / "run" / "wandb").exists()
+
+
+def test_track_without_a_wandb_key_is_refused_before_any_folder_is_made(tmp_path):
+    """W&B installed, no key (no WANDB_API_KEY, no ~/.netrc, not a terminal): it raised when the run
+    started, leaving empty checkpoint/ and wandb/ folders; now exit 2 saying how to log in, and no
+    folder at all."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    env.update(HOME=str(tmp_path / "home"), NETRC=str(tmp_path / "no-netrc"))
+    proc = subprocess.run([sys.executable, "-m", "experiments.cli", "train", "cartpole_ppo", "--track",
+                           "--out", str(tmp_path / "run")], env=env, capture_output=True, text=True, timeout=120,
+                          stdin=subprocess.DEVNULL)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith("error: --track: W&B cannot log in") and "wandb login" in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "run").exists()

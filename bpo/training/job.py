@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -78,17 +79,32 @@ def check_outputs(job: Job) -> None:
     check_publishable(out_dir, job.flag)  # first: a name the file system cannot hold fails every other check
     if job.flag == "--out":
         check_no_unfinished_run(job)
+    if options["track"]:
+        check_tracking()  # before any folder is made: a refused run leaves nothing behind
     ensure_writable_dir(out_dir, job.flag)
     if options["tensorboard"]:
         ensure_writable_dir(out_dir / "tb", "--tensorboard")
     if options["track"]:
-        try:
-            import wandb  # noqa: F401 -- an optional extra: only whether it imports is checked here
-        except ImportError:
-            raise ConfigError("--track", "needs the wandb package: pip install -e \".[track]\"") from None
         ensure_writable_dir(out_dir / "wandb", "--track")
     if job.checkpoint_every > 0:
         ensure_writable_dir(out_dir / "checkpoint", "--checkpoint-every")
+
+
+def check_tracking() -> None:
+    """``--track``: W&B is installed and can log in without asking (an API key from ``wandb
+    login`` or ``WANDB_API_KEY``, or ``WANDB_MODE`` offline or disabled), checked without the
+    network; else a ``ConfigError`` saying how, instead of a traceback when the run starts."""
+    try:
+        import wandb  # an optional extra
+    except ImportError:
+        raise ConfigError("--track", "needs the wandb package: pip install -e \".[track]\"") from None
+    if os.environ.get("WANDB_MODE", "").lower() in ("offline", "disabled", "dryrun"):
+        return
+    try:
+        wandb.login(verify=False)  # prompts only where it can (a terminal); never reaches the server
+    except Exception as e:  # noqa: BLE001 -- wandb's UsageError, or whatever its login raises
+        raise ConfigError("--track", f"W&B cannot log in ({e}); run `wandb login`, set WANDB_API_KEY, or "
+                                     "WANDB_MODE=offline") from None
 
 
 def check_no_unfinished_run(job: Job) -> None:

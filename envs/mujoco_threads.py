@@ -69,8 +69,16 @@ class PhysicsPool:
         """Start every worker now, from this (Python) thread, not lazily from a callback: a thread
         inherits its creator's floating-point environment, and XLA's threads may flush denormals
         to zero, which Gymnasium's thread does not."""
-        barrier = threading.Barrier(self.threads)
-        for f in [self._pool.submit(barrier.wait) for _ in range(self.threads)]:
+        barrier, started = threading.Barrier(self.threads), []
+        try:
+            for _ in range(self.threads):
+                started.append(self._pool.submit(barrier.wait))
+        except RuntimeError as e:  # the system would not start another thread: release those waiting
+            barrier.abort()
+            self._pool.shutdown(wait=True)
+            raise ValueError(f"physics_threads: only {len(started)} of {self.threads} threads could start ({e}); "
+                             "allowed: fewer") from None
+        for f in started:
             f.result()
 
     def _data(self) -> mujoco.MjData:

@@ -51,6 +51,7 @@ def _int_at_least(name, value, low):
         raise ConfigError(name, f"must be an integer >= {low}, got {value!r}")
 
 
+MAX_PHYSICS_THREADS = 1024  # beyond it a thread may fail to start (100,000 hung) and more threads only wait
 MAX_SEED = 2**32 - 1  # JAX's PRNGKey keeps 32 bits of a seed (without x64): seed + 2**32 would repeat seed
 
 
@@ -266,7 +267,9 @@ def _validate_onpolicy(cfg: OnPolicyTrainConfig) -> OnPolicyTrainConfig:
     for name in ("seeds", "total_timesteps", "eval_every", "eval_episodes"):
         _int_at_least(name, getattr(cfg, name), 1)
     _seed(cfg.seed)
-    _int_at_least("physics_threads", cfg.physics_threads, 0)
+    if not (_integer(cfg.physics_threads) and 0 <= cfg.physics_threads <= MAX_PHYSICS_THREADS):
+        raise ConfigError("physics_threads", f"must be an integer from 0 (one per core) to {MAX_PHYSICS_THREADS}, got "
+                                             f"{cfg.physics_threads!r}")
     _int_at_least("save_policies_every", cfg.save_policies_every, 0)
     for name in ("mjx_iterations", "mjx_ls_iterations"):
         _int_at_least(name, getattr(cfg, name), 0)

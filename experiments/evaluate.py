@@ -12,6 +12,7 @@ from typing import Annotated, Literal
 import tyro
 
 from bpo.config.schema import ConfigError
+from bpo.infra.processes import end_at_once
 from bpo.infra.publish import save_or_rescue
 from bpo.infra.results import atomic_write_json, ensure_writable_dir
 from bpo.infra.settings import validate_environment
@@ -77,8 +78,11 @@ def evaluate_main(argv: list[str]) -> int:
     try:
         validate_environment()  # the write after the work reads BPO_WRITE_*: checked first
         out_dir = check_args(args)
-        result = evaluate_saved(args.run, EvalRequest(args.episodes, args.which, not args.stochastic, args.backend,
-                                                      args.seed))
+        print(f"evaluating {args.which} of {args.run} (Ctrl-C stops it; nothing is written until it ends)",
+              flush=True)
+        with end_at_once("nothing written (the evaluation had not finished)"):
+            result = evaluate_saved(args.run, EvalRequest(args.episodes, args.which, not args.stochastic, args.backend,
+                                                          args.seed))
     except (ConfigError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

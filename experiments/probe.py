@@ -13,6 +13,7 @@ from typing import Annotated, Literal
 import tyro
 
 from bpo.config.schema import ConfigError
+from bpo.infra.processes import end_at_once
 from bpo.infra.provenance import code_version
 from bpo.infra.publish import save_or_rescue
 from bpo.infra.results import atomic_write_json, ensure_writable_dir
@@ -141,7 +142,8 @@ def probe_and_write(run: Path, settings: ProbeSettings, points, seeds, backend, 
     if ask and sys.stdin.isatty() and input("go on? [y/N] ").strip().lower() not in ("y", "yes"):
         return None
     start = time.perf_counter()
-    result = probe_run(run, settings, points, seeds, backend, *truncation)
+    with end_at_once(f"nothing written to {str(out_dir)!r} (the probe had not finished)"):
+        result = probe_run(run, settings, points, seeds, backend, *truncation)
     wall = time.perf_counter() - start  # compilations included; the training's own is in the run's summary
     result["provenance"] = {"command": command, "code_version": code_version(), "wall_time_s": wall}
 

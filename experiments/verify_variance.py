@@ -23,6 +23,7 @@ from matplotlib.figure import Figure
 
 from bpo.config.presets import get_preset
 from bpo.config.schema import ConfigError, replace
+from bpo.infra.processes import end_at_once
 from bpo.infra.provenance import provenance
 from bpo.infra.publish import save_or_rescue
 from bpo.infra.results import atomic_write_json, atomic_write_text, ensure_writable_dir
@@ -269,7 +270,10 @@ def verify_variance_main(argv: list[str]) -> int:
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    summary, learned = run_verification(args, preset.reinforce.gamma)
+    print("verifying Theorem 2 (Ctrl-C stops it; nothing is written until it ends)",
+          flush=True)
+    with end_at_once(f"nothing written to {str(args.out)!r} (the verification had not finished)"):
+        summary, learned = run_verification(args, preset.reinforce.gamma)
     written, rescued = save_or_rescue(args.out, lambda folder: write_outputs(args, folder, summary, learned) or True,
                                       "--out", last_resort=lambda: json.dumps(summary, default=str))
     if rescued is not None or written is None:

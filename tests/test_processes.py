@@ -213,3 +213,33 @@ def test_a_checkpoint_s_progress_travels_with_its_state(tmp_path):
     loaded, _, info = ckpt.load(tmp_path, state)
     assert info["iterations_done"] == 8 and info["config"]["preset"] == "short_corridor"
     np.testing.assert_array_equal(loaded["w"], np.arange(3.0) + 1)
+
+
+@pytest.mark.parametrize("command, signum", [("evaluate", signal.SIGINT), ("verify-variance", signal.SIGTERM)])
+def test_a_long_evaluation_stops_within_seconds_of_a_signal_and_writes_nothing(tmp_path, command, signum):
+    """``bpo evaluate`` and ``bpo verify-variance`` spend their time in one compiled computation,
+    written at its end: a stop signal inside it ends the process within seconds, saying nothing
+    was written, with exit 128 + the signal (they ran on to the end, then printed a traceback)."""
+    import shutil
+
+    if command == "evaluate":
+        run = tmp_path / "run"
+        results = Path(__file__).resolve().parent.parent / "results"
+        shutil.copytree(results / "a2c" / "CartPole-v1-cartpole_a2c-a2c", run)
+        argv, out = ["evaluate", str(run), "--episodes", "100000", "--seed", "3"], run / "evaluations"
+    else:
+        out = tmp_path / "variance"
+        argv = ["verify-variance", "--out", str(out), "--episodes", "10000000"]
+    proc = subprocess.Popen([sys.executable, "-m", "experiments.cli", *argv], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()
+    assert "Ctrl-C stops it" in line, line + proc.stderr.read()
+    time.sleep(3)  # compiling or computing: a single call of the compiled program
+    assert proc.poll() is None
+    sent = time.monotonic()
+    proc.send_signal(signum)
+    _, err = proc.communicate(timeout=60)
+    assert time.monotonic() - sent < 10
+    assert proc.returncode == 128 + signum, err
+    assert f"stopped by {signal.Signals(signum).name}: nothing written" in err and "Traceback" not in err, err
+    assert not out.exists() or not [p for p in out.rglob("*") if p.is_file()]

@@ -177,3 +177,36 @@ def stop_requests() -> Iterator[None]:
         for s, handler in previous.items():
             signal.signal(s, handler)
         _requested = None
+
+
+@contextlib.contextmanager
+def end_at_once(kept: str) -> Iterator[None]:
+    """Within the block, SIGINT or SIGTERM ends the process within a moment, even inside a compiled
+    call that lasts minutes: it prints ``stopped by SIGNAL: {kept}`` and exits 128 + the signal.
+    For commands whose work is one computation written at its end (``bpo evaluate``, ``bpo
+    probe``, ``bpo verify-variance``): there is nothing to checkpoint, and waiting for the call to
+    return could take as long as the work. Wrap the computation, not the write, so that a stop
+    never leaves half a file."""
+    def leave(signum: int) -> None:
+        print(f"stopped by {signal.Signals(signum).name}: {kept}", file=sys.stderr, flush=True)
+        os._exit(128 + signum)
+
+    previous = {s: signal.signal(s, lambda signum, frame: leave(signum)) for s in _STOP_SIGNALS}
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    previous_fd = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+
+    def watch() -> None:  # the C-level handler writes here while the main thread runs compiled code
+        while data := _read(read_fd):
+            for signum in data:
+                if signum in _STOP_SIGNALS:
+                    leave(signum)
+
+    threading.Thread(target=watch, daemon=True, name="bpo-end-at-once").start()
+    try:
+        yield
+    finally:
+        signal.set_wakeup_fd(previous_fd)
+        os.close(write_fd)
+        for s, handler in previous.items():
+            signal.signal(s, handler)

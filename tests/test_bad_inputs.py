@@ -41,7 +41,7 @@ CLI_BAD_INPUTS = [
     (["train", "cartpole_ppo", "--ppo.use-sde"], "ppo.use_sde", "needs continuous actions; CartPole-v1 has"),
     (["train", "cartpole_ppo", "--total-timesteps", "0"], "total_timesteps", "must be an integer >= 1, got 0"),
     (["train", "mujoco_default", "--env", "Hopper-v5", "--backend", "threads", "--physics-threads", "100000"],
-     "physics_threads", "must be an integer from 0 (one per core) to 1024, got 100000"),  # a thread failed to start: hung
+     "physics_threads", "must be an integer from 0 (one per core) to 1024, got 100000"),  # a thread failed: hung
     (["train", "cartpole_ppo", "--bpo.replay-size", "64"], "bpo.replay_size", "must hold at least one batch"),
     (["train", "cartpole_ppo", "--returns.c-bar", "0"], "returns.c_bar", "must be a number > 0 (inf allowed), got 0.0"),
     (["train", "cartpole_ppo", "--returns.rho-bar", "-1"], "returns.rho_bar",

@@ -208,7 +208,8 @@ def test_an_out_folder_given_as_a_symbolic_link_is_followed(tmp_path, where):
             assert link.is_symlink() and link.resolve() == target.resolve()
             assert json.loads((target / "config.json").read_text())["seed"] == int(seed)
             assert (target / "mine.txt").read_text() == "the user's"
-            assert sorted(p.name for p in tmp_path.iterdir()) == (["elsewhere", "link"] if where == "beside" else ["link"])
+            beside_link = ["elsewhere", "link"] if where == "beside" else ["link"]
+            assert sorted(p.name for p in tmp_path.iterdir()) == beside_link
             assert sorted(p.name for p in base.iterdir()) == ["target"]
     finally:
         if where == "another file system":

@@ -1,5 +1,6 @@
 """``bpo evaluate RUN``: re-evaluate a run's saved policies (``bpo.training.evaluate``) and write
-the result beside the run, in ``RUN/evaluations/`` (replaced with the run when it is redone)."""
+the result beside the run, in ``RUN/evaluations/`` (replaced with the run when it is redone), or
+with ``--out DIR`` into DIR, leaving the run's folder as it is."""
 
 from __future__ import annotations
 
@@ -40,6 +41,9 @@ class EvaluateArgs:
     """Where the episodes run; default the run's own (threads for a Gymnasium-backend MuJoCo run)."""
     seed: int | None = None
     """New episodes from this seed; default the run's final-evaluation key."""
+    out: Path | None = None
+    """The folder the evaluation's JSON goes to; default RUN/evaluations (a committed run's folder
+    stays as it is with --out elsewhere)."""
     video: Path | None = None
     """Also render episodes of one seed's policy headless to this file (.gif, or .mp4 with the
     video extra), in Gymnasium from reset seeds 0, 1, ..."""
@@ -70,7 +74,8 @@ def check_args(args: EvaluateArgs) -> Path:
             raise ConfigError("video_policy_seed", f"must be in [0, {saved.seeds - 1}], "
                                                    f"got {args.video_policy_seed}")
         ensure_writable_dir(args.video.absolute().parent, "video")
-    return ensure_writable_dir(args.run / "evaluations", "run")
+    return ensure_writable_dir(args.out, "out") if args.out is not None else ensure_writable_dir(
+        args.run / "evaluations", "run")
 
 
 def evaluate_main(argv: list[str]) -> int:
@@ -87,7 +92,8 @@ def evaluate_main(argv: list[str]) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     path = out_dir / output_name(args)
-    _, rescued = save_or_rescue(out_dir, lambda folder: atomic_write_json(folder / path.name, result), "run",
+    _, rescued = save_or_rescue(out_dir, lambda folder: atomic_write_json(folder / path.name, result),
+                                "out" if args.out is not None else "run",
                                 last_resort=lambda: json.dumps({k: result[k] for k in ("mean", "sd", "se")}))
     spread = "" if result["se"] is None else f" ± {result['se']:.2f} (SE over {len(result['per_seed_mean'])} seeds)"
     print(f"{args.which} on {result['backend']}: mean return {result['mean']:.2f}{spread}, "

@@ -231,3 +231,17 @@ def test_a_file_given_as_a_run_s_config_must_be_one(cartpole_run, tmp_path, caps
             "empty.json": "is not a run's config.json"}[given]
     assert err.startswith(f"error: config: '{path}' {kind}") and "allowed: the config.json in a run's folder" in err
     assert not out.exists()
+
+
+def test_bpo_evaluate_out_leaves_a_committed_run_as_it_is(tmp_path, capsys):
+    """``--out DIR``: the evaluation goes to DIR; the run's folder (here a committed result) gains no
+    ``evaluations/`` and no file changes."""
+    from pathlib import Path
+
+    run_dir = Path(__file__).resolve().parent.parent / "results" / "a2c" / "CartPole-v1-cartpole_a2c-a2c"
+    before = {p.relative_to(run_dir): p.stat().st_mtime_ns for p in run_dir.rglob("*")}
+    assert main(["evaluate", str(run_dir), "--episodes", "2", "--seed", "1", "--out", str(tmp_path / "ev")]) == 0
+    assert {p.relative_to(run_dir): p.stat().st_mtime_ns for p in run_dir.rglob("*")} == before
+    written = list((tmp_path / "ev").glob("*.json"))
+    assert len(written) == 1 and np.shape(json.loads(written[0].read_text())["returns"]) == (5, 2)
+    assert str(written[0]) in capsys.readouterr().out

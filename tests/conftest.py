@@ -1,14 +1,80 @@
-"""``--quick``: the quick tier of docs/testing.md, a shorthand for ``-m QUICK`` (and-ed with any ``-m``)."""
+"""The quick tier of docs/testing.md (``--quick``) and the record of test durations it is cut by.
+
+``--quick`` runs the tests without the ``slow``, ``mujoco``, ``mjx`` and ``slurm`` markers (a
+shorthand for ``-m QUICK``, and-ed with any ``-m``) whose recorded duration is at most
+``QUICK_SECONDS`` (``tests/durations.json``; a test not recorded yet is run). Markers say what a
+test needs; the durations say what it costs, which a marker set by hand kept missing: the tier
+had grown to 928 tests and 42 minutes of CPU.
+
+``--record-durations FILE`` writes each test's setup + call + teardown seconds of this session to
+FILE (JSON, test id -> seconds, sorted), merged into what FILE held: run the full suite with
+``--record-durations tests/durations.json`` to renew the record (docs/testing.md).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
 
 QUICK = "not slow and not mujoco and not mjx and not slurm"
-"""No test over ~30 s, none that steps MuJoCo or compiles MJX physics, no Slurm cluster."""
+"""No test that steps MuJoCo or compiles MJX physics, no Slurm cluster, nothing marked slow."""
+QUICK_SECONDS = 3.0
+"""The quick tier's cut: tests recorded as taking longer are left out of it."""
+DURATIONS = Path(__file__).resolve().parent / "durations.json"
 
 
 def pytest_addoption(parser):
-    parser.addoption("--quick", action="store_true", help=f"run the quick tier only: -m '{QUICK}'")
+    parser.addoption("--quick", action="store_true",
+                     help=f"run the quick tier only: -m '{QUICK}' and at most {QUICK_SECONDS:g} s a test as recorded "
+                          "in tests/durations.json")
+    parser.addoption("--record-durations", metavar="FILE", default=None,
+                     help="write each test's duration (setup + call + teardown) to FILE, merged with its contents")
 
 
 def pytest_configure(config):
     if config.getoption("--quick"):
         given = config.option.markexpr
         config.option.markexpr = f"({given}) and ({QUICK})" if given else QUICK
+    config._bpo_durations = {}
+
+
+def recorded_durations() -> dict[str, float]:
+    """The committed record: test id -> seconds (empty when absent)."""
+    return json.loads(DURATIONS.read_text()) if DURATIONS.is_file() else {}
+
+
+def pytest_collection_modifyitems(config, items):
+    if not config.getoption("--quick"):
+        return
+    durations = recorded_durations()
+    slow = [item for item in items if durations.get(item.nodeid, 0.0) > QUICK_SECONDS]
+    if slow:
+        config.hook.pytest_deselected(items=slow)
+        items[:] = [item for item in items if durations.get(item.nodeid, 0.0) <= QUICK_SECONDS]
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_logreport(report):
+    # Runs in the controller for every worker's report under pytest-xdist, so one file gets them all.
+    config = getattr(report, "config", None) or _CONFIG.get("config")
+    if config is not None and config.getoption("--record-durations"):
+        config._bpo_durations[report.nodeid] = config._bpo_durations.get(report.nodeid, 0.0) + report.duration
+
+
+_CONFIG: dict = {}
+
+
+def pytest_sessionstart(session):
+    _CONFIG["config"] = session.config
+
+
+def pytest_sessionfinish(session):
+    path = session.config.getoption("--record-durations")
+    if not path or hasattr(session.config, "workerinput"):  # the controller writes, not each worker
+        return
+    path = Path(path)
+    merged = {**(json.loads(path.read_text()) if path.is_file() else {}),
+              **{k: round(v, 3) for k, v in session.config._bpo_durations.items()}}
+    path.write_text(json.dumps(dict(sorted(merged.items())), indent=0) + "\n")

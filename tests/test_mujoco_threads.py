@@ -97,7 +97,7 @@ def test_lanes_threads_and_batching_do_not_change_any_lane():
 
 @pytest.mark.parametrize("changes, field, message", [
     ({"backend": "threads", "env": "CartPole-v1"}, "env", "with backend threads"),
-    ({"backend": "threads", "physics_threads": -1}, "physics_threads", ">= 0"),
+    ({"backend": "threads", "physics_threads": -1}, "physics_threads", "from 0 (one per core) to 1024"),
     ({"backend": "threads", "mjx_iterations": 4}, "mjx_iterations", "does not apply to backend threads"),
     ({"backend": "mjx", "mjx_ls_iterations": -1}, "mjx_ls_iterations", ">= 0"),
 ])

@@ -13,7 +13,7 @@ from pathlib import Path
 import jax
 
 PACKAGES = ("jax", "jaxlib", "flax", "optax", "mujoco", "mujoco-mjx", "gymnasium")
-_SOURCE = Path(__file__).resolve().parent.parent
+_SOURCE = Path(__file__).resolve().parents[2]  # the checkout: bpo/infra/provenance.py
 
 
 def _git(*args: str) -> str | None:

@@ -56,7 +56,10 @@ class Job:
         # A folder given as a symbolic link is the folder it points to: the run is staged beside
         # the target and renamed into it, so the link stays a link and no file moves out of it.
         out_dir = Path(self.out_dir)
-        object.__setattr__(self, "out_dir", out_dir.resolve() if out_dir.is_symlink() else out_dir)
+        with contextlib.suppress(OSError):  # a name too long to stat: check_outputs refuses it by name
+            if out_dir.is_symlink():
+                out_dir = out_dir.resolve()
+        object.__setattr__(self, "out_dir", out_dir)
 
     @property
     def checkpoint_dir(self) -> Path | None:

@@ -199,6 +199,11 @@ def test_bpo_a2c_with_mu_equal_to_pi_takes_the_a2c_step():
     ({"ppo.optimizer": "sgd"}, "ppo.optimizer"),
     ({"ppo.rms_prop_eps": 0.0}, "ppo.rms_prop_eps"),
     ({"method": "trpo"}, "method"),
+    # PPO's own settings, which A2C never reads: accepted without effect before
+    ({"ppo.n_epochs": 4}, "ppo.n_epochs"),
+    ({"ppo.batch_size": 5}, "ppo.batch_size"),
+    ({"ppo.clip_range": 0.1}, "ppo.clip_range"),
+    ({"ppo.clip_range_schedule": "linear"}, "ppo.clip_range_schedule"),
 ])
 def test_invalid_a2c_configs_name_the_field(changes, field):
     with pytest.raises(ConfigError) as e:

@@ -24,8 +24,11 @@ import optax
 
 from bpo.agents.ppo import normalize_advantages
 from bpo.agents.target import Batch, UpdateContext
-from bpo.config.schema import ConfigError, OnPolicyTrainConfig, PPOHyperparams
+from bpo.config.schema import ConfigError, OnPolicyTrainConfig, PPOConfig, PPOHyperparams
 from bpo.core import distributions
+
+PPO_ONLY = ("batch_size", "n_epochs", "clip_range", "clip_range_schedule", "kl_estimator")
+"""Fields of the shared ``ppo`` section that only PPO's update reads (``kl_coef``: refused on its own)."""
 
 
 class A2CState(NamedTuple):
@@ -104,6 +107,10 @@ class A2C:
     label = "A2C"
 
     def validate(self, cfg: OnPolicyTrainConfig) -> None:
+        for name in PPO_ONLY:  # settings A2C never reads: a value given for them would change nothing
+            if getattr(cfg.ppo, name) != getattr(PPOConfig(), name):
+                raise ConfigError(f"ppo.{name}", f"is PPO's; method a2c does not read it (one gradient step per "
+                                                 f"rollout): leave it at its default {getattr(PPOConfig(), name)!r}")
         if cfg.ppo.kl_coef > 0:
             raise ConfigError("ppo.kl_coef", "is PPO's KL penalty; method a2c has none (leave it 0)")
         if cfg.returns.weight_on_advantage:

@@ -370,3 +370,16 @@ def test_a_checkpoint_that_names_the_target_state_ppo_still_loads(tmp_path):
     jax.tree.map(np.testing.assert_array_equal, loaded, {"carry": state})
     with pytest.raises(Exception, match="target"):
         ckpt.load(tmp_path, {"carry": state})
+
+
+def test_a_checkpoint_continues_with_other_physics_threads_but_not_another_seed(tmp_path):
+    """``physics_threads`` (and the other ``RESUMABLE_CHANGES``) change how the steps execute, not
+    the run's state: a checkpoint written with 2 threads continues with 4; one written for another
+    seed or budget is still refused."""
+    cfg = replace(get_preset("mujoco_default", "Hopper-v5"), backend="threads", physics_threads=2)
+    ckpt.save(tmp_path, {"x": np.zeros(2)}, {}, {"iterations_done": 1}, cfg)
+    assert ckpt.mismatch(tmp_path, replace(cfg, physics_threads=4)) is None
+    assert ckpt.mismatch(tmp_path, replace(cfg, physics_threads=0, eval_in_background=False)) is None
+    for other in (replace(cfg, seed=1), replace(cfg, total_timesteps=cfg.total_timesteps * 2),
+                  replace(cfg, save_policies_every=1)):
+        assert ckpt.mismatch(tmp_path, other) == "the checkpoint was written by a different configuration"

@@ -603,6 +603,10 @@ EXECUTION_ONLY = ("vector_mode", "eval_in_background", "physics_threads", "save_
 """Fields that change how a run executes, never what it computes (sync or async vector envs,
 evaluation inline or in a worker, physics threads give identical results: tests/test_host_runner.py,
 tests/test_mujoco_threads.py)."""
+RESUMABLE_CHANGES = ("vector_mode", "eval_in_background", "physics_threads")
+"""``EXECUTION_ONLY`` fields a run may change when it continues from its checkpoint: they change
+how its steps execute, not its state (``save_policies_every`` is kept: it decides what the
+checkpoint has kept so far)."""
 COMPATIBLE_ADDITIONS = ("mjx_iterations", "mjx_ls_iterations", "physics_threads",
                         "save_policies_every", "method", "ppo.optimizer", "ppo.rms_prop_eps",
                         "bpo.q_hat_reward", "bpo.mu_q_hat_batch_min", "bpo.mu_q_hat_unclipped_actions",

@@ -21,7 +21,7 @@ import jax
 import numpy as np
 from flax import serialization
 
-from bpo.config.schema import ConfigError, to_dict
+from bpo.config.schema import RESUMABLE_CHANGES, ConfigError, to_dict
 from bpo.infra import results
 
 STATE_FILE, INFO_FILE = "checkpoint.msgpack", "checkpoint.json"
@@ -93,11 +93,16 @@ def mismatch(directory: Path, config, seed_chunk: int | None = None) -> str | No
     """Why the checkpoint in ``directory`` cannot continue a run of ``config`` (written by another
     configuration, or with another seed chunk, which is part of the compiled program); None if it can."""
     info = read_info(directory)
-    if json.loads(json.dumps(info["config"])) != json.loads(json.dumps(to_dict(config))):
+    if _comparable(info["config"]) != _comparable(to_dict(config)):
         return "the checkpoint was written by a different configuration"
     if seed_chunk is not None and info.get("seed_chunk", seed_chunk) != seed_chunk:
         return f"the checkpoint was written with seed_chunk={info['seed_chunk']}, this run uses {seed_chunk}"
     return None
+
+
+def _comparable(config: dict) -> dict:
+    """A config as JSON holds it, without the fields a resumed run may change (``RESUMABLE_CHANGES``)."""
+    return {k: v for k, v in json.loads(json.dumps(config)).items() if k not in RESUMABLE_CHANGES}
 
 
 def exists(directory: Path | None) -> bool:

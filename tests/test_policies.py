@@ -77,6 +77,16 @@ def test_missing_or_damaged_policies_are_refused_naming_the_file(cartpole_run, t
         load_policy(copy)
     with pytest.raises(ValueError, match="seed: must be in"):
         load_policy(out_dir, seed=2)
+    parts = tmp_path / "rescued"  # a run rescued in parts over a file-size limit (bpo.infra.results)
+    parts.mkdir()
+    (parts / "config.json").write_text((out_dir / "config.json").read_text())
+    data = (out_dir / FILE).read_bytes()
+    (parts / f"{FILE}.part000").write_bytes(data[:1000])
+    (parts / f"{FILE}.part001").write_bytes(data[1000:])
+    with pytest.raises(NoPolicies, match=r"is in parts: join them first with `cat policies.msgpack.part\* >"):
+        load_policy(parts)
+    (parts / FILE).write_bytes((parts / f"{FILE}.part000").read_bytes() + (parts / f"{FILE}.part001").read_bytes())
+    assert load_policy(parts, seed=1) is not None  # joined as the message says, it loads
 
 
 def test_bpo_evaluate_repeats_the_recorded_final_returns(cartpole_run, capsys):

@@ -98,6 +98,9 @@ def load_policies(run_dir: Path) -> SavedPolicies:
     run_dir = Path(run_dir)
     path = run_dir / FILE
     if not path.exists():
+        if path.with_name(path.name + ".part000").exists():  # a rescued run over a file-size limit
+            raise NoPolicies(path, f"is in parts: join them first with `cat {path.name}.part* > {path.name}` in "
+                                   f"{str(run_dir)!r}")
         raise NoPolicies(path, "no saved policies (runs written before policies were saved have none; "
                                "train the run again)")
     try:

@@ -46,13 +46,15 @@ FILE = "policies.msgpack"
 FORMAT = "bpo-policies/1"
 
 
-def plain_tree(tree):
-    """Arrays as NumPy, named tuples (the normaliser's statistics) as dicts: what msgpack keeps."""
+def plain_tree(tree, leaf=np.array):
+    """Arrays as NumPy, named tuples (the normaliser's statistics) as dicts: what msgpack keeps.
+    ``leaf`` maps each array (default: a NumPy copy, since a view of a device buffer could change
+    under it)."""
     if isinstance(tree, RunningStats):
         tree = tree._asdict()
     if isinstance(tree, dict):
-        return {k: plain_tree(v) for k, v in tree.items()}
-    return np.array(tree)  # a copy: a view of a device buffer could change under it
+        return {k: plain_tree(v, leaf) for k, v in tree.items()}
+    return leaf(tree)
 
 
 def write_policies(run_dir: Path, metrics: dict, episodic_run: bool) -> bool:
@@ -135,16 +137,7 @@ def expected_shapes(cfg) -> dict:
         learner = make_learner(cfg, _spec(cfg))
         obs0 = jnp.zeros((cfg.ppo.n_envs, learner.spec.obs_dim))
         tree = jax.eval_shape(lambda: learner.final_params(learner.init(tuple(keys), traced_hyperparams(cfg), obs0)))
-    return jax.tree.map(lambda x: tuple(x.shape), plain_tree_shapes(tree))
-
-
-def plain_tree_shapes(tree):
-    """``plain_tree`` for shapes: named tuples as dicts, leaves left as they are."""
-    if isinstance(tree, RunningStats):
-        tree = tree._asdict()
-    if isinstance(tree, dict):
-        return {k: plain_tree_shapes(v) for k, v in tree.items()}
-    return tree
+    return plain_tree(tree, leaf=lambda x: tuple(x.shape))
 
 
 def mismatch(saved: SavedPolicies) -> str | None:
@@ -155,7 +148,7 @@ def mismatch(saved: SavedPolicies) -> str | None:
     if set(final) != set(expected):
         return f"it holds {sorted(final)}, a run of this config keeps {sorted(expected)}"
     try:
-        got = jax.tree.map(lambda x: tuple(np.shape(x)[1:]), final)
+        got = plain_tree(final, leaf=lambda x: tuple(np.shape(x)[1:]))
         seeds = {np.shape(x)[0] if np.ndim(x) else None for x in jax.tree.leaves(final)}
     except Exception as e:  # noqa: BLE001 -- whatever a foreign tree makes the mapping raise
         return f"its arrays cannot be read ({type(e).__name__})"

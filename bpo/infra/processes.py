@@ -47,7 +47,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from multiprocessing import resource_tracker
 
 _PR_SET_PDEATHSIG = 1
@@ -130,18 +130,21 @@ def _request(signum, frame) -> None:
 GRACE_S = 1.0  # after a second SIGINT, the main thread's KeyboardInterrupt has this long to end the process
 
 
-def _second_sigint_watch(read_fd: int, left: threading.Event) -> None:
-    """Read the signal numbers the C-level handler writes (``set_wakeup_fd``) and end the process
-    a second after a SIGINT that follows another stop signal, unless the main thread has left the
-    ``stop_requests`` block by then (its ``KeyboardInterrupt`` did the job)."""
+def _second_sigint(left: threading.Event) -> Callable[[int], None]:
+    """For ``_watch_signals``: end the process a second after a SIGINT that follows another stop
+    signal, unless the main thread has left the ``stop_requests`` block by then (its
+    ``KeyboardInterrupt`` did the job)."""
     pending = False
-    while data := _read(read_fd):
-        for signum in data:
-            if pending and signum == signal.SIGINT and not left.wait(GRACE_S):
-                print("stopped at once by a second SIGINT (the compiled call under way was abandoned; the last "
-                      "checkpoint is intact)", file=sys.stderr, flush=True)
-                os._exit(128 + signal.SIGINT)
-            pending = pending or signum in _STOP_SIGNALS
+
+    def on_signal(signum: int) -> None:
+        nonlocal pending
+        if pending and signum == signal.SIGINT and not left.wait(GRACE_S):
+            print("stopped at once by a second SIGINT (the compiled call under way was abandoned; the last "
+                  "checkpoint is intact)", file=sys.stderr, flush=True)
+            os._exit(128 + signal.SIGINT)
+        pending = pending or signum in _STOP_SIGNALS
+
+    return on_signal
 
 
 def _read(fd: int) -> bytes:
@@ -156,24 +159,42 @@ def _read(fd: int) -> bytes:
 
 
 @contextlib.contextmanager
+def _watch_signals(on_signal: Callable[[int], None], name: str) -> Iterator[None]:
+    """Within the block, ``on_signal(signum)`` runs on a thread of its own for every signal that
+    reaches a Python handler, even while the main thread runs compiled code for minutes: the
+    C-level handler writes the number to ``signal.set_wakeup_fd``'s pipe, which the thread reads."""
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    previous_fd = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+
+    def watch() -> None:
+        while data := _read(read_fd):
+            for signum in data:
+                on_signal(signum)
+
+    threading.Thread(target=watch, daemon=True, name=name).start()
+    try:
+        yield
+    finally:
+        signal.set_wakeup_fd(previous_fd)
+        os.close(write_fd)  # the watching thread reads end-of-file and ends
+
+
+@contextlib.contextmanager
 def stop_requests() -> Iterator[None]:
     """Within the block, SIGINT and SIGTERM request a stop (``requested()``) instead of ending the
     process, and a second SIGINT ends it at once; outside it they act as before."""
     global _requested
     previous = {s: signal.signal(s, _request) for s in _STOP_SIGNALS}
     _requested = None
-    read_fd, write_fd = os.pipe()
-    os.set_blocking(write_fd, False)
-    previous_fd = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
     left = threading.Event()
-    threading.Thread(target=_second_sigint_watch, args=(read_fd, left), daemon=True,
-                     name="bpo-second-sigint").start()
     try:
-        yield
+        with _watch_signals(_second_sigint(left), "bpo-second-sigint"):
+            try:
+                yield
+            finally:
+                left.set()
     finally:
-        left.set()
-        signal.set_wakeup_fd(previous_fd)
-        os.close(write_fd)  # the watching thread reads end-of-file and ends
         for s, handler in previous.items():
             signal.signal(s, handler)
         _requested = None
@@ -191,22 +212,14 @@ def end_at_once(kept: str) -> Iterator[None]:
         print(f"stopped by {signal.Signals(signum).name}: {kept}", file=sys.stderr, flush=True)
         os._exit(128 + signum)
 
+    def on_signal(signum: int) -> None:
+        if signum in _STOP_SIGNALS:
+            leave(signum)
+
     previous = {s: signal.signal(s, lambda signum, frame: leave(signum)) for s in _STOP_SIGNALS}
-    read_fd, write_fd = os.pipe()
-    os.set_blocking(write_fd, False)
-    previous_fd = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
-
-    def watch() -> None:  # the C-level handler writes here while the main thread runs compiled code
-        while data := _read(read_fd):
-            for signum in data:
-                if signum in _STOP_SIGNALS:
-                    leave(signum)
-
-    threading.Thread(target=watch, daemon=True, name="bpo-end-at-once").start()
     try:
-        yield
+        with _watch_signals(on_signal, "bpo-end-at-once"):
+            yield
     finally:
-        signal.set_wakeup_fd(previous_fd)
-        os.close(write_fd)
         for s, handler in previous.items():
             signal.signal(s, handler)

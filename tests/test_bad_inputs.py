@@ -108,6 +108,10 @@ HUGE = 10**400  # an int beyond float range: no float field may take it
 # field makes its case fail (replace() rejects unknown fields), so no case can pass for the wrong
 # reason.
 VALIDATE_BAD_INPUTS = [
+    # Found by tests/test_config_properties.py: the switch's divisibility check read a replay size of
+    # None before the behaviour's own checks named it (a TypeError).
+    (ON_POLICY, {"bpo.replay_size": None, "bpo.replay_epoch_filled_only": True}, "bpo.replay_size",
+     "must be an integer >= 1, got None"),
     (EPISODIC, {"algo": "ppo"}, "algo", "must be one of ['reinforce', 'bpo'], got 'ppo'"),
     (EPISODIC, {"episodes": 0}, "episodes", "must be an integer >= 1, got 0"),
     (EPISODIC, {"eval_episodes": 0}, "eval_episodes", "must be an integer >= 1, got 0"),

@@ -197,6 +197,8 @@ def _validate_authors_bugs(b: BehaviourConfig, rollout: int | None, discrete: bo
                           "episodes vary in length (leave it False)")
     for name in ("q_batch_size", "mu_batch_size"):
         size = getattr(b, name)
+        if not (_integer(size) and size >= 1 and _integer(b.replay_size)):
+            continue  # not numbers yet: the behaviour's own checks, later, name the field
         if rollout % size or b.replay_size % size:
             raise ConfigError("bpo.replay_epoch_filled_only", f"needs whole minibatches: bpo.{name}={size} must "
                               f"divide the rollout ({rollout}) and bpo.replay_size ({b.replay_size})")

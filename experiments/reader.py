@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from bpo.config.schema import from_dict
+from bpo.infra.results import json_number
 from experiments.sweep import RunSpec
 
 CURVE_COLUMNS = ("step", "seed", "eval_return")
@@ -95,14 +96,10 @@ class Run:
         s = self.summary
         return {"run_id": self.run_id, "status": "finished", "preset": self.preset, "env": self.env,
                 "algo": self.config.algo, "variant": getattr(self.config, "variant", "") or "", "row": self.row,
-                "seeds": s["seeds"], "step_unit": s["step_unit"], "final_mean": _or_null(s["final_mean"]),
-                "final_se": _or_null(s["final_se"]),
-                "final_eval_returns": [_or_null(x) for x in s["final_eval_returns"]], "wall_time_s": s["wall_time_s"]}
-
-
-def _or_null(x: float | None) -> float | None:
-    """A number as strict JSON holds it: None (null) for NaN or an infinity, which JSON lacks."""
-    return x if x is None or math.isfinite(x) else None
+                "seeds": s["seeds"], "step_unit": s["step_unit"], "final_mean": json_number(s["final_mean"]),
+                "final_se": json_number(s["final_se"]),
+                "final_eval_returns": [json_number(x) for x in s["final_eval_returns"]],
+                "wall_time_s": s["wall_time_s"]}
 
 
 def _json_type(value) -> str:

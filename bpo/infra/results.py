@@ -15,6 +15,7 @@ import contextvars
 import csv
 import io
 import json
+import math
 import os
 import resource
 import tempfile
@@ -95,6 +96,12 @@ def ensure_writable_dir(path: Path, field: str = "--out") -> Path:
         raise ConfigError(field, f"cannot write to {str(path)!r} ({e.strerror or e}); allowed: a folder this user "
                           "can create and write") from None
     return path
+
+
+def json_number(x: float | None) -> float | None:
+    """A number as strict JSON holds it: None (null) for NaN or an infinity, which JSON lacks (an
+    undefined statistic: the SD of one seed)."""
+    return x if x is None or math.isfinite(x) else None
 
 
 def atomic_write_json(path: Path, obj) -> None:

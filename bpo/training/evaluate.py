@@ -9,7 +9,6 @@ drawn from the key saved with the policies, so the mean return repeats the recor
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from bpo.config.schema import ConfigError, EpisodicTrainConfig
+from bpo.infra.results import json_number
 from bpo.instruments.stats import describe
 from bpo.runners.evaluation import run_episodes
 from bpo.runners.onpolicy import run_env
@@ -71,11 +71,7 @@ def evaluate_saved(run_dir: Path, request: EvalRequest) -> dict:
     return {"run": str(run_dir), "which": request.which, "deterministic": request.deterministic,
             "backend": backend, "episodes_per_seed": episodes, "key": "run" if request.seed is None else request.seed,
             "returns": np.asarray(returns).tolist(), "lengths": np.asarray(lengths).tolist(),
-            "per_seed_mean": means.tolist(), "mean": stats["mean"], "sd": _defined(stats["sd"]),
-            "se": _defined(stats["se"]),
+            "per_seed_mean": means.tolist(), "mean": stats["mean"], "sd": json_number(stats["sd"]),
+            "se": json_number(stats["se"]),
             "mean_length": float(np.mean(lengths))}
 
-
-def _defined(x: float) -> float | None:
-    """None where a statistic is undefined (one seed): the file is strict JSON."""
-    return None if math.isnan(x) else x

@@ -3,7 +3,6 @@ run directory they are written to (``bpo.infra.results``)."""
 
 from __future__ import annotations
 
-import math
 import warnings
 from pathlib import Path
 
@@ -13,6 +12,7 @@ from bpo.config.schema import OnPolicyTrainConfig
 from bpo.core import diagnostics as dg
 from bpo.infra import results
 from bpo.infra.provenance import provenance
+from bpo.infra.results import json_number
 from bpo.instruments.stats import describe
 from bpo.training.policies import write_policies
 from bpo.training.run_output import RunOutput
@@ -87,10 +87,6 @@ def evaluation_clock(out: RunOutput) -> dict | None:
     return {"step": [int(x) for x in steps], "elapsed_s": [float(out.loop_clock_s[i]) for i in iterations]}
 
 
-def _finite_or_null(x: float) -> float | None:
-    return x if math.isfinite(x) else None
-
-
 def summarize(out: RunOutput) -> dict:
     """``summary.json``: final returns per seed with their mean, SD and SE (standard deviation over
     seeds, and the standard error of the mean), throughput and timings, the pooled diagnostics with
@@ -107,9 +103,9 @@ def summarize(out: RunOutput) -> dict:
         "step_unit": cfg.step_unit,
         "final_eval_returns": final.tolist(),
         # null, not NaN (which strict JSON lacks), where a statistic is undefined: one seed, or a NaN one
-        "final_mean": _finite_or_null(stats["mean"]),
-        "final_sd": _finite_or_null(stats["sd"]),
-        "final_se": _finite_or_null(stats["se"]),
+        "final_mean": json_number(stats["mean"]),
+        "final_sd": json_number(stats["sd"]),
+        "final_se": json_number(stats["se"]),
         "env_steps": env_steps,
         "wall_time_s": out.wall_time_s,
         "compile_time_s": out.compile_time_s,

@@ -107,10 +107,11 @@ class A2C:
     label = "A2C"
 
     def validate(self, cfg: OnPolicyTrainConfig) -> None:
+        defaults = PPOConfig()
         for name in PPO_ONLY:  # settings A2C never reads: a value given for them would change nothing
-            if getattr(cfg.ppo, name) != getattr(PPOConfig(), name):
+            if getattr(cfg.ppo, name) != getattr(defaults, name):
                 raise ConfigError(f"ppo.{name}", f"is PPO's; method a2c does not read it (one gradient step per "
-                                                 f"rollout): leave it at its default {getattr(PPOConfig(), name)!r}")
+                                                 f"rollout): leave it at its default {getattr(defaults, name)!r}")
         if cfg.ppo.kl_coef > 0:
             raise ConfigError("ppo.kl_coef", "is PPO's KL penalty; method a2c has none (leave it 0)")
         if cfg.returns.weight_on_advantage:

@@ -90,8 +90,8 @@ def test_host_runner_trains_like_the_jax_runner_on_twin_environments(algo, metho
     float32 rounding (~1e-8), because XLA fuses the one-program JAX run differently from the
     host runner's separate calls. The same for A2C and BPO-A2C."""
     cfg = probe_config(algo, seeds=2, total_timesteps=128 * 3, eval_every=128, eval_in_background=True, method=method,
-                       **{"ppo.n_epochs": 2, "ppo.normalize_observations": True,
-                          "ppo.optimizer": "rmsprop" if method == "a2c" else "adam"})
+                       **{"ppo.normalize_observations": True,
+                          **({"ppo.optimizer": "rmsprop"} if method == "a2c" else {"ppo.n_epochs": 2})})
     jax_run = run(replace(cfg, backend="jax"), seed_chunk=2).metrics
     host_run = run(cfg).metrics
     jax.tree.map(np.testing.assert_array_equal, jax_run["eval"], host_run["eval"])

@@ -48,6 +48,7 @@ from bpo.infra import checkpoint as ckpt
 from bpo.infra import processes, results
 from bpo.infra.progress import console
 from bpo.infra.runtime import enable_compile_cache, report_crashes
+from bpo.infra.stall import EXIT_STALLED
 from bpo.training import default_checkpoint_every, program_key, run_rows, run_validated, write
 from bpo.training.job import Job, continue_or_restart, train
 from bpo.training.rows import can_share
@@ -61,6 +62,11 @@ LOCK_FD_ENV = "BPO_RUN_LOCK_FD"
 """A local worker's inherited run lock: the file descriptor its sweep process locked for it."""
 SWEEP_PID_ENV = "BPO_SWEEP_PID"
 """A local worker's sweep process, which the worker dies with."""
+WORKER_CORE_ENV = "BPO_WORKER_CORE"
+"""The core a local worker keeps to (``_LocalWorkers.core_for``), set by its sweep process."""
+STALL_RETRIES = 2
+"""How many times a local sweep starts a run again that the stall guard stopped (exit 75): the
+stall is a lost wake-up in XLA:CPU, not the run's fault, and the run continues from its checkpoint."""
 LOCKED_ELSEWHERE = 79
 """A worker's exit code when another process holds its run's lock. Not 75, ``bpo.infra.stall.EXIT_STALLED``:
 with the two equal, a sweep reported runs the stall guard had stopped as "left to another process
@@ -233,6 +239,10 @@ class SlurmRun:
 def worker_main(sweep_dir: str, run_id: str) -> int:
     """A local worker process: ``execute`` with the run lock its sweep took for it; the exit code."""
     report_crashes()
+    if WORKER_CORE_ENV in os.environ:  # before the first computation: XLA sizes its pools by it
+        core = int(os.environ.pop(WORKER_CORE_ENV))
+        os.sched_setaffinity(0, {core})
+        print(f"{run_id}: keeps to core {core}", flush=True)
     if SWEEP_PID_ENV in os.environ:
         # Not SIGINT: the sweep forwards it (a Ctrl-C reaches a worker once, through the sweep).
         processes.die_with_parent(int(os.environ.pop(SWEEP_PID_ENV)), keep_sigint=True)
@@ -284,7 +294,7 @@ def _log_tail(path: Path, lines: int = 15) -> str:
         return ""
 
 
-def _start_worker(sweep_dir: Path, spec: RunSpec, lock: store.Lock, log) -> subprocess.Popen:
+def _start_worker(sweep_dir: Path, spec: RunSpec, lock: store.Lock, log, core: int | None) -> subprocess.Popen:
     log.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')}: worker for {spec.run_id}, started by process "
               f"{os.getpid()} on {socket.gethostname()}\n")
     log.flush()
@@ -293,6 +303,8 @@ def _start_worker(sweep_dir: Path, spec: RunSpec, lock: store.Lock, log) -> subp
     # Workers share the machine's accelerator: JAX's default of taking 75 % of its memory at start
     # would let only the first of them run (a user's own setting is kept).
     env.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    if core is not None:
+        env[WORKER_CORE_ENV] = str(core)
     # Its own session: a Ctrl-C in the terminal reaches the sweep alone, which forwards it once.
     return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, pass_fds=(lock.fd,),
                             start_new_session=True)
@@ -306,12 +318,18 @@ def run_local(sweep_dir: Path, specs: list[RunSpec], workers: int, show_progress
     Logs go to ``SWEEP/logs/RUN-ID.log`` (appended: an interrupted run's log keeps both parts).
     SIGINT or SIGTERM stops starting runs and is forwarded to the workers, which stop at the end of
     their loop iteration with a checkpoint; after ``STOP_GRACE_S`` (or a second signal) the ones
-    still running are killed."""
+    still running are killed.
+
+    With more than one worker, each keeps to one core of this process's affinity (the least busy
+    one when it starts): two JAX processes that both spread over the same cores can each leave a
+    compiled call waiting forever (docs/runtime.md, "A stalled XLA call"); results are the same
+    either way. A run the stall guard stopped is started again, up to ``STALL_RETRIES`` times."""
     sweep_dir = Path(sweep_dir)
     (sweep_dir / "logs").mkdir(parents=True, exist_ok=True)
     queue = list(specs)
     with _caught_signals() as signals, _progress(show_progress) as bar:
-        pool = _LocalWorkers(sweep_dir, bar, bar.add_task(f"sweep {sweep_dir.name}", total=len(specs)))
+        pool = _LocalWorkers(sweep_dir, bar, bar.add_task(f"sweep {sweep_dir.name}", total=len(specs)), queue,
+                             pin=workers > 1)
         try:
             while queue or pool.running:
                 if signals:
@@ -349,11 +367,22 @@ class _LocalWorkers:
     """``run_local``'s worker processes (each with its run's spec, log file and lock) and what became
     of their runs so far."""
 
-    def __init__(self, sweep_dir: Path, bar: Progress, task: int) -> None:
+    def __init__(self, sweep_dir: Path, bar: Progress, task: int, queue: list[RunSpec], pin: bool) -> None:
         self.sweep_dir, self.logs, self.bar, self.task = sweep_dir, sweep_dir / "logs", bar, task
+        self.queue = queue
         self.running: dict[subprocess.Popen, tuple[RunSpec, IO[str], store.Lock]] = {}
+        self.cores = sorted(os.sched_getaffinity(0)) if pin else []
+        self.core_of: dict[subprocess.Popen, int] = {}
+        self.stall_retries: dict[str, int] = {}
         self.out = Outcome()
         self.stopping_since: float | None = None
+
+    def core_for(self) -> int | None:
+        """The core for a new worker: the one fewest running workers keep to (None: not pinned)."""
+        if not self.cores:
+            return None
+        busy = list(self.core_of.values())
+        return min(self.cores, key=busy.count)
 
     def stop(self, signals: list[int], queue: list[RunSpec]) -> None:
         """The first signal: start no more runs and forward it to the workers, which checkpoint and stop.
@@ -388,7 +417,11 @@ class _LocalWorkers:
             return
         log = open(self.logs / f"{spec.run_id}.log", "a")
         try:
-            self.running[_start_worker(self.sweep_dir, spec, lock, log)] = (spec, log, lock)
+            core = self.core_for()
+            proc = _start_worker(self.sweep_dir, spec, lock, log, core)
+            self.running[proc] = (spec, log, lock)
+            if core is not None:
+                self.core_of[proc] = core
         except BaseException:  # no worker holds them: close and release them here
             log.close()
             lock.release()
@@ -399,15 +432,16 @@ class _LocalWorkers:
         (so it is current whenever the sweep is stopped)."""
         for proc in [p for p in self.running if p.poll() is not None]:
             spec, log, lock = self.running.pop(proc)
+            self.core_of.pop(proc, None)
             log.close()
             lock.release()
-            self._record_exit(spec, proc.returncode)
+            settled = self._record_exit(spec, proc.returncode)
             store.refresh_index(self.sweep_dir, self.out.failed)
-            self.bar.advance(self.task)
+            self.bar.advance(self.task, 1 if settled else 0)
 
-    def _record_exit(self, spec: RunSpec, returncode: int) -> None:
+    def _record_exit(self, spec: RunSpec, returncode: int) -> bool:
         """Finished, left to another process (it took the lock first), stopped by the sweep's signal,
-        or failed (with its log's tail)."""
+        stalled (queued again: returns False), or failed (with its log's tail)."""
         log_path = self.logs / f"{spec.run_id}.log"
         console = self.bar.console
         if returncode == 0 and store.is_finished(self.sweep_dir, spec):
@@ -418,9 +452,16 @@ class _LocalWorkers:
         elif self.out.signal is not None:
             self.out.interrupted.append(spec.run_id)
             console.print(f"[yellow]stopped[/] {spec.run_id} (exit code {returncode}); log {log_path}")
+        elif returncode == EXIT_STALLED and self.stall_retries.get(spec.run_id, 0) < STALL_RETRIES:
+            self.stall_retries[spec.run_id] = tries = self.stall_retries.get(spec.run_id, 0) + 1
+            console.print(f"[yellow]stalled[/] {spec.run_id} (a compiled call waited with no CPU; log {log_path}): "
+                          f"starting it again from its checkpoint ({tries} of {STALL_RETRIES})")
+            self.queue.insert(0, spec)
+            return False
         else:
             self.out.failed[spec.run_id] = f"exit code {returncode}; log {log_path}:\n" + _log_tail(log_path)
             _report(console, spec, None, self.out.failed[spec.run_id])
+        return True
 
     def kill_all(self) -> None:
         """Kill the workers still running and wait for them, then close their logs and release their locks."""

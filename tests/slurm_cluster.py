@@ -136,7 +136,9 @@ def _free_port() -> int:
 
 def _slurm_conf(workdir: Path, host: str) -> str:
     """A minimal config: one node with this machine's CPUs, no cgroups (containers lack them), no
-    accounting, and per-CPU scheduling so that several one-CPU jobs share the node. A requeued job
+    accounting, and per-CPU scheduling so that several one-CPU jobs share the node. Each job is bound
+    to its CPUs (``task/affinity``, as on most clusters): a job spread over every core beside another
+    JAX process can stall in a compiled call (docs/runtime.md, "A stalled XLA call"). A requeued job
     may start again 10 s after it was requeued (``cred_expire``; Slurm's default makes it 120 s)."""
     cpus = len(os.sched_getaffinity(0))
     meminfo = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines())
@@ -156,7 +158,7 @@ SlurmctldPidFile={workdir / 'run'}/slurmctld.pid
 SlurmdPidFile={workdir / 'run'}/slurmd.pid
 MailProg=/bin/true
 ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
+TaskPlugin=task/affinity
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/none

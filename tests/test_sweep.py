@@ -479,3 +479,28 @@ def test_a_worker_s_exit_codes_each_mean_one_thing():
     codes = {"locked elsewhere": launch.LOCKED_ELSEWHERE, "stalled": EXIT_STALLED, "failed": 1, "bad input": 2,
              "SIGINT": 128 + signal.SIGINT, "SIGTERM": 128 + signal.SIGTERM}
     assert len(set(codes.values())) == len(codes), codes
+
+
+STALL_PLUGIN = Path(__file__).with_name("stall_once_plugin.py")
+
+
+def test_workers_keep_to_a_core_each_and_a_stalled_run_is_started_again(tmp_path, monkeypatch):
+    """Two workers keep to different cores (two JAX processes spread over the same cores can each
+    leave a compiled call waiting forever: docs/runtime.md). A worker the stall guard stops (exit 75;
+    here a host callback that waits, with no CPU, in the first process to reach it) is started again
+    and its run finishes; the sweep exits 0."""
+    monkeypatch.setenv("BPO_PLUGINS", str(STALL_PLUGIN))
+    monkeypatch.setenv("BPO_TEST_STALL_MARKER", str(tmp_path / "stalled"))
+    monkeypatch.setenv("BPO_STALL_MINUTES", "0.05")  # four idle windows of 0.75 s
+    out = tmp_path / "sweep"
+    proc = subprocess.run([sys.executable, "-m", "experiments.cli", "sweep", "--preset", "cartpole_stall_once",
+                           "--grid", "ppo.gamma=0.98,0.99", "--seeds", "1", "--workers", "2", "--out", str(out),
+                           "--no-progress"], capture_output=True, text=True, timeout=900)
+    printed = " ".join((proc.stdout + proc.stderr).split())  # the console wraps its lines
+    assert proc.returncode == 0, printed
+    assert printed.count("starting it again from its checkpoint (1 of 2)") == 1, printed
+    assert len(list(out.glob("*/summary.json"))) == 2, printed
+    logs = "".join(p.read_text() for p in (out / "logs").glob("*.log"))
+    assert logs.count("the run has used no CPU for") == 1, logs  # the guard's message, in the stalled run's log
+    cores = {int(line.rsplit(" ", 1)[1]) for line in logs.splitlines() if ": keeps to core " in line}
+    assert len(cores) == min(2, len(os.sched_getaffinity(0))), logs

@@ -57,6 +57,9 @@ def render_episodes(run_dir: Path, seed: int = 0, which: str = "pi", determinist
                     ) -> tuple[list[np.ndarray], list[float]]:
     """Frames (H x W x 3 uint8) of ``episodes`` episodes of one seed's policy, and their returns."""
     os.environ.setdefault("MUJOCO_GL", "egl")  # read when Gymnasium builds its offscreen renderer
+    # Gymnasium's classic-control renderer starts all of pygame, its audio too: without a sound card
+    # ALSA prints eight error lines. A video needs no audio (a user's own setting is kept).
+    os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
     env_id = load_policies(run_dir).config.env
     act = load_policy(run_dir, seed=seed, which=which, deterministic=deterministic)
     try:

@@ -14,9 +14,18 @@ busy processes, and whether the finished runs' files are byte-identical across t
 pinning must not change a result). A stall is rare and timing-dependent: 0 stalls in a few trials
 is not evidence that the hazard is gone.
 
-What was seen on the 2-core development machine (AMD EPYC) on 2026-11-26 is in docs/runtime.md:
-sweep workers at nice 19 spread over both cores stalled often, and no pinned process did; this
-script at nice 0, beside a campaign and a test run, saw no stall in 6 spread processes.
+Seen on the 2-core development machine (AMD EPYC), 2026-11-26, beside two Table 1 campaign workers
+at nice 10 (one on each core), with a warm compile cache:
+
+    python benchmarks/xla_stall.py --trials 2 --nice 19
+    spread: 2 of 4 processes stalled   (one in each trial)
+    pinned: 0 of 4 processes stalled
+    bpo_c1.5_rho1.5: 3 finished runs, files identical: True
+    bpo_c1.0_rho1.0: 3 finished runs, files identical: True
+
+Four processes an arm make a weak test (Fisher's exact test of 2/4 against 0/4: p = 0.43); the
+sweep workers' stalls in docs/runtime.md are the rest of the evidence. An earlier version of the
+script (processes at nice 0, judged only once after 150 s) saw no stall in 6 spread processes.
 """
 
 from __future__ import annotations
@@ -49,8 +58,10 @@ def start(row: str, out: Path, core: int | None, nice: int) -> subprocess.Popen:
         if core is not None:
             os.sched_setaffinity(0, {core})
 
-    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, preexec_fn=pre,
-                            env={**os.environ, "BPO_STALL_MINUTES": "0"})
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out.parent / f"{out.name}.log", "w") as log:
+        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, preexec_fn=pre,
+                                env={**os.environ, "BPO_STALL_MINUTES": "0"})
 
 
 def trial(arm: str, root: Path, limit: float, window: float, nice: int) -> tuple[int, int, list[Path]]:
@@ -72,6 +83,9 @@ def trial(arm: str, root: Path, limit: float, window: float, nice: int) -> tuple
                     p.kill()
                 used[p.pid] = now
     busy = sum(1 for p in procs if p.poll() is None)
+    for row, p in zip(ROWS, procs, strict=True):
+        if p.poll() not in (None, 0, -9):
+            raise SystemExit(f"{row} failed (exit {p.returncode}):\n" + (root / f"{row}.log").read_text()[-2000:])
     for p in procs:
         if p.poll() is None:
             p.kill()

@@ -24,8 +24,7 @@ at nice 10 (one on each core), with a warm compile cache:
     bpo_c1.0_rho1.0: 3 finished runs, files identical: True
 
 Four processes an arm make a weak test (Fisher's exact test of 2/4 against 0/4: p = 0.43); the
-sweep workers' stalls in docs/runtime.md are the rest of the evidence. An earlier version of the
-script (processes at nice 0, judged only once after 150 s) saw no stall in 6 spread processes.
+sweep workers' stalls in docs/runtime.md are the rest of the evidence.
 """
 
 from __future__ import annotations

@@ -485,8 +485,9 @@ STALL_PLUGIN = Path(__file__).with_name("stall_once_plugin.py")
 
 
 def test_workers_keep_to_a_core_each_and_a_stalled_run_is_started_again(tmp_path, monkeypatch):
-    """Two workers keep to different cores (two JAX processes spread over the same cores can each
-    leave a compiled call waiting forever: docs/runtime.md). A worker the stall guard stops (exit 75;
+    """Two workers of Gymnasium-backend runs keep to different cores (two such processes spread over
+    the same cores can each leave a compiled call waiting forever: docs/runtime.md); the JAX runner's
+    runs are left to spread their seed shards. A worker the stall guard stops (exit 75;
     here a host callback that waits, with no CPU, in the first process to reach it) is started again
     and its run finishes; the sweep exits 0."""
     monkeypatch.setenv("BPO_PLUGINS", str(STALL_PLUGIN))
@@ -494,8 +495,9 @@ def test_workers_keep_to_a_core_each_and_a_stalled_run_is_started_again(tmp_path
     monkeypatch.setenv("BPO_STALL_MINUTES", "0.05")  # four idle windows of 0.75 s
     out = tmp_path / "sweep"
     proc = subprocess.run([sys.executable, "-m", "experiments.cli", "sweep", "--preset", "cartpole_stall_once",
-                           "--grid", "ppo.gamma=0.98,0.99", "--seeds", "1", "--workers", "2", "--out", str(out),
-                           "--no-progress"], capture_output=True, text=True, timeout=900)
+                           "--grid", "ppo.gamma=0.98,0.99", "--set", "backend=gymnasium", "eval_in_background=false",
+                           "--seeds", "1", "--workers", "2", "--out", str(out), "--no-progress"],
+                          capture_output=True, text=True, timeout=900)
     printed = " ".join((proc.stdout + proc.stderr).split())  # the console wraps its lines
     assert proc.returncode == 0, printed
     assert printed.count("starting it again from its checkpoint (1 of 2)") == 1, printed

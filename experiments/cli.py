@@ -39,6 +39,7 @@ from bpo.config.presets import PRESETS, VARIANTS, apply_variant, get_preset
 from bpo.config.schema import ConfigError, EpisodicTrainConfig, OnPolicyTrainConfig, check_run_config, from_dict
 from bpo.infra import checkpoint as ckpt
 from bpo.infra.checkpoint import NonFiniteError
+from bpo.infra.plugins import load_plugins
 from bpo.infra.processes import Interrupted, receive_signals_on_a_thread
 from bpo.infra.progress import EvalProgress
 from bpo.infra.provenance import code_version
@@ -50,7 +51,6 @@ from bpo.training import (
 )
 from bpo.training.job import OUTPUT_OPTIONS, Job, check_outputs, publish, resume_job, train
 from bpo.training.summary import final_return_text
-from experiments.plugins import load_plugins
 
 USAGE = """usage: bpo [--version] {{train,sweep,plot,table,reproduce,evaluate,probe,probe-summary,verify-variance,
                         report}} ...

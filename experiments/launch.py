@@ -46,6 +46,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from bpo.config.schema import ConfigError
 from bpo.infra import checkpoint as ckpt
 from bpo.infra import processes, results
+from bpo.infra.plugins import load_plugins
 from bpo.infra.progress import console
 from bpo.infra.runtime import enable_compile_cache, report_crashes
 from bpo.infra.stall import EXIT_STALLED
@@ -55,7 +56,6 @@ from bpo.training.rows import can_share
 from bpo.training.run_output import default_seed_chunk
 from bpo.training.summary import final_return_text
 from experiments import store
-from experiments.plugins import load_plugins
 from experiments.sweep import RunSpec, SlurmResources
 
 LOCK_FD_ENV = "BPO_RUN_LOCK_FD"

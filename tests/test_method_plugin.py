@@ -28,9 +28,9 @@ from bpo.agents.methods import get_method, register_method, validate
 from bpo.config.presets import PRESETS, register_preset
 from bpo.config.schema import ConfigError, OnPolicyTrainConfig, traced_hyperparams
 from bpo.core import distributions
+from bpo.infra.plugins import load_plugins
 from envs import make_env
 from experiments.cli import main
-from experiments.plugins import load_plugins
 from experiments.sweep import Grid, Sweep
 
 THIS_FILE = str(Path(__file__).resolve())
@@ -121,6 +121,16 @@ def test_bpo_train_runs_the_method_alone_and_with_bpo(plugin, tmp_path):
         metrics = (out / "train_metrics.csv").read_text().splitlines()[0].split(",")
         assert {"pg_loss", "value_loss"} <= set(metrics)  # the method's own metrics, reduced like any other
         assert ("mu_loss" in metrics) == (algo == "bpo")
+
+
+def test_the_method_runs_on_the_gymnasium_backend_with_its_evaluation_worker(plugin, tmp_path):
+    """The Gymnasium backend evaluates in a spawned worker process, which builds the run's learner:
+    it must load BPO_PLUGINS too (it did not, and the run ended in BrokenProcessPool)."""
+    out = tmp_path / "gym"
+    assert main(["train", "cartpole_vpg", "--backend", "gymnasium", "--seeds", "1", "--out", str(out),
+                 "--no-progress"]) == 0
+    assert json.loads((out / "config.json").read_text())["eval_in_background"] is True
+    assert np.all(np.isfinite(_summary(out)["final_eval_returns"]))
 
 
 def test_the_learner_runs_the_registered_update_and_its_bpo_weights():

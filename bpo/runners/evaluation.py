@@ -31,6 +31,7 @@ import numpy as np
 
 from bpo.agents.learner import make_learner
 from bpo.config.schema import OnPolicyTrainConfig
+from bpo.infra.plugins import load_plugins
 from bpo.infra.processes import die_with_parent
 from bpo.infra.runtime import report_crashes
 from bpo.runners.seeds import seed_map
@@ -104,6 +105,7 @@ def _start_worker(cfg: OnPolicyTrainConfig, parent_pid: int) -> None:
     global _worker
     die_with_parent(parent_pid)
     report_crashes()
+    load_plugins()  # a spawned process: a plug-in's method must be registered here too to build cfg's learner
     _worker = PolicyEvaluator(cfg)
 
 

@@ -18,13 +18,14 @@ Seen on the 2-core development machine (AMD EPYC), 2026-11-26, beside two Table 
 at nice 10 (one on each core), with a warm compile cache:
 
     python benchmarks/xla_stall.py --trials 2 --nice 19
-    spread: 2 of 4 processes stalled   (one in each trial)
+    spread: 2 of 4 processes stalled
     pinned: 0 of 4 processes stalled
     bpo_c1.5_rho1.5: 3 finished runs, files identical: True
     bpo_c1.0_rho1.0: 3 finished runs, files identical: True
 
-Four processes an arm make a weak test (Fisher's exact test of 2/4 against 0/4: p = 0.43); the
-sweep workers' stalls in docs/runtime.md are the rest of the evidence.
+One process stalled in each spread trial. Four processes an arm make a weak test (Fisher's exact
+test of 2/4 against 0/4: p = 0.43); the sweep workers' stalls in docs/runtime.md are the rest of
+the evidence.
 """
 
 from __future__ import annotations

@@ -334,7 +334,7 @@ def run_local(sweep_dir: Path, specs: list[RunSpec], workers: int, show_progress
         try:
             while queue or pool.running:
                 if signals:
-                    pool.stop(signals, queue)
+                    pool.stop(signals)
                 while queue and len(pool.running) < workers:
                     pool.start(queue.pop(0))
                 bar.update(pool.task, description=f"sweep {sweep_dir.name}: running " +
@@ -387,14 +387,14 @@ class _LocalWorkers:
         busy = list(self.core_of.values())
         return min(self.cores, key=busy.count)
 
-    def stop(self, signals: list[int], queue: list[RunSpec]) -> None:
+    def stop(self, signals: list[int]) -> None:
         """The first signal: start no more runs and forward it to the workers, which checkpoint and stop.
         A second Ctrl-C, or the grace time, kills them; a repeated SIGTERM (schedulers send several)
         does not."""
         if self.stopping_since is None:
             self.out.signal, self.stopping_since = signals[0], time.monotonic()
-            self.out.not_started = [s.run_id for s in queue]
-            queue.clear()
+            self.out.not_started = [s.run_id for s in self.queue]
+            self.queue.clear()
             self.bar.console.print(f"[yellow]{signal.Signals(self.out.signal).name}[/]: stopping "
                                    f"{len(self.running)} running runs (each checkpoints at the end of its current "
                                    "iteration)")

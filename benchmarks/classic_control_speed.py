@@ -19,7 +19,7 @@ import time
 import jax
 
 from bpo.config.presets import get_preset
-from bpo.config.schema import replace, traced_hyperparams
+from bpo.config.schema import replace, traced_hyperparams, with_bpo
 from bpo.runners.seeds import seed_keys
 from bpo.training import make_train, run
 
@@ -35,7 +35,7 @@ def timed(compiled, *args, repeats: int):
 
 
 def ours(algo: str, seeds: int, eval_at_end_only: bool, repeats: int = 1):
-    cfg = replace(get_preset("cartpole_ppo"), algo=algo, seeds=seeds)
+    cfg = replace(with_bpo(get_preset("cartpole_ppo"), algo == "bpo"), seeds=seeds)
     if eval_at_end_only:
         cfg = replace(cfg, eval_every=cfg.total_timesteps)
     if repeats == 1:  # exactly what `bpo train` does, first execution included

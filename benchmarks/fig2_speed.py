@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from bpo.config.presets import get_preset
-from bpo.config.schema import replace
+from bpo.config.schema import replace, with_bpo
 from bpo.training import run, summarize, write
 
 
@@ -26,7 +26,7 @@ def main():
     rows = {}
     with tempfile.TemporaryDirectory() as tmp:
         for algo in ("reinforce", "bpo"):
-            out = run(replace(base, algo=algo), seed_chunk=args.seed_chunk)
+            out = run(with_bpo(base, algo == "bpo"), seed_chunk=args.seed_chunk)
             write(out, Path(tmp) / algo)
             rows[algo] = (out, summarize(out))
     total = time.perf_counter() - start

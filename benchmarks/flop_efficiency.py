@@ -53,7 +53,7 @@ from jax.extend import core as jcore  # noqa: E402
 try:  # bpo in folders by kind
     from bpo.agents.learner import keyed_update, make_learner
     from bpo.config.presets import apply_variant, get_preset
-    from bpo.config.schema import replace, traced_hyperparams
+    from bpo.config.schema import replace, traced_hyperparams, with_bpo
     from bpo.core.distributions import logits_dist
     from bpo.core.replay import add, init_replay
 except ImportError:  # an older commit's flat bpo/, measured by update_speed.py with these helpers
@@ -62,6 +62,9 @@ except ImportError:  # an older commit's flat bpo/, measured by update_speed.py 
     from bpo.learner import keyed_update, make_learner
     from bpo.presets import apply_variant, get_preset
     from bpo.replay import add, init_replay
+
+    def with_bpo(cfg, on):  # before the bpo section was optional, ``algo`` said it
+        return replace(cfg, algo="bpo" if on else cfg.method)
 from bpo.runners.episodic import make_program  # noqa: E402
 from envs.gymnasium_envs import gym_spec  # noqa: E402
 
@@ -106,7 +109,7 @@ def host_update(preset: str, env_id: str, variant: str):
     """The host runner's per-rollout learner update of one seed, on random rollout data, with the
     replay already full (BPO)."""
     cfg = get_preset(preset, env_id)
-    cfg = replace(cfg, algo="bpo") if variant == "bpo" else apply_variant(cfg, variant)  # bpo: the preset's own
+    cfg = with_bpo(cfg, True) if variant == "bpo" else apply_variant(cfg, variant)  # bpo: the preset's own
     learner, spec, hp = make_learner(cfg, gym_spec(env_id)), gym_spec(env_id), traced_hyperparams(cfg)
     T, E = cfg.ppo.n_steps, cfg.ppo.n_envs
     rng = np.random.default_rng(0)

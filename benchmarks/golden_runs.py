@@ -21,14 +21,14 @@ from pathlib import Path
 
 TINY_BPO = ["--bpo.n-qvf-epochs", "1", "--bpo.n-mu-epochs", "1"]
 RUNS = {
-    "short_corridor_reinforce": ["short_corridor", "--algo", "reinforce", "--seeds", "3", "--episodes", "60"],
-    "short_corridor_bpo": ["short_corridor", "--algo", "bpo", "--seeds", "3", "--episodes", "60"],
-    "cartpole_ppo": ["cartpole_ppo", "--algo", "ppo", "--seeds", "2", "--total-timesteps", "4096"],
-    "cartpole_bpo": ["cartpole_ppo", "--algo", "bpo", "--seeds", "2", "--total-timesteps", "4096"],
-    "cartpole_a2c": ["cartpole_a2c", "--algo", "a2c", "--seeds", "2", "--total-timesteps", "4096"],
-    "cartpole_bpo_a2c": ["cartpole_a2c", "--algo", "bpo", "--seeds", "2", "--total-timesteps", "4096"],
+    "short_corridor_reinforce": ["short_corridor", "--no-bpo", "--seeds", "3", "--episodes", "60"],
+    "short_corridor_bpo": ["short_corridor", "--bpo", "--seeds", "3", "--episodes", "60"],
+    "cartpole_ppo": ["cartpole_ppo", "--no-bpo", "--seeds", "2", "--total-timesteps", "4096"],
+    "cartpole_bpo": ["cartpole_ppo", "--bpo", "--seeds", "2", "--total-timesteps", "4096"],
+    "cartpole_a2c": ["cartpole_a2c", "--no-bpo", "--seeds", "2", "--total-timesteps", "4096"],
+    "cartpole_bpo_a2c": ["cartpole_a2c", "--bpo", "--seeds", "2", "--total-timesteps", "4096"],
     "pendulum_bpo_gsde": [  # the preset explores with gSDE
-        "pendulum_ppo", "--algo", "bpo", "--seeds", "2", "--total-timesteps", "8192"],
+        "pendulum_ppo", "--bpo", "--seeds", "2", "--total-timesteps", "8192"],
     "halfcheetah_host_bpo": ["mujoco_default", "--env", "HalfCheetah-v5", "--variant", "bpo_c1.0_rho1.5",
                              "--seeds", "2", "--total-timesteps", "512", "--ppo.n-steps", "256", "--eval-every",
                              "256", "--eval-episodes", "1", *TINY_BPO],

@@ -1,6 +1,6 @@
 """The ``bpo`` command.
 
-    bpo train PRESET [--env ENV] [--variant NAME] [--method M] [--algo M|bpo|reinforce] [--seeds N] [--out DIR]
+    bpo train PRESET [--env ENV] [--variant NAME] [--method M] [--bpo | --no-bpo] [--seeds N] [--out DIR]
     bpo train RUN/config.json [--out DIR] [overrides]      (a recorded run again)
     bpo sweep SWEEP | --preset P ... [--backend local|slurm] [--dry-run]
     bpo plot RESULTS_DIR / bpo table RESULTS_DIR
@@ -24,6 +24,7 @@ if __name__ == "__main__":
     # ``receive_signals_on_a_thread`` takes them (bpo.infra.processes).
     signal.pthread_sigmask(signal.SIG_BLOCK, (signal.SIGINT, signal.SIGTERM))
 
+import dataclasses
 import importlib.metadata
 import json
 import os
@@ -36,7 +37,14 @@ import tyro
 
 from bpo.agents.methods import validate
 from bpo.config.presets import PRESETS, VARIANTS, apply_variant, get_preset
-from bpo.config.schema import ConfigError, EpisodicTrainConfig, OnPolicyTrainConfig, check_run_config, from_dict
+from bpo.config.schema import (
+    ConfigError,
+    EpisodicTrainConfig,
+    OnPolicyTrainConfig,
+    check_run_config,
+    from_dict,
+    with_bpo,
+)
 from bpo.infra import checkpoint as ckpt
 from bpo.infra.checkpoint import NonFiniteError
 from bpo.infra.plugins import load_plugins
@@ -49,16 +57,16 @@ from bpo.training import (
     default_checkpoint_every,
     progress_totals,
 )
-from bpo.training.job import OUTPUT_OPTIONS, Job, check_outputs, publish, resume_job, train
+from bpo.training.job import OUTPUT_OPTIONS, Job, check_outputs, publish, remove_made, resume_job, train
 from bpo.training.summary import final_return_text
 
 USAGE = """usage: bpo [--version] {{train,sweep,plot,table,reproduce,evaluate,probe,probe-summary,verify-variance,
                         report}} ...
 
-  bpo train PRESET [--env ENV] [--variant NAME] [--method ppo|a2c|...] [--algo METHOD|bpo|reinforce]
+  bpo train PRESET [--env ENV] [--variant NAME] [--method ppo|a2c|...] [--bpo | --no-bpo]
                    [--seeds N] [--total-timesteps N | --episodes N] [--out DIR] [--tensorboard] [overrides]
       Train one configuration; N seeds run vmapped. --method picks the on-policy method (ppo, a2c,
-      or one of BPO_PLUGINS: docs/methods.md); --algo runs it alone (its name) or with BPO (bpo).
+      or one of BPO_PLUGINS: docs/methods.md). Presets run BPO on it; --no-bpo runs it alone.
       --env applies the preset's per-environment overrides (Table 5); --variant applies a Table 1
       row or ablation: {}.
       Presets: {}. `bpo train PRESET --help` lists every field. Instead of PRESET, a run's
@@ -174,15 +182,9 @@ def train_main(argv: list[str]) -> int:
             return 0
         return _fail(f"preset: missing; allowed: {sorted(PRESETS)}")
     try:
-        preset = starting_config(argv)
-    except ConfigError as e:
-        return _fail(str(e))
-    on_policy = isinstance(preset, OnPolicyTrainConfig)
-    args_cls = OnPolicyTrainArgs if on_policy else TrainArgs
-    args = tyro.cli(args_cls, default=args_cls(config=preset), args=argv[1:], prog=f"bpo train {argv[0]}")
-    try:
-        if not on_policy and args.total_timesteps is not None:
-            raise ConfigError("total_timesteps", f"preset {preset.preset!r} is episodic; set --episodes instead")
+        args = _parse_train_args(argv)
+        if isinstance(args, TrainArgs) and args.total_timesteps is not None:
+            raise ConfigError("total_timesteps", f"preset {args.config.preset!r} is episodic; set --episodes instead")
         if args.seed_chunk is not None and args.seed_chunk < 0:
             raise ConfigError("seed_chunk", f"must be an integer >= 0, got {args.seed_chunk}")
         if args.checkpoint_every is not None and args.checkpoint_every < 0:
@@ -201,10 +203,51 @@ def train_main(argv: list[str]) -> int:
     return _train(job, args.progress)
 
 
+def _parse_train_args(argv: list[str]):
+    """``bpo train``'s arguments: the starting config (``starting_config``), BPO on or off
+    (``--bpo``, ``--no-bpo``), then every field's flag (tyro)."""
+    argv, bpo_on = _bpo_switch(argv)
+    preset, section = starting_config(argv)
+    if bpo_on is not None and _preparse(argv[1:], "--variant") and bpo_on != (preset.bpo is not None):
+        raise ConfigError("--bpo" if bpo_on else "--no-bpo", f"contradicts --variant {preset.variant}, which "
+                          f"{'runs the method alone' if bpo_on else 'runs BPO'}; give one of them")
+    args_cls = OnPolicyTrainArgs if isinstance(preset, OnPolicyTrainConfig) else TrainArgs
+    # tyro always fills the bpo section (its flags are listed whether BPO is on or off); a run
+    # without BPO then drops it, unless a flag changed it.
+    shown = with_bpo(preset, True, section)
+    args = tyro.cli(args_cls, default=args_cls(config=shown), args=argv[1:], prog=f"bpo train {argv[0]}")
+    on = preset.bpo is not None if bpo_on is None else bpo_on
+    return args if on else _without_unused_bpo(args, shown.bpo)
+
+
+def _bpo_switch(argv: list[str]) -> tuple[list[str], bool | None]:
+    """``argv`` without ``--bpo`` / ``--no-bpo``, and which was given last (None: neither). The
+    flag ``--algo`` that they replace is refused with the two that do its work."""
+    on = None
+    for arg in argv:
+        if arg == "--algo" or arg.startswith("--algo="):
+            raise ConfigError("--algo", "was replaced by the bpo section: --bpo runs BPO on the method (was --algo "
+                                        "bpo), --no-bpo the method alone (was --algo METHOD or --algo reinforce)")
+        if arg in ("--bpo", "--no-bpo"):
+            on = arg == "--bpo"
+    return [a for a in argv if a not in ("--bpo", "--no-bpo")], on
+
+
+def _without_unused_bpo(args, shown):
+    """``args`` of a run without BPO, its bpo section dropped; a ``--bpo.FIELD`` flag that changed
+    the section would be silently unused, so it is refused."""
+    changed = [f.name for f in dataclasses.fields(shown) if getattr(args.config.bpo, f.name) != getattr(shown, f.name)]
+    if changed:
+        raise ConfigError(f"bpo.{changed[0]}", f"sets the behaviour step of a run without BPO "
+                                               f"({args.config.method} alone); add --bpo, or leave it out")
+    return dataclasses.replace(args, config=with_bpo(args.config, False))
+
+
 def starting_config(argv: list[str]):
-    """The config the flags apply to: a preset (with ``--env``'s per-environment overrides and
-    ``--variant``'s values as its defaults; flags given explicitly still win), or a run's recorded
-    ``config.json``, which replays that run (``bpo train runs/x/config.json --out runs/y``)."""
+    """The config the flags apply to, and the bpo section that ``--bpo`` gives it when it has none:
+    a preset (with ``--env``'s per-environment overrides and ``--variant``'s values as its
+    defaults; flags given explicitly still win), or a run's recorded ``config.json``, which
+    replays that run (``bpo train runs/x/config.json --out runs/y``)."""
     env, variant = _preparse(argv[1:], "--env"), _preparse(argv[1:], "--variant")
     if argv[0].endswith(".json"):
         if env or variant:
@@ -217,12 +260,12 @@ def starting_config(argv: list[str]):
                                         f"{e})") from None
         check_run_config(data, argv[0])
         try:
-            return from_dict(data)
+            return from_dict(data), None
         except (ValueError, TypeError, AttributeError) as e:
             raise ConfigError("config", f"{argv[0]!r} cannot be read as a run's config.json ({type(e).__name__}: "
                                         f"{e})") from None
     preset = get_preset(argv[0], env)
-    return apply_variant(preset, variant) if variant else preset
+    return (apply_variant(preset, variant) if variant else preset), preset.bpo
 
 
 def resume_main(argv: list[str]) -> int:
@@ -244,7 +287,7 @@ def _train(job: Job, show_progress: bool) -> int:
     """The run's lifecycle (``bpo.training.job``), reported on the terminal; the exit code."""
     cfg = job.cfg
     try:
-        check_outputs(job)
+        made = check_outputs(job)
     except ConfigError as e:
         return _fail(str(e))
     if job.flag == "--out" and ckpt.exists(job.checkpoint_dir):  # the same run, interrupted (check_outputs): go on
@@ -254,7 +297,9 @@ def _train(job: Job, show_progress: bool) -> int:
         with EvalProgress(f"{cfg.preset}/{cfg.env}/{job.label}", calls, show_progress, steps) as bar:
             # Without a progress bar the program has no host callback, so it can be kept in the compile cache.
             out = train(job, progress=bar.update if show_progress else None, on_resume=bar.resume)
-    except (NonFiniteError, ConfigError) as e:  # ConfigError: a checkpoint of another run in the way
+    except (NonFiniteError, ConfigError) as e:  # ConfigError: a checkpoint of another run in the way, memory
+        if not ckpt.exists(job.checkpoint_dir):
+            remove_made(made)
         return _fail(str(e))
     except Interrupted as e:
         how = (f"; continue it with `bpo train --resume {job.out_dir}`" if e.checkpoint is not None

@@ -197,7 +197,10 @@ def read_summary(run_dir: Path) -> dict:
     return {**data, "final_eval_returns": [math.nan if x is None else float(x) for x in returns]}
 
 
-CONFIG_FIELDS: dict[str, Check] = {"preset": NAME, "env": NAME, "algo": NAME, "seeds": COUNT}
+CONFIG_FIELDS: dict[str, Check] = {"preset": NAME, "env": NAME, "seeds": COUNT,
+                                   "bpo": (lambda v: v is None or isinstance(v, dict), "an object or null")}
+CONFIG_OPTIONAL: dict[str, Check] = {"algo": NAME}
+"""``algo``: in files written before the bpo section was optional (``from_dict`` reads it)."""
 CONFIG_TYPED: dict[str, Check] = {
     "seed": (lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer"),
     "total_timesteps": COUNT, "episodes": COUNT, "eval_every": COUNT, "eval_episodes": COUNT,
@@ -214,7 +217,7 @@ def read_config(run_dir: Path):
     path = Path(run_dir) / "config.json"
     data = read_json_object(path)
     budget = "total_timesteps" if "ppo" in data else "episodes"  # from_dict's own test of the kind
-    check_fields(data, path, {**CONFIG_FIELDS, budget: COUNT})
+    check_fields(data, path, {**CONFIG_FIELDS, budget: COUNT}, CONFIG_OPTIONAL)
     try:
         cfg = from_dict(data)
     except (TypeError, ValueError, AttributeError, KeyError) as e:

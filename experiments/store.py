@@ -36,7 +36,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from bpo.config.schema import COMPATIBLE_ADDITIONS, EXECUTION_ONLY, from_dict, missing_fields, to_dict
+from bpo.config.schema import EXECUTION_ONLY, current_config, to_dict
 from bpo.infra import results
 from bpo.infra.publish import replace_dir
 from experiments import reader
@@ -208,12 +208,12 @@ def is_finished(sweep_dir: Path, spec: RunSpec) -> bool:
     run_dir = Path(sweep_dir) / spec.run_id
     try:
         reader.read_summary(run_dir)
-        raw = json.loads((run_dir / "config.json").read_text())
-        if set(missing_fields(raw)) - set(COMPATIBLE_ADDITIONS):
+        recorded = current_config(json.loads((run_dir / "config.json").read_text()))
+        if recorded is None:
             return False  # stale: recorded before a field existed whose default may change the results
-        # Read through the config classes: a run written before a field moved section is compared
-        # in today's layout (bpo.config.schema.from_dict).
-        stored = json.loads(json.dumps(to_dict(from_dict(raw))))
+        # Compared in today's layout: a run written before a field moved section, or before the bpo
+        # section was optional, reads as it meant (bpo.config.schema.from_dict).
+        stored = json.loads(json.dumps(to_dict(recorded)))
         expected = json.loads(json.dumps(to_dict(spec.config())))
         return same_result_config(stored, expected)
     except (OSError, ValueError, TypeError, AttributeError):

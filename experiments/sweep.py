@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from bpo.agents.methods import validate
-from bpo.config.presets import apply_variant, get_preset
-from bpo.config.schema import EXECUTION_ONLY, ConfigError, EpisodicTrainConfig, replace
+from bpo.config.presets import VARIANTS, apply_variant, get_preset
+from bpo.config.schema import EXECUTION_ONLY, ConfigError, EpisodicTrainConfig, get_dotted, replace, with_bpo
 from bpo.instruments.probe import ProbeSettings
 from bpo.training.probe_run import check_probe_name, with_truncation
 
@@ -55,8 +55,9 @@ class Grid:
     envs: tuple[str, ...] = ()
     """Environments, each with the preset's Table 5 overrides; () keeps the preset's own."""
     variants: tuple[str, ...] = ()
-    """Table 1 rows or ablations, or 'bpo' (the algorithm with the preset's own BPO settings), for
-    PPO presets; 'reinforce'/'bpo' (the algorithm) for episodic presets; () keeps the preset's own."""
+    """For on-policy presets: Table 1 rows or ablations, 'bpo' (BPO with the preset's own settings)
+    or the method's name (the method alone); for episodic presets 'reinforce' or 'bpo'; () keeps
+    the preset's own (BPO on its method)."""
     grid: tuple[tuple[str, tuple], ...] = ()
     """(dotted field, values) pairs swept as a product; they are part of each run's id."""
     fixed: tuple[tuple[str, Any], ...] = ()
@@ -136,9 +137,11 @@ class RunSpec:
             if isinstance(cfg, EpisodicTrainConfig):
                 if self.variant not in ("reinforce", "bpo"):
                     raise ConfigError("variant", f"preset {self.preset!r} is episodic; allowed: ['bpo', 'reinforce']")
-                cfg = replace(cfg, algo=self.variant)
-            elif self.variant == "bpo":  # BPO-PPO with the preset's own settings (no Table 1 row applied)
-                cfg = replace(cfg, algo="bpo")
+                cfg = with_bpo(cfg, self.variant == "bpo")
+            elif self.variant == "bpo" or (self.variant == cfg.method and self.variant not in VARIANTS):
+                # BPO on the method with the preset's own settings (no Table 1 row), or a plug-in
+                # method alone (the built-in ones have a row of their own: 'ppo', 'a2c')
+                cfg = with_bpo(cfg, self.variant == "bpo")
             else:
                 cfg = apply_variant(cfg, self.variant)
         cfg = apply_overrides(cfg, dict(self.overrides))
@@ -173,20 +176,23 @@ def _fmt(value) -> str:
 
 def apply_overrides(cfg, overrides: dict):
     """``cfg`` with dotted-name overrides, each checked against the config's fields (an unknown name
-    or a value of the wrong type is a ConfigError naming it) and coerced (int to float, list to tuple)."""
+    or a value of the wrong type is a ConfigError naming it) and coerced (int to float, list to tuple).
+    A field of a section the run does not have (``bpo.*`` of the method alone, in a sweep that also
+    runs BPO) is checked the same way and leaves the run as it is."""
     for name, value in overrides.items():
-        owner, parts = cfg, name.split(".")
+        owner, parts, absent = cfg, name.split("."), False
         for i, part in enumerate(parts):
             fields = {f.name: f for f in dataclasses.fields(owner)}
             if part not in fields:
                 where = ".".join(parts[:i]) or type(cfg).__name__
                 raise ConfigError(name, f"no such field in {where}; allowed: {sorted(fields)}")
             if i < len(parts) - 1:
-                owner = getattr(owner, part)
+                absent = absent or getattr(owner, part) is None
+                owner = get_dotted(owner, part)  # an absent section: its defaults, to check the name
                 if not dataclasses.is_dataclass(owner):
                     raise ConfigError(name, f"{'.'.join(parts[:i + 1])} is not a nested config")
-        current = getattr(owner, parts[-1])
-        cfg = replace(cfg, **{name: _coerce(name, value, current)})
+        coerced = _coerce(name, value, getattr(owner, parts[-1]))
+        cfg = cfg if absent else replace(cfg, **{name: coerced})
     return cfg
 
 
@@ -247,7 +253,8 @@ def _slug(text: str) -> str:
 
 NOT_SETTABLE = {"seeds": "--seeds (or the grid's seeds)", "preset": "--preset or the sweep file's grids",
                 "env": "--envs, which also applies the preset's per-environment settings",
-                "variant": "--variants", "algo": "--variants"}
+                "variant": "--variants", "bpo": "--variants ('bpo', or the method's name for it alone)",
+                "algo": "--variants ('bpo', or the method's name for it alone; algo became the bpo section)"}
 """Fields a sweep sets itself: an override of them would be ignored or would skip what the proper
 option does."""
 
@@ -258,17 +265,10 @@ def check_settable(pairs, option: str) -> None:
             raise ConfigError(option, f"{name} cannot be set this way; use {NOT_SETTABLE[name]}")
 
 
-def get_field(cfg, name: str):
-    """A dotted field of a config."""
-    for part in name.split("."):
-        cfg = getattr(cfg, part)
-    return cfg
-
-
 def _run_id(cfg, grid: Grid, variant, label, without_set) -> str:
     """ENV-PRESET-VARIANT, the grid values, then the ``--set`` values that change the run."""
-    changed = [(k, get_field(cfg, k)) for k, _ in grid.set_values
-               if k.split(".")[-1] not in EXECUTION_ONLY and get_field(cfg, k) != get_field(without_set, k)]
+    changed = [(k, get_dotted(cfg, k)) for k, _ in grid.set_values
+               if k.split(".")[-1] not in EXECUTION_ONLY and get_dotted(cfg, k) != get_dotted(without_set, k)]
     parts = [cfg.env, grid.preset, variant or cfg.algo] + [f"{k}={_fmt(v)}" for k, v in (*label, *changed)]
     return _slug("-".join(parts))
 
@@ -305,7 +305,7 @@ def expand(sweep: Sweep) -> list[RunSpec]:
 
 def probed(cfg) -> bool:
     """Whether ``bpo reproduce``'s probe step probes a run of this config: on-policy BPO (a mu)."""
-    return not isinstance(cfg, EpisodicTrainConfig) and cfg.algo == "bpo"
+    return not isinstance(cfg, EpisodicTrainConfig) and cfg.bpo is not None
 
 
 def check_probe_plan(plan: ProbePlan, cfg) -> None:

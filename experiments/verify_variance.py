@@ -22,7 +22,7 @@ import tyro
 from matplotlib.figure import Figure
 
 from bpo.config.presets import get_preset
-from bpo.config.schema import ConfigError, replace
+from bpo.config.schema import ConfigError, replace, with_bpo
 from bpo.infra.processes import end_at_once
 from bpo.infra.provenance import provenance
 from bpo.infra.publish import save_or_rescue
@@ -177,7 +177,7 @@ def learned_variances(pi_probs: np.ndarray, mu_probs: np.ndarray, eval_episode: 
 
 def train_short_corridor(seeds: int, episodes: int, seed: int) -> dict:
     """BPO-REINFORCE with the ``short_corridor`` preset; returns the evaluation metrics (numpy)."""
-    cfg = replace(get_preset("short_corridor"), algo="bpo", seeds=seeds, episodes=episodes, seed=seed)
+    cfg = replace(with_bpo(get_preset("short_corridor"), True), seeds=seeds, episodes=episodes, seed=seed)
     return run(cfg).metrics["eval"]
 
 

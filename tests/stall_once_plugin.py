@@ -37,7 +37,7 @@ class StallOnce(PPO):
 
 register_method(StallOnce())
 register_preset(replace(
-    PRESETS["cartpole_ppo"], preset="cartpole_stall_once", method="stall_once", algo="stall_once",
+    PRESETS["cartpole_ppo"], preset="cartpole_stall_once", method="stall_once", bpo=None,
     total_timesteps=512, eval_every=256, eval_episodes=2,
     ppo=replace(PRESETS["cartpole_ppo"].ppo, n_steps=32, n_envs=8, lr_schedule="constant"),
 ))

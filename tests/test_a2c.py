@@ -15,7 +15,7 @@ from bpo.agents.a2c import A2CState, a2c_loss, a2c_update, behaviour_weights, jo
 from bpo.agents.learner import make_learner
 from bpo.agents.methods import validate
 from bpo.config.presets import apply_variant, get_preset
-from bpo.config.schema import ConfigError, replace, traced_hyperparams
+from bpo.config.schema import ConfigError, replace, traced_hyperparams, with_bpo
 from bpo.core import distributions as D
 from bpo.core.optim import clipped
 from bpo.core.returns import tis_advantages
@@ -136,7 +136,7 @@ def a2c_setup(algo: str, **changes):
     """cartpole_a2c (BPO with c-bar 1, rho-bar 1.5) on CartPole's JAX environment: the learner, its
     first state, a rollout of its acting policy and the traced hyperparameters."""
     cfg = get_preset("cartpole_a2c")
-    cfg = apply_variant(cfg, "bpo_c1.0_rho1.5") if algo == "bpo" else cfg
+    cfg = apply_variant(cfg, "bpo_c1.0_rho1.5") if algo == "bpo" else with_bpo(cfg, False)
     cfg = validate(replace(cfg, **changes))
     hp, program = traced_hyperparams(cfg), make_program(cfg)
     carry = program.init(jax.random.PRNGKey(3), hp)
@@ -183,7 +183,7 @@ def test_bpo_a2c_with_mu_equal_to_pi_takes_the_a2c_step():
     carry, rows = program.rollout(carry)
     learner = program.learner
     bpo_state, _ = learner.update(carry.learner, jax.random.PRNGKey(0), jax.random.PRNGKey(1), rows, hp)
-    a2c_cfg = validate(replace(cfg, algo="a2c"))
+    a2c_cfg = validate(with_bpo(cfg, False))
     a2c_learner = make_learner(a2c_cfg, learner.spec)
     plain = carry.learner._replace(behaviour=(), replay=())
     a2c_state, _ = a2c_learner.update(plain, jax.random.PRNGKey(0), jax.random.PRNGKey(1), rows,
@@ -193,9 +193,8 @@ def test_bpo_a2c_with_mu_equal_to_pi_takes_the_a2c_step():
 
 
 @pytest.mark.parametrize("changes,field", [
-    ({"algo": "ppo"}, "algo"),  # an A2C preset's method is a2c
     ({"ppo.kl_coef": 0.1}, "ppo.kl_coef"),
-    ({"algo": "bpo", "returns.weight_on_advantage": True}, "returns.weight_on_advantage"),
+    ({"returns.weight_on_advantage": True}, "returns.weight_on_advantage"),  # BPO-A2C, the preset's own
     ({"ppo.optimizer": "sgd"}, "ppo.optimizer"),
     ({"ppo.rms_prop_eps": 0.0}, "ppo.rms_prop_eps"),
     ({"method": "trpo"}, "method"),
@@ -211,22 +210,32 @@ def test_invalid_a2c_configs_name_the_field(changes, field):
     assert e.value.field_name == field
 
 
+def test_the_ppo_row_on_an_a2c_preset_is_refused_naming_the_variant():
+    """Table 1's 'ppo' row runs PPO alone; an A2C preset's method alone is its 'a2c' row."""
+    with pytest.raises(ConfigError, match="use variant 'a2c'") as e:
+        apply_variant(get_preset("cartpole_a2c"), "ppo")
+    assert e.value.field_name == "variant"
+    assert apply_variant(get_preset("cartpole_a2c"), "a2c").bpo is None
+
+
 def test_a2c_batch_size_need_not_divide_the_rollout():
     cfg = get_preset("cartpole_a2c")
     assert cfg.rollout_size % cfg.ppo.batch_size  # 40 transitions, SB3's unused 64
     validate(cfg)
     with pytest.raises(ConfigError, match="ppo.batch_size"):
-        validate(replace(cfg, method="ppo", algo="ppo"))
+        validate(with_bpo(replace(cfg, method="ppo"), False))
 
 
 @pytest.mark.parametrize("algo", ["a2c", "bpo"])
 def test_cartpole_a2c_runs_from_the_command_line(tmp_path, algo):
     out = tmp_path / algo
-    assert main(["train", "cartpole_a2c", "--algo", algo, "--seeds", "2", "--total-timesteps", "2000",
+    switch = "--bpo" if algo == "bpo" else "--no-bpo"
+    assert main(["train", "cartpole_a2c", switch, "--seeds", "2", "--total-timesteps", "2000",
                  "--eval-every", "1000", "--eval-episodes", "2", "--no-progress", "--out", str(out)]) == 0
     summary = json.loads((out / "summary.json").read_text())
     config = json.loads((out / "config.json").read_text())
-    assert (config["method"], config["algo"], summary["total_timesteps"]) == ("a2c", algo, 2000)
+    assert (config["method"], summary["algo"], summary["total_timesteps"]) == ("a2c", algo, 2000)
+    assert (config["bpo"] is not None) == (algo == "bpo") and "algo" not in config
     assert all(math.isfinite(r) for r in summary["final_eval_returns"])
 
 

@@ -19,7 +19,7 @@ import envs  # noqa: F401
 import experiments.commands  # noqa: F401
 from bpo.agents.methods import validate
 from bpo.config.presets import get_preset
-from bpo.config.schema import ConfigError, replace
+from bpo.config.schema import ConfigError, EpisodicBehaviourConfig, replace, with_bpo
 from experiments.cli import main
 
 # Validating a config builds its environment once to read its spec; gymnax turns a few constants
@@ -49,9 +49,18 @@ CLI_BAD_INPUTS = [
     (["train", "cartpole_ppo", "--ppo.ent-coef", "inf"], "ppo.ent_coef", "must be a finite number >= 0, got inf"),
     (["train", "pendulum_ppo", "--ppo.log-std-init", "nan"], "ppo.log_std_init", "must be a finite number, got nan"),
     (["train", "pendulum_ppo", "--bpo.mu-loss", "reverse_kl"], "bpo.mu_loss", "chooses between the discrete losses"),
-    (["train", "cartpole_ppo", "--algo", "ppo", "--returns.trust-region-delta", "0.1"], "returns.trust_region_delta",
+    (["train", "cartpole_ppo", "--no-bpo", "--returns.trust-region-delta", "0.1"], "returns.trust_region_delta",
      "masks segments by pi/mu"),
     (["train", "cartpole_ppo", "--seeds", "0"], "seeds", "must be an integer >= 1, got 0"),
+    # Counts beyond 32 bits (the programs count in int32).
+    (["train", "short_corridor", "--episodes", "2147483648"], "episodes", "must be an integer <= 2,147,483,647"),
+    (["train", "cartpole_ppo", "--total-timesteps", "2147483647"], "total_timesteps", "rounded up to whole rollouts"),
+    # BPO on or off: the bpo section, not the flag it replaced; none of its fields without it.
+    (["train", "cartpole_ppo", "--algo", "ppo"], "--algo", "was replaced by the bpo section: --bpo runs BPO"),
+    (["train", "cartpole_ppo", "--no-bpo", "--bpo.q-lr", "0.1"], "bpo.q_lr",
+     "sets the behaviour step of a run without BPO (ppo alone); add --bpo"),
+    (["train", "cartpole_ppo", "--variant", "ppo", "--bpo"], "--bpo", "contradicts --variant ppo"),
+    (["train", "cartpole_a2c", "--variant", "ppo"], "variant", "'ppo' runs ppo alone; preset 'cartpole_a2c' runs"),
     (["train", "cartpole_ppo", "--env", "Hopper-v5"], "env",
      "(a MuJoCo task: add --backend gymnasium, threads or mjx"),
     (["train", "cartpole_ppo", "--backend", "mjx"], "env", "must be one of ['Ant-v5', 'HalfCheetah-v5', 'Hopper-v5', "),
@@ -112,7 +121,8 @@ VALIDATE_BAD_INPUTS = [
     # None before the behaviour's own checks named it (a TypeError).
     (ON_POLICY, {"bpo.replay_size": None, "bpo.replay_epoch_filled_only": True}, "bpo.replay_size",
      "must be an integer >= 1, got None"),
-    (EPISODIC, {"algo": "ppo"}, "algo", "must be one of ['reinforce', 'bpo'], got 'ppo'"),
+    (EPISODIC, {"bpo": "reinforce"}, "bpo", "must be a EpisodicBehaviourConfig (BPO on reinforce) or None "
+                                            "(reinforce alone), got str"),
     (EPISODIC, {"episodes": 0}, "episodes", "must be an integer >= 1, got 0"),
     (EPISODIC, {"eval_episodes": 0}, "eval_episodes", "must be an integer >= 1, got 0"),
     (EPISODIC, {"max_episode_steps": 0}, "max_episode_steps", "must be an integer >= 1, got 0"),
@@ -138,9 +148,9 @@ VALIDATE_BAD_INPUTS = [
     (EPISODIC, {"seed": -1}, "seed", "must be an integer in [0, 4294967295]"),
     (ON_POLICY, {"backend": "tpu"}, "backend", "must be one of ['jax', 'gymnasium', 'mjx', 'threads'], got 'tpu'"),
     (ON_POLICY, {"vector_mode": "threads"}, "vector_mode", "must be one of ['sync', 'async'], got 'threads'"),
-    (ON_POLICY, {"algo": "reinforce"}, "algo", "got 'reinforce' (REINFORCE is episodic: preset short_corridor)"),
-    (ON_POLICY, {"algo": "a2c"}, "algo", "got 'a2c' (to run method a2c alone: --method a2c --algo a2c)"),
-    (ON_POLICY, {"method": "nosuch", "algo": "nosuch"}, "method", "must be one of ['a2c', 'ppo'"),  # + plug-ins
+    (ON_POLICY, {"bpo": EpisodicBehaviourConfig()}, "bpo", "must be a OnPolicyBehaviourConfig (BPO on ppo) or "
+                                                           "None (ppo alone), got EpisodicBehaviourConfig"),
+    (ON_POLICY, {"method": "nosuch"}, "method", "must be one of ['a2c', 'ppo'"),  # + plug-ins
     (ON_POLICY, {"eval_every": 0}, "eval_every", "must be an integer >= 1, got 0"),
     (ON_POLICY, {"env": "Pong-v0"}, "env", "must be one of ['Acrobot-v1', 'CartPole-v1',"),
     (ON_POLICY, {"ppo.n_steps": 0}, "ppo.n_steps", "must be an integer >= 1, got 0"),
@@ -236,8 +246,51 @@ def test_validate_names_the_field(preset, changes, field, text, caplog):
     assert not [r for r in caplog.records if "Compiling" in r.getMessage()]
 
 
+@pytest.mark.parametrize("argv,field,text", [
+    (["--seeds", "100000", "--episodes", "300000"], "seeds", "GiB of memory (100,000 seeds: state"),
+    (["--episodes", "2000000000", "--eval-every", "1000", "--checkpoint-every", "5"], "episodes",
+     "GiB of memory (1 seed: state"),
+])
+def test_a_run_that_cannot_fit_in_memory_is_refused_before_its_program_compiles(argv, field, text, capsys, caplog,
+                                                                                tmp_path, monkeypatch):
+    """Its iteration is traced (shapes only), measured against the memory available, and refused
+    with the figure; the program is never lowered or compiled (only the seeds' keys are computed,
+    tiny eager calls), and the folders made for the run are gone again."""
+    monkeypatch.chdir(tmp_path)
+    with jax.log_compiles(True), caplog.at_level(logging.DEBUG):
+        code = main(["train", "short_corridor", *argv, "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith(f"error: {field}: the run needs about ") and text in err, err
+    assert "this machine has" in err and "allowed: fewer seeds or a smaller budget (episodes)" in err
+    compiled = [r.getMessage() for r in caplog.records if "Compiling" in r.getMessage()]
+    assert compiled and not [m for m in compiled if "_iteration_all" in m or "_init_all" in m], compiled
+    assert not any(tmp_path.iterdir()), "left folders behind"
+
+
+def test_the_memory_estimate_is_the_state_and_every_output_twice_and_names_the_field_to_change():
+    from bpo.infra.memory import check_run_fits
+
+    cfg = replace(get_preset(EPISODIC), seeds=4)
+    # 10 bytes of state, 3 per iteration x 5 iterations, kept and copied once: 10 + 2 * 15 = 40
+    assert check_run_fits(cfg, 10, 3, 5, available=40) == 40
+    with pytest.raises(ConfigError, match="about 0.0 MiB of memory") as e:
+        check_run_fits(cfg, 10, 3, 5, available=39)
+    assert e.value.field_name == "seeds"  # one seed's tenth would fit
+    with pytest.raises(ConfigError) as e:
+        check_run_fits(cfg, 10, 3, 5, available=9)
+    assert e.value.field_name == "episodes"  # not even one seed fits: the budget
+
+
+def test_a_field_of_the_bpo_section_of_a_run_without_it_is_refused_by_name():
+    alone = with_bpo(get_preset(ON_POLICY), False)
+    with pytest.raises(ConfigError, match="sets the bpo section, which this run does not have") as e:
+        replace(alone, **{"bpo.q_lr": 0.1})
+    assert e.value.field_name == "bpo.q_lr"
+    assert replace(with_bpo(alone, True), **{"bpo.q_lr": 0.1}).bpo.q_lr == 0.1
+
+
 @pytest.mark.parametrize("argv,allowed", [
-    (["train", "short_corridor", "--algo", "ppo_typo"], "reinforce"),
+    (["train", "short_corridor", "--bpo.mu-loss", "kl_typo"], "cross_entropy"),
     (["train", "cartpole_ppo", "--ppo.n-steps", "many"], "int"),
     (["train", "cartpole_ppo", "--returns.lam", "0.5"], "Unrecognized options: --returns.lam"),
     (["train", "short_corridor", "--returns.trust-region-delta", "0.1"], "Unrecognized options: --returns.trust"),
@@ -279,7 +332,7 @@ def test_a_run_is_replayed_from_its_own_config_json(tmp_path, capsys):
     """`bpo train RUN/config.json`: the recorded run again, the same numbers; flags still apply."""
     first, again = tmp_path / "first", tmp_path / "again"
     args = ["--episodes", "20", "--eval-every", "10", "--eval-episodes", "2", "--seeds", "2", "--no-progress"]
-    assert main(["train", "short_corridor", "--algo", "bpo", *args, "--out", str(first)]) == 0
+    assert main(["train", "short_corridor", "--bpo", *args, "--out", str(first)]) == 0
     assert main(["train", str(first / "config.json"), "--no-progress", "--out", str(again)]) == 0
     assert (again / "curve.csv").read_text() == (first / "curve.csv").read_text()
     assert main(["train", str(first / "config.json"), "--variant", "ppo", "--out", str(tmp_path / "x")]) == 2
@@ -291,7 +344,7 @@ def test_a_run_is_replayed_from_its_own_config_json(tmp_path, capsys):
 
 def test_progress_written_to_a_log_is_one_whole_line(tmp_path):
     """Written to a pipe, the bar's last frame is one line, not wrapped at 80 columns nor cut."""
-    proc = subprocess.run([sys.executable, "-m", "experiments.cli", "train", "short_corridor", "--algo", "bpo",
+    proc = subprocess.run([sys.executable, "-m", "experiments.cli", "train", "short_corridor", "--bpo",
                            "--episodes", "20", "--eval-every", "10", "--eval-episodes", "2", "--seeds", "2",
                            "--out", str(tmp_path / "run")], capture_output=True, text=True, timeout=300,
                           env={k: v for k, v in os.environ.items() if k != "COLUMNS"})

@@ -15,14 +15,14 @@ import numpy as np
 import pytest
 
 from bpo.config.presets import get_preset
-from bpo.config.schema import ConfigError, replace
+from bpo.config.schema import ConfigError, replace, with_bpo
 from bpo.infra import checkpoint as ckpt
 from bpo.training import driver, run
 from envs.gymnasium_envs import make_vector_env
 
-SHORT_CORRIDOR = ["train", "short_corridor", "--algo", "bpo", "--episodes", "200", "--eval-every", "10",
+SHORT_CORRIDOR = ["train", "short_corridor", "--bpo", "--episodes", "200", "--eval-every", "10",
                   "--eval-episodes", "3", "--seeds", "2", "--checkpoint-every", "2", "--no-progress"]
-CARTPOLE_HOST = ["train", "cartpole_ppo", "--algo", "bpo", "--backend", "gymnasium", "--total-timesteps", "4096",
+CARTPOLE_HOST = ["train", "cartpole_ppo", "--bpo", "--backend", "gymnasium", "--total-timesteps", "4096",
                  "--eval-every", "1024", "--eval-episodes", "2", "--seeds", "2", "--checkpoint-every", "2",
                  "--no-progress"]
 HOPPER_THREADS = ["train", "mujoco_default", "--env", "Hopper-v5", "--backend", "threads", "--total-timesteps", "1024",
@@ -106,13 +106,13 @@ def test_sweep_continues_an_interrupted_run_from_its_checkpoint(tmp_path):
 
 
 @pytest.mark.parametrize("preset, changes", [
-    ("short_corridor", {"algo": "bpo", "episodes": 60, "eval_every": 10, "eval_episodes": 2}),
-    ("cartpole_ppo", {"algo": "bpo", "total_timesteps": 4096, "eval_every": 1024, "eval_episodes": 2}),
+    ("short_corridor", {"episodes": 60, "eval_every": 10, "eval_episodes": 2}),
+    ("cartpole_ppo", {"total_timesteps": 4096, "eval_every": 1024, "eval_episodes": 2}),
 ], ids=["episodic", "on-policy"])
 def test_checkpointing_does_not_change_a_jax_run(tmp_path, preset, changes):
     """Without checkpoints, and with a checkpoint every 1 or 4 iterations, the same program runs the
     same iterations: bit-identical metrics, so every command gives the same numbers."""
-    cfg = replace(get_preset(preset), seeds=2, **changes)
+    cfg = replace(with_bpo(get_preset(preset), True), seeds=2, **changes)
     plain = run(cfg).metrics
     for every in (1, 4):
         saved = run(cfg, checkpoint_dir=tmp_path / str(every), checkpoint_every=every).metrics
@@ -141,7 +141,7 @@ def test_environment_snapshots_continue_identically(env_id):
 
 
 def test_a_nan_stops_the_run_naming_the_quantity_and_keeps_the_checkpoint(tmp_path, monkeypatch):
-    cfg = replace(get_preset("short_corridor"), algo="reinforce", episodes=40, eval_every=10, eval_episodes=2, seeds=2)
+    cfg = replace(with_bpo(get_preset("short_corridor"), False), episodes=40, eval_every=10, eval_episodes=2, seeds=2)
     real_save = ckpt.save
 
     def stop_after_first(*args, **kw):
@@ -179,12 +179,12 @@ def test_non_finite_values_are_found_and_named():
 
 
 @pytest.mark.parametrize("preset, changes", [
-    ("short_corridor", {"algo": "bpo", "episodes": 20, "eval_every": 10, "eval_episodes": 2}),
-    ("cartpole_ppo", {"algo": "bpo", "backend": "gymnasium", "total_timesteps": 512, "eval_every": 256,
+    ("short_corridor", {"episodes": 20, "eval_every": 10, "eval_episodes": 2}),
+    ("cartpole_ppo", {"backend": "gymnasium", "total_timesteps": 512, "eval_every": 256,
                       "eval_episodes": 1, "eval_in_background": False}),
 ], ids=["jax-runner", "host-runner"])
 def test_a_checkpoint_of_another_configuration_is_refused_before_compiling(tmp_path, preset, changes):
-    cfg = replace(get_preset(preset), seeds=2, **changes)
+    cfg = replace(with_bpo(get_preset(preset), True), seeds=2, **changes)
     run(cfg, checkpoint_dir=tmp_path, checkpoint_every=1)  # leaves its last checkpoint (the CLI removes it)
     other = replace(cfg, seed=7)
     with pytest.raises(ConfigError, match="resume: the checkpoint was written by a different configuration"):
@@ -193,7 +193,7 @@ def test_a_checkpoint_of_another_configuration_is_refused_before_compiling(tmp_p
 
 def _unfinished_run(tmp_path) -> tuple[Path, object]:
     """A run folder holding a real checkpoint, as a run killed mid-way leaves it."""
-    cfg = replace(get_preset("short_corridor"), algo="bpo", episodes=40, eval_every=10, eval_episodes=2, seeds=2)
+    cfg = replace(with_bpo(get_preset("short_corridor"), True), episodes=40, eval_every=10, eval_episodes=2, seeds=2)
     out = tmp_path / "run"
     run(cfg, checkpoint_dir=out / "checkpoint", checkpoint_every=2)
     assert ckpt.exists(out / "checkpoint")
@@ -228,7 +228,7 @@ def test_a_new_run_may_not_start_over_an_unfinished_run_s_checkpoint(tmp_path):
     """The checkpoint would otherwise stay beside the new results, and a later --resume would
     replace them with the old run's."""
     out, _ = _unfinished_run(tmp_path)
-    args = ["train", "short_corridor", "--algo", "reinforce", "--episodes", "20", "--no-progress", "--out", str(out)]
+    args = ["train", "short_corridor", "--no-bpo", "--episodes", "20", "--no-progress", "--out", str(out)]
     for extra in ([], ["--checkpoint-every", "2"]):  # not checkpointing; checkpointing another config
         done = bpo([*args, *extra])
         assert done.returncode == 2 and "holds the checkpoint of an unfinished run" in done.stderr, done.stderr
@@ -253,7 +253,7 @@ def test_resume_keeps_tensorboard_and_counts_the_time_of_every_segment(tmp_path)
     """``--resume`` continues with the output options the run started with, and the summary's
     times are those of all its segments: at least the killed segment's up to its checkpoint."""
     out = tmp_path / "run"
-    args = ["train", "cartpole_ppo", "--algo", "bpo", "--total-timesteps", "8192", "--eval-every", "1024",
+    args = ["train", "cartpole_ppo", "--bpo", "--total-timesteps", "8192", "--eval-every", "1024",
             "--eval-episodes", "2", "--seeds", "2", "--checkpoint-every", "1", "--tensorboard", "--no-progress",
             "--out", str(out)]
     kill_after_checkpoint(args, out)
@@ -355,7 +355,7 @@ def test_a_checkpoint_that_names_the_target_state_ppo_still_loads(tmp_path):
     from bpo.config.schema import traced_hyperparams
     from envs import make_env
 
-    cfg = replace(get_preset("cartpole_ppo"), algo="bpo")
+    cfg = with_bpo(get_preset("cartpole_ppo"), True)
     learner, hp = make_learner(cfg, make_env(cfg.env).spec), traced_hyperparams(cfg)
     keys = jax.random.split(jax.random.PRNGKey(0), 4)
     state = learner.init(tuple(keys[:3]), hp, jax.random.normal(keys[3], (cfg.ppo.n_envs, 4)))
@@ -383,3 +383,36 @@ def test_a_checkpoint_continues_with_other_physics_threads_but_not_another_seed(
     for other in (replace(cfg, seed=1), replace(cfg, total_timesteps=cfg.total_timesteps * 2),
                   replace(cfg, save_policies_every=1)):
         assert ckpt.mismatch(tmp_path, other) == "the checkpoint was written by a different configuration"
+
+
+def _rewrite_info_config(directory: Path, change) -> None:
+    """The checkpoint in ``directory`` with its recorded config replaced by ``change(config)``, in the
+    state file (where it is read from) as an older version would have written it."""
+    from flax import serialization
+
+    path = directory / ckpt.STATE_FILE
+    raw = serialization.msgpack_restore(path.read_bytes())
+    info = json.loads(raw["info"])
+    raw["info"] = json.dumps({**info, "config": change(info["config"])})
+    path.write_bytes(serialization.msgpack_serialize(raw))
+
+
+@pytest.mark.parametrize("algo", ["reinforce", "bpo"])
+def test_a_checkpoint_written_with_algo_continues_the_run_it_belongs_to(tmp_path, algo):
+    """Checkpoints written before the bpo section was optional recorded ``algo`` and always a bpo
+    section; they continue the run they meant, and no other."""
+    import jax
+
+    from bpo.config.schema import EpisodicBehaviourConfig, to_dict
+
+    cfg = replace(with_bpo(get_preset("short_corridor"), algo == "bpo"), episodes=40, eval_every=10,
+                  eval_episodes=2, seeds=2)
+    whole = run(cfg, checkpoint_dir=tmp_path, checkpoint_every=2).metrics  # leaves its last checkpoint
+    old_section = to_dict(EpisodicBehaviourConfig())
+    _rewrite_info_config(tmp_path, lambda c: {**c, "algo": algo, "bpo": c["bpo"] or old_section})
+    assert ckpt.mismatch(tmp_path, cfg) is None
+    assert ckpt.mismatch(tmp_path, with_bpo(cfg, algo != "bpo")) is not None  # the other algorithm: refused
+    resumed = run(cfg, checkpoint_dir=tmp_path, checkpoint_every=1).metrics
+    jax.tree.map(np.testing.assert_array_equal, resumed, whole)
+    _rewrite_info_config(tmp_path, lambda c: {k: v for k, v in c.items() if k != "max_episode_steps"})
+    assert ckpt.mismatch(tmp_path, cfg) is not None  # a field missing that is not a compatible addition

@@ -40,7 +40,14 @@ from hypothesis import strategies as st
 import envs
 from bpo.agents.methods import validate
 from bpo.config.presets import PRESETS, VARIANTS, get_preset
-from bpo.config.schema import ConfigError, EpisodicTrainConfig, OnPolicyTrainConfig, replace, traced_hyperparams
+from bpo.config.schema import (
+    ConfigError,
+    EpisodicTrainConfig,
+    OnPolicyTrainConfig,
+    replace,
+    traced_hyperparams,
+    with_bpo,
+)
 from envs.gymnasium_envs import GYMNASIUM_ENVS
 from experiments.cli import main
 
@@ -61,6 +68,8 @@ def leaf_fields(cls, prefix=""):
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
         hint = hints[f.name]
+        sections = [h for h in typing.get_args(hint) if dataclasses.is_dataclass(h)]  # X | None: the bpo section
+        hint = sections[0] if sections else hint
         if dataclasses.is_dataclass(hint):
             yield from leaf_fields(hint, f"{prefix}{f.name}.")
         else:
@@ -79,8 +88,7 @@ CROSS_FIELD = {
     "bpo.mu_batch_size": {"bpo.replay_size"},
     "backend": {"env"},  # the environment must exist on the backend
     "env": {"ppo.use_sde", "bpo.mu_loss"},  # gSDE and the discrete mu losses need a matching action space
-    "algo": {"returns.trust_region_delta", "reinforce.gamma"},
-    "method": {"algo", "ppo.batch_size"},  # algo ppo or a2c must be the method; PPO splits the rollout in batches
+    "method": {"ppo.batch_size"},  # PPO splits the rollout in batches
     "bpo.clip_targets": {"reinforce.gamma"},  # clipped targets need gamma < 1
 }
 METHOD_CHECKED = {"ppo.batch_size"}
@@ -335,7 +343,7 @@ def test_bpo_ppo_trains_pi_with_the_shared_ppo_entropy_weight():
     cfg = get_preset("mujoco_default")
     assert cfg.bpo.ppo_ent_coef is None and cfg.ppo.ent_coef == 0.001
     for algo in ("ppo", "bpo"):
-        assert float(traced_hyperparams(replace(cfg, algo=algo)).ent_coef) == pytest.approx(0.001)
+        assert float(traced_hyperparams(with_bpo(cfg, algo == "bpo")).ent_coef) == pytest.approx(0.001)
     authors = replace(cfg, **{"bpo.ppo_ent_coef": 0.0})
     assert float(traced_hyperparams(authors).ent_coef) == 0.0
-    assert float(traced_hyperparams(replace(authors, algo="ppo")).ent_coef) == pytest.approx(0.001)
+    assert float(traced_hyperparams(with_bpo(authors, False)).ent_coef) == pytest.approx(0.001)

@@ -197,10 +197,10 @@ def _learner_and_rollout(**changes):
     """A BPO-PPO learner on CartPole and one rollout drawn from its own behaviour policy mu."""
     from bpo.agents.learner import make_learner
     from bpo.config.presets import get_preset
-    from bpo.config.schema import replace, traced_hyperparams
+    from bpo.config.schema import replace, traced_hyperparams, with_bpo
     from envs import make_env
 
-    cfg = replace(get_preset("cartpole_ppo"), algo="bpo", **changes)
+    cfg = replace(with_bpo(get_preset("cartpole_ppo"), True), **changes)
     spec = make_env(cfg.env).spec
     learner, hp = make_learner(cfg, spec), traced_hyperparams(cfg)
     t, n = cfg.ppo.n_steps, cfg.ppo.n_envs

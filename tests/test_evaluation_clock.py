@@ -142,7 +142,7 @@ def test_no_clock_no_evaluation_times():
 
 def test_a_real_run_records_a_rising_time_for_each_evaluation_of_its_curve(tmp_path):
     out = tmp_path / "run"
-    assert main(["train", "short_corridor", "--algo", "reinforce", "--episodes", "40", "--eval-every", "10",
+    assert main(["train", "short_corridor", "--no-bpo", "--episodes", "40", "--eval-every", "10",
                  "--eval-episodes", "2", "--seeds", "2", "--no-progress", "--out", str(out)]) == 0
     recorded = json.loads((out / "summary.json").read_text())
     clock = recorded["evaluation_clock"]

@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from bpo.config.presets import get_preset
-from bpo.config.schema import replace, traced_hyperparams
+from bpo.config.schema import replace, traced_hyperparams, with_bpo
 from bpo.runners.episodic import act, make_program
 from bpo.runners.evaluation import run_episodes
 from envs.functional import ShortCorridorFunctional
@@ -58,7 +58,7 @@ def test_an_episode_that_never_ends_stops_at_the_step_limit():
 def test_the_episodic_runner_evaluates_through_the_loop_with_figure_2_s_stream():
     """Each evaluation episode's stream is the one the episodic runner had before the loop was
     shared (the reset's split, then one split a step), so Figure 2's evaluations are unchanged."""
-    cfg = replace(get_preset("short_corridor"), algo="reinforce", eval_episodes=6, max_episode_steps=30)
+    cfg = replace(with_bpo(get_preset("short_corridor"), False), eval_episodes=6, max_episode_steps=30)
     program = make_program(cfg)
     carry = program.init(jax.random.PRNGKey(5), traced_hyperparams(cfg))
     _, obs0 = program.env.reset(None)

@@ -12,7 +12,7 @@ from gymnasium.vector import AutoresetMode
 from bpo.agents.learner import keyed_update, make_learner
 from bpo.agents.methods import validate
 from bpo.config.presets import PAPER_TABLE1, apply_variant, best_bpo_row, get_preset
-from bpo.config.schema import ConfigError, OnPolicyTrainConfig, PPOConfig, replace, traced_hyperparams
+from bpo.config.schema import ConfigError, OnPolicyTrainConfig, PPOConfig, replace, traced_hyperparams, with_bpo
 from bpo.runners.host import HostRunner
 from bpo.training import run
 from bpo.training.driver import drive
@@ -22,12 +22,13 @@ from experiments.cli import main
 
 def probe_config(algo: str, **changes) -> OnPolicyTrainConfig:
     cfg = OnPolicyTrainConfig(
-        preset="probe", env="TruncationProbe-v0", backend="gymnasium", algo=algo, total_timesteps=128 * 40,
+        preset="probe", env="TruncationProbe-v0", backend="gymnasium", total_timesteps=128 * 40,
         eval_every=128 * 40, eval_episodes=1, eval_in_background=False,
         ppo=PPOConfig(learning_rate=3e-3, n_steps=32, n_envs=4, batch_size=64, n_epochs=10, gamma=0.5, gae_lambda=1.0,
                       normalize_observations=False, pi_hidden=(16,), vf_hidden=(16,)),
     )
-    return replace(cfg, **{"bpo.replay_size": 256, "bpo.q_batch_size": 64, "bpo.mu_batch_size": 64, **changes})
+    cfg = replace(cfg, **{"bpo.replay_size": 256, "bpo.q_batch_size": 64, "bpo.mu_batch_size": 64, **changes})
+    return with_bpo(cfg, algo == "bpo")
 
 
 def test_same_step_auto_reset_returns_the_real_final_observation():
@@ -112,10 +113,11 @@ def test_host_update_equals_the_learner_update_on_the_same_batch(algo):
     compiled update equals, bit for bit, the learner's update as the JAX runner calls it for a
     chunk of 2 seeds (jitted, vmapped over seeds, time-major rows); a single seed outside vmap
     agrees to float32 rounding (XLA batches the matrix products differently)."""
-    cfg = replace(apply_variant(get_preset("mujoco_default"), "ppo" if algo == "ppo" else "bpo_c1.5_rho1.5"),
+    small = replace(get_preset("mujoco_default"), **{"bpo.replay_size": 256, "bpo.n_qvf_epochs": 2,
+                                                     "bpo.n_mu_epochs": 2})
+    cfg = replace(apply_variant(small, "ppo" if algo == "ppo" else "bpo_c1.5_rho1.5"),
                   seeds=2, total_timesteps=256, eval_every=256, eval_episodes=1,
-                  **{"ppo.n_steps": 128, "ppo.batch_size": 64, "ppo.n_epochs": 2, "bpo.replay_size": 256,
-                     "bpo.n_qvf_epochs": 2, "bpo.n_mu_epochs": 2})
+                  **{"ppo.n_steps": 128, "ppo.batch_size": 64, "ppo.n_epochs": 2})
     runner = HostRunner(cfg, traced_hyperparams(cfg))
     captured = {}
 
@@ -160,8 +162,9 @@ def test_every_mujoco_task_runs_a_tiny_budget(env, algo, preset):
     worker process is tested below."""
     cfg = get_preset(preset, env)
     n_steps = 2048 // cfg.ppo.n_envs
-    cfg = replace(cfg, algo=algo, seeds=1, total_timesteps=n_steps * cfg.ppo.n_envs, eval_every=4096, eval_episodes=1,
+    cfg = replace(cfg, seeds=1, total_timesteps=n_steps * cfg.ppo.n_envs, eval_every=4096, eval_episodes=1,
                   eval_in_background=False, **{"ppo.n_steps": n_steps, "bpo.n_qvf_epochs": 2, "bpo.n_mu_epochs": 2})
+    cfg = with_bpo(cfg, algo == "bpo")
     out = run(cfg)
     ev = out.metrics["eval"]
     assert ev["eval_return"].shape == (1, 2) and np.all(np.isfinite(ev["eval_return"]))

@@ -13,7 +13,7 @@ import pytest
 from bpo.agents.methods import validate
 from bpo.agents.ppo import actor_loss
 from bpo.config.presets import PRESETS
-from bpo.config.schema import ConfigError, replace, traced_hyperparams
+from bpo.config.schema import ConfigError, replace, traced_hyperparams, with_bpo
 from bpo.core import distributions as D
 from bpo.core import kl
 from bpo.training import make_train
@@ -113,7 +113,7 @@ def test_invalid_kl_settings_name_the_field(changes, field):
 
 
 def test_a_kl_penalty_changes_a_cartpole_ppo_run():
-    base = replace(PRESETS["cartpole_ppo"], algo="ppo", total_timesteps=2 * 256, eval_every=512, eval_episodes=1,
+    base = replace(with_bpo(PRESETS["cartpole_ppo"], False), total_timesteps=2 * 256, eval_every=512, eval_episodes=1,
                    **{"ppo.n_epochs": 4, "ppo.lr_schedule": "constant"})
     runs = {}
     for coef in (0.0, 1.0):

@@ -26,7 +26,7 @@ from bpo.agents.a2c import behaviour_weights
 from bpo.agents.learner import bpo_ppo_batch, make_learner
 from bpo.agents.methods import get_method, register_method, validate
 from bpo.config.presets import PRESETS, register_preset
-from bpo.config.schema import ConfigError, OnPolicyTrainConfig, traced_hyperparams
+from bpo.config.schema import ConfigError, OnPolicyTrainConfig, traced_hyperparams, with_bpo
 from bpo.core import distributions
 from bpo.infra.plugins import load_plugins
 from envs import make_env
@@ -86,7 +86,7 @@ class VPG:
 
 register_method(VPG())
 register_preset(replace(
-    PRESETS["cartpole_ppo"], preset="cartpole_vpg", method="vpg", algo="vpg", total_timesteps=1024,
+    PRESETS["cartpole_ppo"], preset="cartpole_vpg", method="vpg", total_timesteps=1024,
     eval_every=512, eval_episodes=2,
     ppo=replace(PRESETS["cartpole_ppo"].ppo, n_steps=32, n_envs=8, lr_schedule="constant"),
     bpo=replace(PRESETS["cartpole_ppo"].bpo, replay_size=512, q_batch_size=128, mu_batch_size=128, n_qvf_epochs=1,
@@ -94,7 +94,7 @@ register_preset(replace(
 ))
 SWEEP = Sweep(
     name="vpg", description="VPG alone and BPO on VPG, CartPole-v1", baseline="vpg",
-    grids=(Grid(preset="cartpole_vpg", seeds=2), Grid(preset="cartpole_vpg", variants=("bpo",), seeds=2)),
+    grids=(Grid(preset="cartpole_vpg", variants=("vpg", "bpo"), seeds=2),),
 )
 
 
@@ -114,9 +114,10 @@ def _summary(run: Path) -> dict:
 def test_bpo_train_runs_the_method_alone_and_with_bpo(plugin, tmp_path):
     for algo in ("vpg", "bpo"):
         out = tmp_path / algo
-        assert main(["train", "cartpole_vpg", "--algo", algo, "--seeds", "2", "--out", str(out), "--no-progress"]) == 0
+        switch = "--bpo" if algo == "bpo" else "--no-bpo"
+        assert main(["train", "cartpole_vpg", switch, "--seeds", "2", "--out", str(out), "--no-progress"]) == 0
         config = json.loads((out / "config.json").read_text())
-        assert (config["method"], config["algo"]) == ("vpg", algo)
+        assert (config["method"], config["bpo"] is None, _summary(out)["algo"]) == ("vpg", algo == "vpg", algo)
         assert np.all(np.isfinite(_summary(out)["final_eval_returns"]))
         metrics = (out / "train_metrics.csv").read_text().splitlines()[0].split(",")
         assert {"pg_loss", "value_loss"} <= set(metrics)  # the method's own metrics, reduced like any other
@@ -136,7 +137,7 @@ def test_the_method_runs_on_the_gymnasium_backend_with_its_evaluation_worker(plu
 def test_the_learner_runs_the_registered_update_and_its_bpo_weights():
     """The learner's update, against the method's loss evaluated by hand on the same rollout: one
     VPG step of pi's parameters with the weights min(rho_bar, pi_old/mu) computed here."""
-    cfg = validate(replace(PRESETS["cartpole_vpg"], algo="bpo"))
+    cfg = validate(with_bpo(PRESETS["cartpole_vpg"], True))
     spec = make_env(cfg.env).spec
     learner = make_learner(cfg, spec)
     hp = traced_hyperparams(cfg)
@@ -189,7 +190,7 @@ def test_a_sweep_and_bpo_table_of_the_method(plugin, tmp_path):
 
 
 def test_bad_methods_and_plugins_are_refused_with_the_name(monkeypatch, tmp_path, capsys):
-    assert main(["train", "cartpole_vpg", "--method", "nosuch", "--algo", "nosuch", "--no-progress",
+    assert main(["train", "cartpole_vpg", "--method", "nosuch", "--no-bpo", "--no-progress",
                  "--out", str(tmp_path / "x")]) == 2
     assert "method: must be one of" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()

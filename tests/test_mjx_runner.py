@@ -28,7 +28,7 @@ def test_cli_trains_bpo_on_an_mjx_task(tmp_path):
 
     summary = read_summary(out)
     config = json.loads((out / "config.json").read_text())
-    assert (config["backend"], config["env"], config["algo"]) == ("mjx", "HalfCheetah-v5", "bpo")
+    assert (config["backend"], config["env"], summary["algo"]) == ("mjx", "HalfCheetah-v5", "bpo")
     assert (summary["seeds"], summary["total_timesteps"]) == (2, 256)
     assert all(math.isfinite(r) for r in summary["final_eval_returns"])
     assert sorted({int(r["step"]) for r in read_curve(out)}) == [0, 128, 256]

@@ -12,7 +12,7 @@ import pytest
 from bpo.agents.learner import make_learner
 from bpo.agents.methods import validate
 from bpo.config.presets import BUILT_IN, PRESETS
-from bpo.config.schema import OnPolicyTrainConfig, PPOConfig, replace, traced_hyperparams
+from bpo.config.schema import OnPolicyTrainConfig, PPOConfig, replace, traced_hyperparams, with_bpo
 from bpo.core.networks import Actor
 from bpo.training import make_train, run
 from envs import make_env
@@ -24,10 +24,12 @@ ON_POLICY = sorted(name for name, cfg in PRESETS.items()
                    if name in BUILT_IN and isinstance(cfg, OnPolicyTrainConfig) and cfg.backend == "jax")
 
 
-def tiny(cfg: OnPolicyTrainConfig, **changes) -> OnPolicyTrainConfig:
-    """One rollout, one evaluation episode: enough to compile and run every piece once."""
+def tiny(cfg: OnPolicyTrainConfig, algo: str, **changes) -> OnPolicyTrainConfig:
+    """One rollout, one evaluation episode: enough to compile and run every piece once; BPO on the
+    preset's method (``algo`` 'bpo') or the method alone (its name)."""
     rollout = cfg.ppo.n_steps * cfg.ppo.n_envs
-    return replace(cfg, total_timesteps=rollout, eval_every=rollout, eval_episodes=1, **changes)
+    return replace(with_bpo(cfg, algo == "bpo"), total_timesteps=rollout, eval_every=rollout, eval_episodes=1,
+                   **changes)
 
 
 def test_auto_reset_keeps_the_final_observation():
@@ -50,12 +52,13 @@ def test_truncated_episodes_bootstrap_from_the_final_observation(algo):
     Treating truncation as termination would give v(B) ~ 1.4, bootstrapping from the reset
     observation ~ 1.5 at the last step."""
     base = OnPolicyTrainConfig(
-        preset="probe", env="TruncationProbe-v0", algo=algo, total_timesteps=128 * 40, eval_every=128 * 40,
+        preset="probe", env="TruncationProbe-v0", total_timesteps=128 * 40, eval_every=128 * 40,
         eval_episodes=1,
         ppo=PPOConfig(learning_rate=3e-3, n_steps=32, n_envs=4, batch_size=64, n_epochs=10, gamma=0.5, gae_lambda=1.0,
                       normalize_observations=False, pi_hidden=(16,), vf_hidden=(16,)),
     )
-    cfg = replace(base, **{"bpo.replay_size": 256, "bpo.q_batch_size": 64, "bpo.mu_batch_size": 64})
+    cfg = with_bpo(replace(base, **{"bpo.replay_size": 256, "bpo.q_batch_size": 64, "bpo.mu_batch_size": 64}),
+                   algo == "bpo")
     out = jax.jit(make_train(cfg))(jax.random.PRNGKey(0), traced_hyperparams(cfg))
     learner = make_learner(cfg, make_env(cfg.env).spec)
     values = learner.critic_apply(out["final"]["critic_params"], jnp.array([[0.0], [1.0]]))
@@ -105,7 +108,7 @@ def test_traced_hyperparameters_vmap_like_seeds():
 
 def test_cli_trains_an_on_policy_preset(tmp_path):
     out = tmp_path / "run"
-    assert main(["train", "cartpole_ppo", "--algo", "bpo", "--seeds", "2", "--total-timesteps", "512",
+    assert main(["train", "cartpole_ppo", "--bpo", "--seeds", "2", "--total-timesteps", "512",
                  "--eval-every", "256", "--eval-episodes", "1", "--no-progress", "--out", str(out)]) == 0
     from bpo.infra.results import read_curve, read_summary
 
@@ -140,7 +143,7 @@ BEHAVIOUR_METRICS = ("q_loss", "q_hat_loss", "mu_loss")
 @cache
 def switch_setup(preset: str, switches: tuple = ()):
     """(config, learner, hp, jitted collect(state, key) -> rows, jitted update, initial state)."""
-    cfg = validate(replace(PRESETS[preset], algo="bpo", **SWITCH_SIZES, **dict(switches)))
+    cfg = validate(replace(with_bpo(PRESETS[preset], True), **SWITCH_SIZES, **dict(switches)))
     spec = make_env(cfg.env).spec
     learner = make_learner(cfg, spec)
     hp = traced_hyperparams(cfg)

@@ -22,7 +22,7 @@ from envs.gymnasium_envs import gym_spec
 from experiments.cli import main
 
 FORBIDDEN = "/proc/forbidden/run"  # /proc accepts no new folders, whoever runs the tests (root too)
-TRAIN = ["train", "cartpole_ppo", "--algo", "bpo", "--total-timesteps", "4096", "--no-progress"]
+TRAIN = ["train", "cartpole_ppo", "--bpo", "--total-timesteps", "4096", "--no-progress"]
 
 
 def blocked_by_a_file(tmp_path: Path, name: str) -> Path:
@@ -51,7 +51,7 @@ def warm_up_imports():
 
 @pytest.mark.parametrize(("argv", "option"), [
     ([*TRAIN, "--out", FORBIDDEN], "--out"),
-    (["train", "short_corridor", "--algo", "bpo", "--out", FORBIDDEN], "--out"),
+    (["train", "short_corridor", "--bpo", "--out", FORBIDDEN], "--out"),
     (["train", "mujoco_default", "--env", "HalfCheetah-v5", "--out", FORBIDDEN], "--out"),
     (["verify-variance", "--out", FORBIDDEN], "--out"),
 ], ids=["train", "train-episodic", "train-host", "verify-variance"])
@@ -80,7 +80,7 @@ def test_results_written_after_the_folder_went_away_are_kept_elsewhere(tmp_path)
     """The run directory is replaced by a file while the run trains: the results go to a new
     folder, the message names it, and the exit code is 1."""
     out = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "experiments.cli", "train", "short_corridor", "--algo", "bpo",
+    proc = subprocess.Popen([sys.executable, "-m", "experiments.cli", "train", "short_corridor", "--bpo",
                              "--episodes", "200", "--seeds", "2", "--checkpoint-every", "0", "--no-progress",
                              "--out", str(out)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -17,7 +17,7 @@ import pytest
 
 from bpo.agents.learner import make_learner
 from bpo.config.presets import get_preset
-from bpo.config.schema import replace
+from bpo.config.schema import replace, with_bpo
 from bpo.training import driver, run, write
 from bpo.training.policies import FILE, NoPolicies, load_policies, load_policy
 from envs.gymnasium_envs import gym_spec
@@ -26,7 +26,7 @@ from experiments.cli import main
 
 @pytest.fixture(scope="module")
 def cartpole_run(tmp_path_factory):
-    cfg = replace(get_preset("cartpole_ppo"), algo="bpo", total_timesteps=4096, eval_every=1024, eval_episodes=3,
+    cfg = replace(with_bpo(get_preset("cartpole_ppo"), True), total_timesteps=4096, eval_every=1024, eval_episodes=3,
                   seeds=2)
     out_dir = tmp_path_factory.mktemp("runs") / "cartpole"
     out = run(cfg)
@@ -180,7 +180,7 @@ def test_policies_kept_during_training_survive_a_resume(tmp_path):
     """``save_policies_every``: the policies after every update are kept, the same whether the run
     was stopped and resumed or not; the first kept differs from the final ones."""
     size = get_preset("cartpole_ppo").rollout_size
-    cfg = replace(get_preset("cartpole_ppo"), algo="bpo", total_timesteps=size * 3, eval_every=size,
+    cfg = replace(with_bpo(get_preset("cartpole_ppo"), True), total_timesteps=size * 3, eval_every=size,
                   eval_episodes=2, seeds=2, save_policies_every=1)
     whole = tmp_path / "whole"
     write(run(cfg), whole)
@@ -223,7 +223,7 @@ def test_policies_that_are_not_the_run_s_are_refused_by_evaluate_and_probe(cartp
     config = json.loads((out_dir / "config.json").read_text())
     policies = (out_dir / FILE).read_bytes()
     if change == "another run's policies":
-        other = replace(cfg, algo="ppo", total_timesteps=1024, eval_every=512, eval_episodes=1)
+        other = replace(with_bpo(cfg, False), total_timesteps=1024, eval_every=512, eval_episodes=1)
         write(run(other), tmp_path / "other")
         policies = (tmp_path / "other" / FILE).read_bytes()  # PPO's: no mu
     elif change == "wider networks in the config":

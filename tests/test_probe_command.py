@@ -13,7 +13,7 @@ import pytest
 from flax import serialization
 
 from bpo.config.presets import get_preset
-from bpo.config.schema import replace
+from bpo.config.schema import replace, with_bpo
 from bpo.instruments.probe import ProbeSettings
 from bpo.training import run, write
 from bpo.training.policies import FILE
@@ -27,7 +27,7 @@ SMALL = ["--m", "8", "--k", "8", "--horizon", "32", "--ref-k", "16", "--ref-hori
 def bpo_run(tmp_path_factory):
     """CartPole, BPO-PPO, 2 updates of 2 seeds, policies kept after every update."""
     size = get_preset("cartpole_ppo").rollout_size
-    cfg = replace(get_preset("cartpole_ppo"), algo="bpo", total_timesteps=size * 2, eval_every=size,
+    cfg = replace(with_bpo(get_preset("cartpole_ppo"), True), total_timesteps=size * 2, eval_every=size,
                   eval_episodes=2, seeds=2, save_policies_every=1)
     out_dir = tmp_path_factory.mktemp("runs") / "cartpole-bpo"
     write(run(cfg), out_dir)
@@ -173,7 +173,7 @@ def test_a_run_rewritten_in_place_loses_the_probe_of_its_old_policies(bpo_run, t
     (folder / "run" / "mine").mkdir()
     (folder / "run" / "mine" / "notes.txt").write_text("kept")
     size = get_preset("cartpole_ppo").rollout_size
-    assert main(["train", "cartpole_ppo", "--algo", "bpo", "--total-timesteps", str(size), "--eval-every", str(size),
+    assert main(["train", "cartpole_ppo", "--bpo", "--total-timesteps", str(size), "--eval-every", str(size),
                  "--eval-episodes", "1", "--seed", "7", "--no-progress", "--out", str(folder / "run")]) == 0
     assert not (folder / "run" / "probe").exists()
     assert (folder / "run" / "mine" / "notes.txt").read_text() == "kept"

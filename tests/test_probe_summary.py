@@ -14,7 +14,7 @@ import scipy.stats
 from flax import serialization
 
 from bpo.config.presets import get_preset
-from bpo.config.schema import replace
+from bpo.config.schema import replace, with_bpo
 from bpo.training import run, write
 from bpo.training.policies import FILE
 from experiments.cli import main
@@ -39,7 +39,7 @@ def probed(tmp_path_factory):
     second copy's mu is replaced by its pi, so that the two runs' numbers differ and a table that
     swapped them would fail; its config still says use_q_hat=True (only the row is a stand-in)."""
     size = get_preset("cartpole_ppo").rollout_size
-    cfg = replace(get_preset("cartpole_ppo"), algo="bpo", total_timesteps=size * 2, eval_every=size,
+    cfg = replace(with_bpo(get_preset("cartpole_ppo"), True), total_timesteps=size * 2, eval_every=size,
                   eval_episodes=2, seeds=2, save_policies_every=1)
     trained = tmp_path_factory.mktemp("trained") / "run"
     write(run(cfg), trained)

@@ -21,9 +21,9 @@ from bpo.config.presets import get_preset
 from bpo.infra import checkpoint as ckpt
 from bpo.infra import processes
 
-SHORT_CORRIDOR = ["train", "short_corridor", "--algo", "bpo", "--episodes", "600", "--eval-every", "10",
+SHORT_CORRIDOR = ["train", "short_corridor", "--bpo", "--episodes", "600", "--eval-every", "10",
                   "--eval-episodes", "2", "--seeds", "2", "--no-progress"]
-HOST = ["train", "cartpole_ppo", "--algo", "bpo", "--backend", "gymnasium", "--vector-mode", "async",
+HOST = ["train", "cartpole_ppo", "--bpo", "--backend", "gymnasium", "--vector-mode", "async",
         "--eval-in-background", "--total-timesteps", "200000", "--eval-every", "1024", "--eval-episodes", "2",
         "--seeds", "1", "--no-progress"]
 

@@ -20,7 +20,7 @@ from bpo.config.presets import get_preset
 from bpo.infra import publish, results
 from experiments.cli import main
 
-TRAIN = ["train", "cartpole_ppo", "--algo", "bpo", "--total-timesteps", "8192", "--no-progress"]
+TRAIN = ["train", "cartpole_ppo", "--bpo", "--total-timesteps", "8192", "--no-progress"]
 
 
 def _old_run(folder: Path) -> dict[str, bytes]:

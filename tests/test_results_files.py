@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 from bpo.config.presets import apply_variant, get_preset
-from bpo.config.schema import replace
+from bpo.config.schema import replace, with_bpo
 from experiments import store
 from experiments.cli import main
 from experiments.common import welch_p
@@ -271,7 +271,8 @@ HOPPER_RUNS = {"ppo": [1000.0, 1100.0, 1200.0, 1050.0], "bpo_c1.0_rho1.5": [1500
 
 def episodic_results(root: Path, cells: dict) -> None:
     for algo, finals in cells.items():
-        fake_run(root / "sc" / algo, replace(get_preset("short_corridor"), algo=algo, seeds=len(finals)), finals)
+        cfg = replace(with_bpo(get_preset("short_corridor"), algo == "bpo"), seeds=len(finals))
+        fake_run(root / "sc" / algo, cfg, finals)
 
 
 def cells_of(path: Path) -> dict:

@@ -16,6 +16,7 @@ from bpo.config.schema import (
     replace,
     traced_fields,
     traced_hyperparams,
+    with_bpo,
 )
 from bpo.training import check_rows, run, run_rows, summarize
 from experiments.cli import main
@@ -45,7 +46,7 @@ def test_each_row_equals_the_row_run_alone():
 
 @pytest.mark.parametrize(("changes", "field"), [
     ({"returns.traj": "traj"}, "returns.traj"),  # the trajectory row is a program of its own
-    ({"algo": "ppo"}, "algo"),
+    ({"bpo": None}, "bpo"),  # the method alone
     ({"ppo.n_steps": 128}, "ppo.n_steps"),
 ])
 def test_rows_that_differ_in_a_static_field_are_refused(changes, field):
@@ -77,8 +78,8 @@ def test_each_traced_field_and_no_other_reaches_the_program_as_data():
         check_rows([base, changed])  # rows may differ in it
     # bpo.ppo_ent_coef replaces ppo.ent_coef in a BPO run, and only there.
     assert float(traced_hyperparams(replace(base, **{"bpo.ppo_ent_coef": 0.25})).ent_coef) == 0.25
-    ppo = replace(base, algo="ppo")
-    assert float(traced_hyperparams(replace(ppo, **{"bpo.ppo_ent_coef": 0.25})).ent_coef) == float(before["ent_coef"])
+    ppo = with_bpo(replace(base, **{"bpo.ppo_ent_coef": 0.25}), False)  # PPO alone: no section, no override
+    assert float(traced_hyperparams(ppo).ent_coef) == float(before["ent_coef"])
     episodic = get_preset("short_corridor")
     assert set(traced_hyperparams(episodic)._fields) == {n.rpartition(".")[2] for n in EPISODIC_TRACED}
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from bpo.config.presets import apply_variant, get_preset
-from bpo.config.schema import replace
+from bpo.config.schema import replace, with_bpo
 from bpo.infra import processes, runtime
 from bpo.runners.jax_runner import shard_bounds
 from bpo.training import run, run_rows
@@ -45,7 +45,8 @@ def _with_threads(monkeypatch, n: int, cfg, **kw):
 
 @pytest.mark.parametrize("algo", ["reinforce", "bpo"])
 def test_episodic_runs_are_identical_whatever_the_threads(monkeypatch, algo):
-    cfg = replace(get_preset("short_corridor"), algo=algo, episodes=20, eval_every=10, eval_episodes=3, seeds=5)
+    cfg = replace(with_bpo(get_preset("short_corridor"), algo == "bpo"), episodes=20, eval_every=10, eval_episodes=3,
+                  seeds=5)
     one = _with_threads(monkeypatch, 1, cfg, seed_chunk=2)
     _equal(one, _with_threads(monkeypatch, 2, cfg, seed_chunk=2))
 

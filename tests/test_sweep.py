@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from bpo.config.presets import TABLE1_ROWS, get_preset
-from bpo.config.schema import ConfigError, replace
+from bpo.config.schema import ConfigError, replace, with_bpo
 from bpo.infra.stall import EXIT_STALLED
 from experiments import launch, store
 from experiments.cli import main
@@ -58,7 +58,7 @@ def test_sweep_files_expand():
         assert len(specs) == n, name
     # classic: PPO and BPO-PPO each with the preset's own settings (variant 'bpo' keeps them), 10 seeds.
     for spec in expand(load_sweep("classic")):
-        assert spec.config() == replace(get_preset(spec.preset), algo=spec.variant, seeds=10,
+        assert spec.config() == replace(with_bpo(get_preset(spec.preset), spec.variant == "bpo"), seeds=10,
                                         variant="ppo" if spec.variant == "ppo" else "")
     assert {s.preset for s in expand(load_sweep("classic"))} == {"cartpole_ppo", "pendulum_ppo"}
     small = [s.config() for s in expand(load_sweep("mujoco_small"))]
@@ -175,7 +175,7 @@ def test_publish_is_all_or_nothing_and_finished_means_same_config(tmp_path, monk
     del recorded["bpo"]["q_init"]
     path.write_text(json.dumps(recorded))
     assert not store.is_finished(tmp_path, spec)
-    monkeypatch.setattr(store, "COMPATIBLE_ADDITIONS", ("bpo.q_init",))
+    monkeypatch.setattr("bpo.config.schema.COMPATIBLE_ADDITIONS", ("bpo.q_init",))
     assert store.is_finished(tmp_path, spec)
     path.write_text(json.dumps(config))
     index = store.refresh_index(tmp_path)
@@ -446,7 +446,8 @@ def test_set_values_that_change_a_run_are_part_of_its_id(capsys):
 
 
 @pytest.mark.parametrize(("value", "use"), [("seeds=3", "--seeds"), ("env=Acrobot-v1", "--envs"),
-                                            ("preset=pendulum_ppo", "--preset"), ("algo=bpo", "--variants")])
+                                            ("preset=pendulum_ppo", "--preset"), ("algo=bpo", "--variants"),
+                                            ("bpo=None", "--variants")])
 def test_fields_a_sweep_sets_itself_cannot_be_set(value, use, tmp_path, capsys):
     assert main(["sweep", "--preset", "cartpole_ppo", "--set", value, "--out", str(tmp_path / "s")]) == 2
     err = capsys.readouterr().err

@@ -17,7 +17,7 @@ from matplotlib.text import Text
 from scipy import stats
 
 from bpo.config.presets import PAPER_TABLE1, get_preset
-from bpo.config.schema import replace
+from bpo.config.schema import replace, with_bpo
 from experiments.aggregates import improvement_figure, iqm_figure, newcombe_interval
 from experiments.cli import main
 from experiments.common import (
@@ -291,7 +291,7 @@ def test_aggregates_use_every_seed_per_task_and_say_which_runs_the_cross_task_on
 def test_episodic_table_notes_the_optimum_and_each_run(tmp_path):
     base = get_preset("short_corridor")
     for algo, finals in (("reinforce", [-13.0, -13.2, -12.8]), ("bpo", [-11.0, -11.2, -11.4])):
-        fake_run(tmp_path / algo, replace(base, algo=algo, seeds=3), finals)
+        fake_run(tmp_path / algo, replace(with_bpo(base, algo == "bpo"), seeds=3), finals)
     assert main(["table", str(tmp_path), "--bootstrap-reps", "200"]) == 0
     md = (tmp_path / "table1.md").read_text()
     assert "| REINFORCE | -13.00 ± 0.12 (SD 0.20) |" in md and "| BPO | **-11.20 ± 0.12** (SD 0.20) |" in md  # baseline

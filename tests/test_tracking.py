@@ -42,7 +42,7 @@ def history_rows(path: Path) -> list[dict]:
 def test_track_logs_the_run_s_scalars_to_an_offline_wandb_run(tmp_path):
     out = tmp_path / "run"
     env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
-    proc = subprocess.run([sys.executable, "-m", "experiments.cli", "train", "cartpole_ppo", "--algo", "bpo",
+    proc = subprocess.run([sys.executable, "-m", "experiments.cli", "train", "cartpole_ppo", "--bpo",
                            "--total-timesteps", "4096", "--eval-every", "1024", "--eval-episodes", "2", "--seeds", "2",
                            "--track", "--per-seed-scalars", "--no-progress", "--out", str(out)], env=env,
                           capture_output=True, text=True,

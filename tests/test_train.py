@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from bpo.config.presets import get_preset
-from bpo.config.schema import replace, traced_hyperparams
+from bpo.config.schema import replace, traced_hyperparams, with_bpo
 from bpo.runners.seeds import seed_keys
 from bpo.training import make_train, run, summarize
 from experiments.cli import main
@@ -23,7 +23,7 @@ TINY = dict(episodes=20, eval_every=10, eval_episodes=3, seeds=3)
 
 
 def tiny(algo, **kw):
-    return replace(get_preset("short_corridor"), algo=algo, **{**TINY, **kw})
+    return replace(with_bpo(get_preset("short_corridor"), algo == "bpo"), **{**TINY, **kw})
 
 
 @pytest.mark.parametrize("algo", ["reinforce", "bpo"])
@@ -55,11 +55,11 @@ def test_seed_results_do_not_depend_on_seed_count():
 
 def test_cli_train_writes_run_directory(tmp_path):
     out = tmp_path / "run"
-    code = main(["train", "short_corridor", "--algo", "bpo", "--seeds", "2", "--episodes", "20", "--eval-every", "10",
+    code = main(["train", "short_corridor", "--bpo", "--seeds", "2", "--episodes", "20", "--eval-every", "10",
                  "--returns.c-bar", "1.5", "--out", str(out), "--no-progress"])
     assert code == 0
     config = json.loads((out / "config.json").read_text())
-    assert config["returns"]["c_bar"] == 1.5 and config["algo"] == "bpo" and config["seeds"] == 2
+    assert config["returns"]["c_bar"] == 1.5 and config["bpo"] is not None and config["seeds"] == 2
     with open(out / "curve.csv") as f:
         rows = list(csv.DictReader(f))
     assert list(rows[0])[:3] == ["step", "seed", "eval_return"]
@@ -129,3 +129,41 @@ def test_a_one_seed_summary_is_strict_json_with_null_spread(tmp_path, capsys):
     assert summary["final_sd"] is None and summary["final_se"] is None
     assert summary["final_mean"] == summary["final_eval_returns"][0]
     assert "(1 seed)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("path,algo", [
+    ("fig2/ShortCorridor-v0-short_corridor-reinforce", "reinforce"),
+    ("fig2/ShortCorridor-v0-short_corridor-bpo", "bpo"),
+    ("classic/CartPole-v1-cartpole_ppo-ppo", "ppo"),
+    ("classic/CartPole-v1-cartpole_ppo-bpo", "bpo"),
+    ("a2c/CartPole-v1-cartpole_a2c-a2c", "a2c"),
+])
+def test_a_config_json_written_with_algo_reads_as_the_bpo_section_it_meant(path, algo, tmp_path):
+    """Committed runs recorded ``algo`` and always a bpo section; today the section is the switch:
+    the method alone reads back without one, a BPO run with it, field for field."""
+    from bpo.config.schema import from_dict, to_dict
+
+    data = json.loads((ROOT / "results" / path / "config.json").read_text())
+    assert data["algo"] == algo and isinstance(data["bpo"], dict)  # the older layout
+    cfg = from_dict(data)
+    assert cfg.algo == algo and (cfg.bpo is None) == (algo != "bpo")
+    if algo == "bpo":
+        assert all(data["bpo"][k] == v for k, v in to_dict(cfg)["bpo"].items() if k in data["bpo"])
+    again = to_dict(cfg)
+    assert "algo" not in again and from_dict(again) == cfg
+    # `bpo train RUN/config.json` replays that run: the same config, with or without the section
+    from experiments.cli import _parse_train_args
+
+    assert _parse_train_args([str(ROOT / "results" / path / "config.json")]).config == cfg
+
+
+def test_without_out_a_run_goes_to_its_default_folder_made_from_nothing(tmp_path, monkeypatch):
+    """The default folder runs/PRESET/ENV/ALGO is made, parents and all, in a folder that has none of
+    them (the check that the run's staging sibling can be written once failed here: its parent did
+    not exist yet)."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", "short_corridor", "--no-bpo", "--episodes", "20", "--eval-every", "10",
+                 "--no-progress"]) == 0
+    run_dir = tmp_path / "runs" / "short_corridor" / "ShortCorridor-v0" / "reinforce"
+    assert json.loads((run_dir / "config.json").read_text())["bpo"] is None
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["runs"]  # no staging or check files left beside

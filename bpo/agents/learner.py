@@ -285,7 +285,7 @@ def make_learner(cfg: OnPolicyTrainConfig, spec: EnvSpec) -> Learner:
     actor = Actor(p.pi_hidden, spec.n_actions, discrete, use_sde, p.log_std_init, p.activation, p.ortho_init, unit)
     critic = Critic(p.vf_hidden, p.activation, p.ortho_init, unit)
     behaviour = None
-    if cfg.algo == "bpo":
+    if cfg.bpo is not None:
         behaviour = make_behaviour(cfg.bpo, discrete, spec.n_actions, lambda prm, o: actor.apply(prm, o)[0],
                                    spec.action_low, spec.action_high, cfg.bpo.clip_actions)
     low = None if discrete else jnp.asarray(spec.action_low)

@@ -4,7 +4,7 @@ its fields (``bpo.config.validation``), then its method's own settings.
 PPO and A2C are built in. A method of one's own is one module that defines a
 ``bpo.agents.target.TargetUpdate`` and calls ``register_method`` (with, usually, a preset:
 ``bpo.config.presets.register_preset``); ``bpo`` commands import it when it is named in ``BPO_PLUGINS``
-(``docs/methods.md``). It then runs alone (``algo = method``) and with BPO (``algo = 'bpo'``)
+(``docs/methods.md``). It then runs alone (no ``bpo`` section) and with BPO (a ``bpo`` section)
 on every backend, in sweeps, tables and plots, like the built-in ones.
 """
 
@@ -18,7 +18,8 @@ from bpo.config.validation import check_fields
 
 _METHODS: dict[str, TargetUpdate] = {m.name: m for m in (PPO(), A2C())}
 RESERVED = ("bpo", "reinforce")
-"""Names ``algo`` gives other meanings (BPO on the method; the episodic algorithm)."""
+"""Names that mean something else in run ids and table rows (BPO on a method; the episodic
+algorithm)."""
 
 
 def register_method(method: TargetUpdate) -> TargetUpdate:
@@ -65,7 +66,7 @@ def validate(cfg):
     ``cfg``."""
     on_policy = isinstance(cfg, OnPolicyTrainConfig)
     if on_policy and isinstance(cfg.method, str):
-        get_method(cfg.method)  # an unknown method first: it is why ``algo`` would not match
+        get_method(cfg.method)  # an unknown method first: the other checks may depend on it
     cfg = check_fields(cfg)
     if on_policy:
         get_method(cfg.method).validate(cfg)

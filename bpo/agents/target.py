@@ -59,7 +59,7 @@ class TargetUpdate(Protocol):
     carry a vmapped axis."""
 
     name: str
-    """What ``method`` (and ``algo`` for the method alone) is set to: ``--method NAME``."""
+    """What ``method`` is set to (``--method NAME``); also the row and run-id name of the method alone."""
     label: str
     """How tables and plots name the method's row (``PPO``, ``A2C``)."""
 

@@ -17,6 +17,9 @@ are sensible settings for environments the paper does not use.
 * ``cartpole_a2c``, ``pendulum_a2c``, ``mujoco_a2c``: A2C and BPO-A2C (``method = 'a2c'``) with
   rl-baselines3-zoo's A2C settings (docs/a2c.md).
 
+Every preset holds its BPO settings (a ``bpo`` section) and runs BPO on its method; without the
+section (``--no-bpo``, or the variant named after the method) the method runs alone.
+
 ``VARIANTS`` are the algorithm rows of Table 1 and the ablations of Figures 4-5, applied on top
 of a preset with ``apply_variant`` (``bpo train PRESET --variant NAME``).
 """
@@ -33,6 +36,7 @@ from bpo.config.schema import (
     OnPolicyTrainConfig,
     PPOConfig,
     ReinforceConfig,
+    with_bpo,
 )
 from bpo.config.schema import replace as replace_dotted
 
@@ -160,16 +164,16 @@ PRESETS = {
     # CartPole-v1 (8 environments, 500k steps, SB3's defaults otherwise), Pendulum-v1 (its tuned
     # entry, 1M steps) and HalfCheetah (its MuJoCo entry: SB3's defaults with normalisation, 1M steps).
     "cartpole_a2c": OnPolicyTrainConfig(
-        preset="cartpole_a2c", env="CartPole-v1", method="a2c", algo="a2c", total_timesteps=500_000,
+        preset="cartpole_a2c", env="CartPole-v1", method="a2c", total_timesteps=500_000,
         eval_every=10_000, ppo=replace(_SB3_A2C, n_envs=8), returns=_CARTPOLE_RETURNS, bpo=_A2C_BPO,
     ),
     "pendulum_a2c": OnPolicyTrainConfig(
-        preset="pendulum_a2c", env="Pendulum-v1", method="a2c", algo="a2c", total_timesteps=1_000_000,
+        preset="pendulum_a2c", env="Pendulum-v1", method="a2c", total_timesteps=1_000_000,
         eval_every=20_000, ppo=replace(_SB3_A2C_GSDE, n_envs=8, gamma=0.9), returns=_CARTPOLE_RETURNS,
         bpo=replace(_A2C_BPO, lr_schedule="linear"),
     ),
     "mujoco_a2c": OnPolicyTrainConfig(
-        preset="mujoco_a2c", env="HalfCheetah-v5", backend="gymnasium", method="a2c", algo="a2c",
+        preset="mujoco_a2c", env="HalfCheetah-v5", backend="gymnasium", method="a2c",
         total_timesteps=1_000_000, eval_every=10_000, ppo=replace(_SB3_A2C, normalize_observations=True),
         returns=_MUJOCO_RETURNS,
         bpo=replace(_MUJOCO_DEFAULT_BPO, replay_size=1024, mu_batch_size=256, n_qvf_epochs=1, n_mu_epochs=1),
@@ -216,17 +220,17 @@ ENV_OVERRIDES = {
 
 # Table 1's rows: (c_bar, rho_bar) per decision, and trajectory-level truncation with c_bar = 1.
 _ROWS = {
-    "ppo": {"algo": "ppo"},
-    "bpo_c1.5_rho1.5": {"algo": "bpo", "returns.c_bar": 1.5, "returns.rho_bar": 1.5, "returns.traj": "per_decision"},
-    "bpo_c1.0_rho1.0": {"algo": "bpo", "returns.c_bar": 1.0, "returns.rho_bar": 1.0, "returns.traj": "per_decision"},
-    "bpo_c1.0_rho1.5": {"algo": "bpo", "returns.c_bar": 1.0, "returns.rho_bar": 1.5, "returns.traj": "per_decision"},
+    "ppo": {"bpo": False},
+    "bpo_c1.5_rho1.5": {"bpo": True, "returns.c_bar": 1.5, "returns.rho_bar": 1.5, "returns.traj": "per_decision"},
+    "bpo_c1.0_rho1.0": {"bpo": True, "returns.c_bar": 1.0, "returns.rho_bar": 1.0, "returns.traj": "per_decision"},
+    "bpo_c1.0_rho1.5": {"bpo": True, "returns.c_bar": 1.0, "returns.rho_bar": 1.5, "returns.traj": "per_decision"},
     # rho_bar does not enter 'traj' returns; it stays 1.5 for the diagnostics that report it.
-    "bpo_traj_c1.0": {"algo": "bpo", "returns.c_bar": 1.0, "returns.rho_bar": 1.5, "returns.traj": "traj"},
+    "bpo_traj_c1.0": {"bpo": True, "returns.c_bar": 1.0, "returns.rho_bar": 1.5, "returns.traj": "traj"},
 }
 TABLE1_ROWS = tuple(_ROWS)
 # The method alone for presets whose method is not PPO (the "ppo" row runs PPO alone); the BPO rows
-# run BPO on the preset's method.
-METHOD_ROWS = {"a2c": {"algo": "a2c"}}
+# run BPO on the preset's method. "bpo": whether the run keeps its behaviour step (``with_bpo``).
+METHOD_ROWS = {"a2c": {"bpo": False}}
 ABLATIONS = {
     "bpo_no_qhat": {"bpo.use_q_hat": False},
     "bpo_no_symlog": {"bpo.symlog_targets": False},
@@ -285,7 +289,10 @@ def apply_variant(cfg: OnPolicyTrainConfig, name: str) -> OnPolicyTrainConfig:
         raise ConfigError("variant", f"applies to PPO presets only; preset {cfg.preset!r} is episodic")
     changes = dict(_ROWS.get(name) or METHOD_ROWS.get(name)
                    or {**_ROWS[best_bpo_row(cfg.env, cfg.preset)], **ABLATIONS[name]})
-    return replace_dotted(cfg, variant=name, **changes)
+    if not changes["bpo"] and name != cfg.method:
+        raise ConfigError("variant", f"{name!r} runs {name} alone; preset {cfg.preset!r} runs method {cfg.method!r}: "
+                                     f"use variant {cfg.method!r} for it alone")
+    return replace_dotted(with_bpo(cfg, changes.pop("bpo")), variant=name, **changes)
 
 
 def get_preset(name: str, env: str | None = None):

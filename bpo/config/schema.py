@@ -11,10 +11,11 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import ClassVar, Literal, NamedTuple
+from typing import Annotated, ClassVar, Literal, NamedTuple
 
 import jax.numpy as jnp
 import numpy as np
+import tyro
 
 
 class ConfigError(ValueError):
@@ -101,7 +102,8 @@ class OnPolicyReturnConfig(ReturnConfig):
 @dataclass(frozen=True)
 class BehaviourConfig:
     """BPO behaviour step (Algorithm 1 lines 9-16, Appendix C.2, Table 2): FQE of Q and Q-hat,
-    then the behaviour policy mu. Used only when ``algo = bpo``."""
+    then the behaviour policy mu. A run has this section when it runs BPO, and None for the
+    method alone."""
 
     replay_size: int = 1024
     """|D|: FIFO replay of the most recent transitions collected by mu."""
@@ -249,8 +251,6 @@ class EpisodicTrainConfig:
     """Label of the preset this configuration came from (recorded in the results)."""
     env: str = "ShortCorridor-v0"
     """Environment id (a pure-JAX environment from ``envs.JAX_ENVS``)."""
-    algo: Literal["reinforce", "bpo"] = "bpo"
-    """reinforce: data from pi (Listing 2); bpo: data from the learned behaviour policy mu (Listing 3)."""
     seeds: int = 1
     """Number of independent runs, vmapped in one jitted call."""
     seed: int = 0
@@ -271,14 +271,23 @@ class EpisodicTrainConfig:
     reinforce: ReinforceConfig = field(default_factory=ReinforceConfig)
     """Target-policy update."""
     returns: EpisodicReturnConfig = field(default_factory=EpisodicReturnConfig)
-    """Off-policy return estimator (algo = bpo only)."""
-    bpo: EpisodicBehaviourConfig = field(default_factory=EpisodicBehaviourConfig)
-    """Behaviour step (algo = bpo only)."""
+    """Off-policy return estimator (used by BPO runs only)."""
+    bpo: Annotated[EpisodicBehaviourConfig | None, tyro.conf.arg(constructor=EpisodicBehaviourConfig)] = field(
+        default_factory=EpisodicBehaviourConfig)
+    """Behaviour step: the data come from the learned behaviour policy mu (BPO-REINFORCE, Listing 3);
+    None: from pi (REINFORCE, Listing 2). On the command line --bpo / --no-bpo."""
 
     unit: ClassVar[str] = "episode"
     """What a row of the training metrics is, and what ``--checkpoint-every N`` counts blocks of."""
     step_unit: ClassVar[str] = "episode"
     """What a learning curve's ``step`` counts."""
+    method: ClassVar[str] = "reinforce"
+    """The target update: REINFORCE, the one episodic method."""
+
+    @property
+    def algo(self) -> str:
+        """The algorithm's name, derived: 'bpo' with a behaviour step, else 'reinforce'."""
+        return algorithm_name(self)
 
     @property
     def n_blocks(self) -> int:
@@ -426,9 +435,6 @@ class OnPolicyTrainConfig:
     (``bpo.agents.methods``): 'ppo' (Listing 1), 'a2c' (Mnih et al. 2016, one step per rollout;
     ``bpo.agents.a2c``), the first extension the paper's conclusion names, or a method of one's own
     (``docs/methods.md``). The built-in ones read their settings from the ``ppo`` section."""
-    algo: str = "bpo"
-    """The method alone (its name: data from pi, Listing 1) or 'bpo': BPO on ``method``, data from
-    the behaviour policy mu (Listing 4; BPO-A2C with method a2c)."""
     seeds: int = 1
     """Number of independent runs, vmapped in one jitted call."""
     seed: int = 0
@@ -447,14 +453,22 @@ class OnPolicyTrainConfig:
     ppo: PPOConfig = field(default_factory=PPOConfig)
     """Target-policy update."""
     returns: OnPolicyReturnConfig = field(default_factory=OnPolicyReturnConfig)
-    """Off-policy return estimator (algo = bpo only)."""
-    bpo: OnPolicyBehaviourConfig = field(default_factory=OnPolicyBehaviourConfig)
-    """Behaviour step (algo = bpo only)."""
+    """Off-policy return estimator (used by BPO runs only)."""
+    bpo: Annotated[OnPolicyBehaviourConfig | None, tyro.conf.arg(constructor=OnPolicyBehaviourConfig)] = field(
+        default_factory=OnPolicyBehaviourConfig)
+    """Behaviour step: BPO on ``method``, the data from the learned behaviour policy mu (Listing 4;
+    BPO-A2C with method a2c); None: the method alone, data from pi (Listing 1). On the command
+    line --bpo / --no-bpo."""
 
     unit: ClassVar[str] = "update"
     """What a row of the training metrics is, and what ``--checkpoint-every N`` counts."""
     step_unit: ClassVar[str] = "env_step"
     """What a learning curve's ``step`` counts."""
+
+    @property
+    def algo(self) -> str:
+        """The algorithm's name, derived: 'bpo' with a behaviour step, else the method's."""
+        return algorithm_name(self)
 
     @property
     def rollout_size(self) -> int:
@@ -499,13 +513,50 @@ TrainConfig = EpisodicTrainConfig | OnPolicyTrainConfig
 """Either kind of run."""
 
 
+def algorithm_name(cfg) -> str:
+    """'bpo' for a run with a behaviour step (a ``bpo`` section), else its method's name."""
+    return "bpo" if cfg.bpo is not None else cfg.method
+
+
+def with_bpo(cfg, on: bool, section=None):
+    """``cfg`` with BPO on (its own ``bpo`` section, else ``section``, else the defaults) or off
+    (the method alone: no ``bpo`` section)."""
+    if not on:
+        return dataclasses.replace(cfg, bpo=None)
+    if cfg.bpo is not None:
+        return cfg
+    return dataclasses.replace(cfg, bpo=section if section is not None else _optional_section_default(cfg, "bpo"))
+
+
+def _optional_section_default(cfg, name: str):
+    """The default of an optional section (``bpo``): what a run that has it starts from."""
+    f = next(f for f in dataclasses.fields(cfg) if f.name == name)
+    return f.default_factory()
+
+
+def _optional(f) -> bool:
+    """Whether a section may be None (``bpo``: a run without BPO); ``replace`` may set it whole."""
+    return "None" in str(f.type)
+
+
+def _section(instance, f):
+    """A field's value, an optional section that is None read as its defaults: the traced
+    hyperparameters of a run without BPO still have mu's (unused) learning rate, so that one
+    program type serves both."""
+    value = getattr(instance, f.name)
+    if value is None and f.default_factory is not dataclasses.MISSING:
+        default = f.default_factory()
+        return default if dataclasses.is_dataclass(default) else value
+    return value
+
+
 def _traced(cfg, prefix: str = "") -> list[tuple[str, str | None]]:
     """(dotted name, the field it overrides or None) of every field ``traced`` marks in ``cfg`` (a
     config class or instance), sections in declaration order."""
     out = []
     instance = cfg() if isinstance(cfg, type) else cfg
     for f in dataclasses.fields(instance):
-        value = getattr(instance, f.name)
+        value = _section(instance, f)
         if TRACED in f.metadata:
             out.append((prefix + f.name, f.metadata[TRACED] or None))
         elif dataclasses.is_dataclass(value):
@@ -538,19 +589,21 @@ def traced_hyperparams(cfg):
     overrides another (``bpo.ppo_ent_coef``) replaces its value in a BPO run when it is not None."""
     values, overriding = {}, []
     for dotted, overrides in _traced(cfg):
-        value = _get_dotted(cfg, dotted)
+        value = get_dotted(cfg, dotted)
         if overrides is None:
             values[dotted.rpartition(".")[2]] = value
-        elif cfg.algo == "bpo" and value is not None:
+        elif cfg.bpo is not None and value is not None:
             overriding.append((overrides.rpartition(".")[2], value))
     values.update(overriding)
     hp_type = PPOHyperparams if isinstance(cfg, OnPolicyTrainConfig) else Hyperparams
     return hp_type(**{k: jnp.asarray(v, dtype=jnp.float32) for k, v in values.items()})
 
 
-def _get_dotted(cfg, dotted: str):
+def get_dotted(cfg, dotted: str):
+    """The value of a dotted field (``returns.c_bar``); a field of an absent optional section
+    (``bpo.q_lr`` of a run without BPO) reads as its default."""
     for part in dotted.split("."):
-        cfg = getattr(cfg, part)
+        cfg = _section(cfg, next(f for f in dataclasses.fields(cfg) if f.name == part))
     return cfg
 
 
@@ -558,7 +611,7 @@ def field_names(cfg, prefix: str = "") -> list[str]:
     """Every settable field of ``cfg``, nested ones dotted (``returns.c_bar``)."""
     names = []
     for f in dataclasses.fields(cfg):
-        value = getattr(cfg, f.name)
+        value = _section(cfg, f)
         names += field_names(value, f"{prefix}{f.name}.") if dataclasses.is_dataclass(value) else [prefix + f.name]
     return names
 
@@ -566,15 +619,20 @@ def field_names(cfg, prefix: str = "") -> list[str]:
 def replace(cfg, _prefix: str = "", **changes):
     """dataclasses.replace that also accepts dotted names for nested fields, e.g. 'returns.c_bar'.
     A field that this kind of config does not have (``bpo.mu_hidden`` of an on-policy run, whose mu
-    has pi's architecture) is a ``ConfigError`` naming it, never silently ignored."""
+    has pi's architecture), or a field of a section the run lacks (``bpo.q_lr`` without BPO), is a
+    ``ConfigError`` naming it, never silently ignored."""
     nested: dict[str, dict] = {}
     flat = {}
     for name, value in changes.items():
         head, _, rest = name.partition(".")
-        if not any(f.name == head for f in dataclasses.fields(cfg)) or (
-                bool(rest) != dataclasses.is_dataclass(getattr(cfg, head))):
+        f = next((f for f in dataclasses.fields(cfg) if f.name == head), None)
+        section = f is not None and dataclasses.is_dataclass(_section(cfg, f))
+        if f is None or (rest and not section) or (not rest and section and not _optional(f)):
             raise ConfigError(_prefix + name, f"does not apply to {type(cfg).__name__}; its fields: "
                               f"{field_names(cfg, _prefix)}")
+        if rest and getattr(cfg, head) is None:
+            raise ConfigError(_prefix + name, f"sets the {head} section, which this run does not have "
+                              f"({algorithm_name(cfg)} alone); allowed: runs with BPO (--bpo)")
         if rest:
             nested.setdefault(head, {})[rest] = value
         else:
@@ -621,7 +679,8 @@ when that is true of it."""
 
 def missing_fields(data: dict) -> list[str]:
     """The dotted names of today's config fields that ``data`` (a recorded config.json) lacks,
-    after the sections that moved (``from_dict``)."""
+    after the sections that moved (``from_dict``). A section a run does not have (``bpo`` of the
+    method alone: null) counts as recorded when the file has it or any of its fields."""
     def names(d: dict, prefix: str = "") -> set[str]:
         out = set()
         for k, v in d.items():
@@ -631,23 +690,36 @@ def missing_fields(data: dict) -> list[str]:
     recorded = names(data)
     if "returns" not in data and isinstance(data.get("bpo"), dict):  # the returns section moved out of bpo
         recorded |= {"returns." + n.removeprefix("bpo.") for n in recorded if n.startswith("bpo.")}
-    return sorted(names(to_dict(from_dict(data))) - recorded)
+    return sorted(n for n in names(to_dict(from_dict(data))) - recorded
+                  if not any(r.startswith(n + ".") for r in recorded))
+
+
+def current_config(data: dict):
+    """A recorded config (a run's config.json, a checkpoint's) in today's layout (``from_dict``),
+    or None when it is stale: it lacks a field other than ``COMPATIBLE_ADDITIONS``, whose default
+    may compute something else than the code that recorded it."""
+    if set(missing_fields(data)) - set(COMPATIBLE_ADDITIONS):
+        return None
+    return from_dict(data)
 
 
 def from_dict(data: dict):
     """The config ``to_dict`` wrote (a run's config.json or a checkpoint): episodic or on-policy,
-    decided by its fields; lists become tuples and 'inf' strings floats again. Files written
-    before the return estimator had a section of its own (``returns``) are read with its fields
-    taken from ``bpo``."""
+    decided by its fields; lists become tuples and 'inf' strings floats again. Older files are read
+    as they meant: before the return estimator had a section of its own (``returns``) its fields
+    are taken from ``bpo``; before the behaviour step was an optional section, ``algo`` said whether
+    the run had one ('bpo') or ran the method alone (its name), and the section was always there."""
     cls = OnPolicyTrainConfig if "ppo" in data else EpisodicTrainConfig
     if "returns" not in data and isinstance(data.get("bpo"), dict):
         names = {f.name for f in dataclasses.fields(cls().returns)}
         data = {**data, "returns": {k: v for k, v in data["bpo"].items() if k in names},
                 "bpo": {k: v for k, v in data["bpo"].items() if k not in names}}
+    if "algo" in data:
+        data = {k: v for k, v in data.items() if k != "algo"} | ({} if data["algo"] == "bpo" else {"bpo": None})
     return _build(cls, data)
 
 
-RUN_CONFIG_KEYS = ("preset", "env", "algo", "seeds", "seed")
+RUN_CONFIG_KEYS = ("preset", "env", "seeds", "seed")
 """Fields every run's config.json has had, whatever its version (with its method's section)."""
 
 
@@ -661,6 +733,8 @@ def check_run_config(data, source: str) -> None:
     missing = [k for k in RUN_CONFIG_KEYS if k not in data]
     if not ("ppo" in data or "reinforce" in data):
         missing.append("ppo or reinforce")
+    if "bpo" not in data:
+        missing.append("bpo")
     if missing:
         kind = ("is a run's summary.json, not its config.json" if "final_eval_returns" in data else
                 "is a checkpoint's checkpoint.json, not a run's config.json" if "iterations_done" in data else
@@ -676,7 +750,7 @@ def _build(cls, data: dict):
             continue  # a field added since the file was written keeps its default
         value = data[f.name]
         default = getattr(cls(), f.name) if f.default is dataclasses.MISSING else f.default
-        if dataclasses.is_dataclass(default):
+        if dataclasses.is_dataclass(default) and value is not None:  # None: an optional section absent
             value = _build(type(default), value)
         elif isinstance(value, list):
             value = tuple(value)

@@ -19,7 +19,14 @@ import typing
 from typing import Literal
 
 from bpo.config.presets import VARIANTS
-from bpo.config.schema import BehaviourConfig, ConfigError, OnPolicyTrainConfig, ReturnConfig
+from bpo.config.schema import (
+    BehaviourConfig,
+    ConfigError,
+    EpisodicBehaviourConfig,
+    OnPolicyBehaviourConfig,
+    OnPolicyTrainConfig,
+    ReturnConfig,
+)
 from envs import FUNCTIONAL_ENVS, JAX_ENVS, make_env
 from envs.gymnasium_envs import GYMNASIUM_ENVS, MUJOCO_ENVS, gym_spec
 
@@ -49,6 +56,16 @@ def _finite_number(value) -> bool:
 def _int_at_least(name, value, low):
     if not (_integer(value) and value >= low):
         raise ConfigError(name, f"must be an integer >= {low}, got {value!r}")
+
+
+MAX_COUNT = 2**31 - 1  # steps, episodes and updates are counted in int32 inside the programs
+
+
+def _count(name, value):
+    """A count of steps, episodes, evaluations or seeds: from 1 to what an int32 holds."""
+    _int_at_least(name, value, 1)
+    if value > MAX_COUNT:
+        raise ConfigError(name, f"must be an integer <= {MAX_COUNT:,} (the programs count in 32 bits), got {value!r}")
 
 
 MAX_PHYSICS_THREADS = 1024  # beyond it a thread may fail to start (100,000 hung) and more threads only wait
@@ -123,10 +140,10 @@ def check_fields(cfg):
     if isinstance(cfg, OnPolicyTrainConfig):
         return _validate_onpolicy(cfg)
     _string("preset", cfg.preset)
-    _declared_choices("", cfg)  # algo, eval_deterministic
+    _declared_choices("", cfg)  # eval_deterministic
     _choice("env", cfg.env, sorted(JAX_ENVS))
     for name in ("seeds", "episodes", "eval_every", "eval_episodes", "max_episode_steps"):
-        _int_at_least(name, getattr(cfg, name), 1)
+        _count(name, getattr(cfg, name))
     _seed(cfg.seed)
     _int_at_least("save_policies_every", cfg.save_policies_every, 0)
     if cfg.episodes % cfg.eval_every:
@@ -141,13 +158,22 @@ def check_fields(cfg):
 
     _validate_returns(cfg.returns)
     _in_unit_interval("returns.lam", cfg.returns.lam)
-    _validate_behaviour(cfg.bpo)
-    _validate_authors_bugs(cfg.bpo, None, discrete=True)  # ShortCorridor: discrete actions
-    _widths("bpo.mu_hidden", cfg.bpo.mu_hidden)
-    b = cfg.bpo
-    if cfg.algo == "bpo" and b.clip_targets and r.gamma >= 1.0:
-        raise ConfigError("reinforce.gamma", "must be < 1 when bpo.clip_targets bounds targets by r/(1-gamma)")
+    b = _bpo_section(cfg, EpisodicBehaviourConfig)
+    if b is not None:
+        _validate_behaviour(b)
+        _validate_authors_bugs(b, None, discrete=True)  # ShortCorridor: discrete actions
+        _widths("bpo.mu_hidden", b.mu_hidden)
+        if b.clip_targets and r.gamma >= 1.0:
+            raise ConfigError("reinforce.gamma", "must be < 1 when bpo.clip_targets bounds targets by r/(1-gamma)")
     return cfg
+
+
+def _bpo_section(cfg, section_type):
+    """The run's behaviour step, or None for the method alone; anything else is refused."""
+    if cfg.bpo is not None and not isinstance(cfg.bpo, section_type):
+        raise ConfigError("bpo", f"must be a {section_type.__name__} (BPO on {cfg.method}) or None ({cfg.method} "
+                                 f"alone), got {type(cfg.bpo).__name__}")
+    return cfg.bpo
 
 
 def _validate_returns(g: ReturnConfig) -> None:
@@ -237,16 +263,11 @@ def _validate_ppo(p) -> None:
         _widths(f"ppo.{name}", getattr(p, name))
 
 
-def _validate_algo(cfg: OnPolicyTrainConfig) -> None:
-    """The algorithm runs the method it names (the method's own settings are checked by the method,
-    ``bpo.agents.methods.validate``)."""
+def _validate_method_name(cfg: OnPolicyTrainConfig) -> None:
+    """A method's name (its own settings are checked by the method, ``bpo.agents.methods.validate``);
+    whether BPO runs on it is the ``bpo`` section."""
     _string("method", cfg.method)
-    _string("algo", cfg.algo)
-    if cfg.algo != "bpo" and cfg.algo != cfg.method:
-        hint = ("REINFORCE is episodic: preset short_corridor" if cfg.algo == "reinforce"
-                else f"to run method {cfg.algo} alone: --method {cfg.algo} --algo {cfg.algo}")
-        raise ConfigError("algo", f"must be {cfg.method!r} (the method alone) or 'bpo' (BPO on it) with method "
-                          f"{cfg.method!r}, got {cfg.algo!r} ({hint})")
+    _bpo_section(cfg, OnPolicyBehaviourConfig)
 
 
 def _validate_action_space(cfg: OnPolicyTrainConfig) -> None:
@@ -255,6 +276,8 @@ def _validate_action_space(cfg: OnPolicyTrainConfig) -> None:
     spec = make_env(cfg.env).spec if cfg.backend == "jax" else gym_spec(cfg.env)
     if cfg.ppo.use_sde and spec.discrete:
         raise ConfigError("ppo.use_sde", f"needs continuous actions; {cfg.env} has discrete actions")
+    if cfg.bpo is None:
+        return
     _validate_authors_bugs(cfg.bpo, cfg.rollout_size, spec.discrete)
     if not spec.discrete and cfg.bpo.mu_loss != "cross_entropy":
         raise ConfigError("bpo.mu_loss", f"chooses between the discrete losses of eq. (15); {cfg.env} has continuous "
@@ -267,7 +290,7 @@ def _validate_onpolicy(cfg: OnPolicyTrainConfig) -> OnPolicyTrainConfig:
     _choice("variant", cfg.variant, ("", *VARIANTS))  # "": no variant applied
     _validate_env_backend(cfg)
     for name in ("seeds", "total_timesteps", "eval_every", "eval_episodes"):
-        _int_at_least(name, getattr(cfg, name), 1)
+        _count(name, getattr(cfg, name))
     _seed(cfg.seed)
     if not (_integer(cfg.physics_threads) and 0 <= cfg.physics_threads <= MAX_PHYSICS_THREADS):
         raise ConfigError("physics_threads", f"must be an integer from 0 (one per core) to {MAX_PHYSICS_THREADS}, got "
@@ -278,15 +301,19 @@ def _validate_onpolicy(cfg: OnPolicyTrainConfig) -> OnPolicyTrainConfig:
         if getattr(cfg, name) and cfg.backend != "mjx":
             raise ConfigError(name, f"sets MJX's solver; it does not apply to backend {cfg.backend} (leave it 0)")
     _validate_ppo(cfg.ppo)
-    _validate_algo(cfg)
+    if cfg.env_steps_total > MAX_COUNT:  # the budget in whole rollouts: the steps counted in the program
+        raise ConfigError("total_timesteps", f"rounded up to whole rollouts ({cfg.env_steps_total:,} steps) must be "
+                                             f"<= {MAX_COUNT:,} (the programs count in 32 bits)")
+    _validate_method_name(cfg)
     _validate_action_space(cfg)
     _validate_returns(cfg.returns)
     _positive("returns.trust_region_delta", cfg.returns.trust_region_delta, allow_inf=True)
-    _validate_behaviour(cfg.bpo)
-    if cfg.bpo.ppo_ent_coef is not None:
-        _non_negative("bpo.ppo_ent_coef", cfg.bpo.ppo_ent_coef, note=" (or None: ppo.ent_coef)")
-    if cfg.algo != "bpo" and math.isfinite(cfg.returns.trust_region_delta):
-        raise ConfigError("returns.trust_region_delta", "masks segments by pi/mu, which is 1 in plain PPO; use algo "
-                          "bpo or leave it inf")
+    if cfg.bpo is not None:
+        _validate_behaviour(cfg.bpo)
+        if cfg.bpo.ppo_ent_coef is not None:
+            _non_negative("bpo.ppo_ent_coef", cfg.bpo.ppo_ent_coef, note=" (or None: ppo.ent_coef)")
+    elif math.isfinite(cfg.returns.trust_region_delta):
+        raise ConfigError("returns.trust_region_delta", f"masks segments by pi/mu, which is 1 in {cfg.method} alone; "
+                          "run BPO (--bpo) or leave it inf")
     return cfg
 

@@ -21,7 +21,7 @@ import jax
 import numpy as np
 from flax import serialization
 
-from bpo.config.schema import RESUMABLE_CHANGES, ConfigError, to_dict
+from bpo.config.schema import RESUMABLE_CHANGES, ConfigError, current_config, to_dict
 from bpo.infra import results
 
 STATE_FILE, INFO_FILE = "checkpoint.msgpack", "checkpoint.json"
@@ -93,7 +93,11 @@ def mismatch(directory: Path, config, seed_chunk: int | None = None) -> str | No
     """Why the checkpoint in ``directory`` cannot continue a run of ``config`` (written by another
     configuration, or with another seed chunk, which is part of the compiled program); None if it can."""
     info = read_info(directory)
-    if _comparable(info["config"]) != _comparable(to_dict(config)):
+    try:  # read as today's layout (an older version's names: bpo.config.schema.from_dict)
+        recorded = current_config(info["config"])
+    except (TypeError, ValueError, AttributeError):
+        recorded = None
+    if recorded is None or _comparable(to_dict(recorded)) != _comparable(to_dict(config)):
         return "the checkpoint was written by a different configuration"
     if seed_chunk is not None and info.get("seed_chunk", seed_chunk) != seed_chunk:
         return f"the checkpoint was written with seed_chunk={info['seed_chunk']}, this run uses {seed_chunk}"

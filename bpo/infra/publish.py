@@ -136,9 +136,11 @@ def publish_run_dir(out_dir: Path, write_files: Callable[[Path], T]) -> T:
 
 def check_publishable(out_dir: Path, field: str = "--out") -> None:
     """Before any work: ``out_dir``'s name fits its file system, and the folder that will receive
-    its staging sibling can be written."""
+    its staging sibling can be written (where that folder is still to be made, its nearest
+    existing ancestor, in which the run's folders are made)."""
     parent = Path(out_dir).absolute().parent
     limit, size = name_max(parent), len(Path(out_dir).name.encode())
+    parent = next(p for p in (parent, *parent.parents) if p.exists())
     if size > limit:
         raise ConfigError(field, f"the folder name {Path(out_dir).name[:40]!r}... has {size} bytes; allowed: at "
                                  f"most {limit}, the longest name the file system holds")

@@ -87,8 +87,8 @@ class EpisodicProgram:
     cfg: EpisodicTrainConfig
     env: ShortCorridorJax
     policy: LinearSoftmax
-    mu_net: MLP
-    behaviour: Behaviour
+    mu_net: MLP | None  # None: REINFORCE (no bpo section)
+    behaviour: Behaviour | None
     progress: Callable | None = None
 
     @property
@@ -105,7 +105,7 @@ class EpisodicProgram:
         _, obs0 = self.env.reset(k_pi)
         pi_params = self.policy.init(k_pi, obs0)
         bstate, replay = (), None
-        if self.cfg.algo == "bpo":
+        if self.cfg.bpo is not None:
             k_mu, k_beh = jax.random.split(k_beh)
             bstate = self.behaviour.init(k_beh, obs0, jnp.int32(0), self.mu_net.init(k_mu, obs0), hp)
             zero = jnp.float32(0.0)  # explicit dtypes: Python floats would become float64 under x64
@@ -117,7 +117,7 @@ class EpisodicProgram:
 
     def behaviour_logits(self, carry: EpisodicCarry) -> Callable:
         """The logits of the policy that generates episodes: mu (bpo) or pi (reinforce)."""
-        if self.cfg.algo == "bpo":
+        if self.cfg.bpo is not None:
             return lambda o: self.behaviour.mu_apply(carry.behaviour.mu_params, o).loc
         return lambda o: self.policy.apply(carry.pi_params, o)
 
@@ -126,7 +126,7 @@ class EpisodicProgram:
         key, k_roll, k_beh = jax.random.split(carry.key, 3)
         ep = rollout_episode(k_roll, self.env, self.behaviour_logits(carry), self.cfg.max_episode_steps)
         replay, bstate = carry.replay, carry.behaviour
-        if self.cfg.algo == "bpo":
+        if self.cfg.bpo is not None:
             pi_params, opt_state, bstate, replay, metrics = bpo_reinforce_episode_update(
                 k_beh, carry.pi_params, carry.pi_opt_state, bstate, replay, ep, hp, tx=tx,
                 pi_apply=self.policy.apply, beh=self.behaviour, traj=self.cfg.returns.traj)
@@ -189,7 +189,7 @@ class EpisodicProgram:
     def policies(self, carry: EpisodicCarry) -> dict:
         """pi's parameters and, for BPO, mu's."""
         return {"pi_params": carry.pi_params, **({"mu_params": carry.behaviour.mu_params}
-                                                 if self.cfg.algo == "bpo" else {})}
+                                                 if self.cfg.bpo is not None else {})}
 
     def unit_metrics(self, train_outputs: dict, start: int) -> dict:
         """Iteration 0 evaluates only; iteration i > 0 is block i - 1 (its episodes)."""
@@ -209,7 +209,9 @@ def make_program(cfg: EpisodicTrainConfig, progress: Callable | None = None) -> 
     network and the behaviour step."""
     env = make_jax_env(cfg.env, max_steps=cfg.max_episode_steps)
     init_logits = two_action_logits(cfg.reinforce.init_right_prob)
-    mu_net = MLP(cfg.bpo.mu_hidden, env.n_actions, zero_head=True, head_bias=init_logits)
-    behaviour = make_behaviour(cfg.bpo, True, env.n_actions, lambda p, o: logits_dist(mu_net.apply(p, o)))
+    mu_net = behaviour = None
+    if cfg.bpo is not None:
+        mu_net = MLP(cfg.bpo.mu_hidden, env.n_actions, zero_head=True, head_bias=init_logits)
+        behaviour = make_behaviour(cfg.bpo, True, env.n_actions, lambda p, o: logits_dist(mu_net.apply(p, o)))
     return EpisodicProgram(cfg, env, LinearSoftmax(SHORT_CORRIDOR_FEATURES, init_logits), mu_net, behaviour,
                            progress)

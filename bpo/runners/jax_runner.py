@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 import jax
 import numpy as np
 
-from bpo.infra import runtime
+from bpo.infra import memory, runtime
 from bpo.runners.program import Program
 from bpo.runners.seeds import chunked_seed_map
 
@@ -111,15 +111,20 @@ class JaxRunner:
         return self._map_seeds(lambda c, h: self.program.segment(c, h, idx), carry, hp)
 
     def compile(self) -> None:
-        """One program per distinct shard size, compiled ahead (timed apart from training)."""
+        """One program per distinct shard size, compiled ahead (timed apart from training), once
+        the traced shapes show that the run fits in memory (``bpo.infra.memory``)."""
         start = time.perf_counter()
         self._init = jax.jit(self._init_all)
         iteration = jax.jit(self._iteration_all)
-        self._programs = {}
+        traced, sizes = {}, []
         for (a, b), h in zip(self.shards, self._shard_hp, strict=True):
-            if b - a not in self._programs:
+            if b - a not in traced:
                 shape = jax.eval_shape(self._init, self.keys[a:b], h)
-                self._programs[b - a] = iteration.lower(shape, h, self._index).compile()
+                traced[b - a] = (iteration.trace(shape, h, self._index), memory.nbytes(shape))
+            program, state_bytes = traced[b - a]
+            sizes.append((state_bytes, memory.nbytes(program.out_info[1])))
+        memory.check_run_fits(self.cfg, sum(s for s, _ in sizes), sum(o for _, o in sizes), self.n_iterations)
+        self._programs = {size: program.lower().compile() for size, (program, _) in traced.items()}
         self._iteration = iteration
         self.compile_time_s = time.perf_counter() - start
 

@@ -73,10 +73,11 @@ class Job:
         return getattr(self.cfg, "variant", "") or self.cfg.algo
 
 
-def check_outputs(job: Job) -> None:
+def check_outputs(job: Job) -> list[Path]:
     """Every folder the run will write, created and proven writable before anything compiles; a
     ``ConfigError`` names the option that asked for the folder that cannot be. A new run
-    (``--out``) may not start over another run's checkpoint (``check_no_unfinished_run``)."""
+    (``--out``) may not start over another run's checkpoint (``check_no_unfinished_run``).
+    Returns the folders it made, outermost first (``remove_made``)."""
     validate_environment()
     out_dir, options = job.out_dir, job.options
     check_publishable(out_dir, job.flag)  # first: a name the file system cannot hold fails every other check
@@ -84,13 +85,29 @@ def check_outputs(job: Job) -> None:
         check_no_unfinished_run(job)
     if options["track"]:
         check_tracking()  # before any folder is made: a refused run leaves nothing behind
-    ensure_writable_dir(out_dir, job.flag)
+    made: list[Path] = []
+    _ensure(out_dir, job.flag, made)
     if options["tensorboard"]:
-        ensure_writable_dir(out_dir / "tb", "--tensorboard")
+        _ensure(out_dir / "tb", "--tensorboard", made)
     if options["track"]:
-        ensure_writable_dir(out_dir / "wandb", "--track")
+        _ensure(out_dir / "wandb", "--track", made)
     if job.checkpoint_every > 0:
-        ensure_writable_dir(out_dir / "checkpoint", "--checkpoint-every")
+        _ensure(out_dir / "checkpoint", "--checkpoint-every", made)
+    return made
+
+
+def _ensure(path: Path, field: str, made: list[Path]) -> None:
+    missing = [p for p in (path, *path.parents) if not p.exists()]
+    ensure_writable_dir(path, field)
+    made.extend(reversed(missing))
+
+
+def remove_made(made: list[Path]) -> None:
+    """The folders ``check_outputs`` made, removed where still empty: a run refused after that
+    check (its memory estimate, another run's checkpoint) leaves nothing behind."""
+    for path in reversed(made):
+        with contextlib.suppress(OSError):
+            path.rmdir()
 
 
 def check_tracking() -> None:

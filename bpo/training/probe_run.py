@@ -73,8 +73,8 @@ def check_probe(run_dir: Path, points=None, seeds=None, backend: str | None = No
     ``rho_bar`` and ``c_bar`` replace the run's (``with_truncation``)."""
     saved = load_policies(run_dir)  # refuses a folder without policies
     if isinstance(saved.config, EpisodicTrainConfig) or "mu_params" not in saved.final:
-        raise ConfigError("run", f"{str(run_dir)!r} is not a BPO-PPO run (algo={saved.config.algo}): it has no "
-                                 "behaviour policy mu to probe; allowed: on-policy runs with algo=bpo")
+        raise ConfigError("run", f"{str(run_dir)!r} is not a BPO-PPO run ({saved.config.algo}): it has no "
+                                 "behaviour policy mu to probe; allowed: on-policy runs with BPO (a bpo section)")
     kept = sorted(saved.during) + [FINAL]
     points = kept if points is None else [_point(p, kept) for p in points]
     for p in points:

@@ -294,8 +294,7 @@ def _train(job: Job, show_progress: bool) -> int:
         print(f"continuing the interrupted run from its checkpoint in {str(job.checkpoint_dir)!r}", file=sys.stderr)
     calls, steps = progress_totals(cfg)
     try:
-        with EvalProgress(f"{cfg.preset}/{cfg.env}/{job.label}", calls, show_progress, steps) as bar:
-            # Without a progress bar the program has no host callback, so it can be kept in the compile cache.
+        with EvalProgress(f"{cfg.preset}/{cfg.env}/{job.label}", calls, show_progress, steps, cfg.seeds) as bar:
             out = train(job, progress=bar.update if show_progress else None, on_resume=bar.resume)
     except (NonFiniteError, ConfigError) as e:  # ConfigError: a checkpoint of another run in the way, memory
         if not ckpt.exists(job.checkpoint_dir):

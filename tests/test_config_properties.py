@@ -82,8 +82,9 @@ CASES = [(preset, name) for preset in PRESET_NAMES for name in FIELDS[type(get_p
 # A value set on the key may be reported under these fields too: constraints between fields.
 CROSS_FIELD = {
     "episodes": {"eval_every"},  # eval_every must divide episodes
-    "ppo.n_steps": {"ppo.batch_size"},  # batch_size must divide n_steps * n_envs
-    "ppo.n_envs": {"ppo.batch_size"},
+    # batch_size must divide n_steps * n_envs; the budget in whole rollouts must fit 32 bits
+    "ppo.n_steps": {"ppo.batch_size", "total_timesteps"},
+    "ppo.n_envs": {"ppo.batch_size", "total_timesteps"},
     "bpo.q_batch_size": {"bpo.replay_size"},  # the replay must hold one batch
     "bpo.mu_batch_size": {"bpo.replay_size"},
     "backend": {"env"},  # the environment must exist on the backend

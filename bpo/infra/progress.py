@@ -1,6 +1,11 @@
-"""Progress display fed from inside jitted runs through ``jax.debug.callback``."""
+"""Progress of a run: a live bar on a terminal; in a log (a file, a pipe, Slurm's output), whole
+lines, one when each evaluation of every seed is done and one at least every ``BPO_LOG_EVERY_S``
+seconds (default 30) in between, so a run under nohup or Slurm is never silent for long. Fed by
+the runners from the host after each loop iteration."""
 
+import contextlib
 import os
+import threading
 import time
 
 from rich.console import Console
@@ -9,6 +14,18 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 LOG_WIDTH = 200
 """Columns of progress lines written to a file or a pipe (a log): wide enough that no line wraps
 and the last frame is not cut, as at rich's default of 80 ('0:0… eta 0:00:…')."""
+
+
+def log_every_s() -> float:
+    """``BPO_LOG_EVERY_S``: the longest silence of a run's progress lines in a log, in seconds."""
+    raw = os.environ.get("BPO_LOG_EVERY_S", "") or "30"
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0.1 <= value <= 86400:
+        raise ValueError(f"BPO_LOG_EVERY_S: must be a number of seconds from 0.1 to 86400, got {raw!r}")
+    return value
 
 
 def console() -> Console:
@@ -25,18 +42,21 @@ class EvalProgress:
     (the share of evaluations done times the run's steps, over the time since the first one).
     A run continued from a checkpoint starts the count where it stopped (``resume``)."""
 
-    def __init__(self, label: str, total_calls: int, enabled: bool = True, total_env_steps: float | None = None):
-        self.enabled = enabled
-        self.latest = float("nan")
+    def __init__(self, label: str, total_calls: int, enabled: bool = True, total_env_steps: float | None = None,
+                 seeds: int = 1):
+        self.enabled, self.label, self.seeds = enabled, label, seeds
+        self.latest, self.rate = float("nan"), 0.0
         self.total_calls = total_calls
         self.total_env_steps = total_env_steps
         self._calls = self._calls_before = 0
         self._start = None
+        out = console()
+        self._lines = LogLines(self, out) if enabled and not out.is_terminal else None
         columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                    TextColumn("eval return {task.fields[latest]:.2f}")]
         if total_env_steps:
             columns.append(TextColumn("{task.fields[rate]:,.0f} steps/s"))
-        self._progress = Progress(*columns, disable=not enabled, console=console())
+        self._progress = Progress(*columns, disable=not enabled or self._lines is not None, console=out)
         self._task = self._progress.add_task(label, total=total_calls, latest=float("nan"), rate=0.0)
 
     def update(self, step, eval_return, rate: float | None = None) -> None:
@@ -51,7 +71,10 @@ class EvalProgress:
         if rate is None and self.total_env_steps and now > self._start:
             share = (self._calls - self._calls_before) / self.total_calls  # of this segment's work
             rate = share * self.total_env_steps / (now - self._start)
-        self._progress.update(self._task, advance=1, latest=self.latest, rate=rate or 0.0)
+        self.rate = rate or 0.0
+        self._progress.update(self._task, advance=1, latest=self.latest, rate=self.rate)
+        if self._lines is not None and self._calls % self.seeds == 0:  # an evaluation of every seed
+            self._lines.write()
 
     def resume(self, calls_done: int) -> None:
         """The run continues from a checkpoint after ``calls_done`` evaluation callbacks: the bar
@@ -60,9 +83,66 @@ class EvalProgress:
         self._calls = self._calls_before = calls_done
         self._progress.update(self._task, completed=calls_done)
 
+    @property
+    def calls(self) -> int:
+        return self._calls
+
     def __enter__(self):
         self._progress.__enter__()
+        if self._lines is not None:
+            self._lines.start()
         return self
 
     def __exit__(self, *exc):
+        if self._lines is not None:
+            self._lines.stop()
         return self._progress.__exit__(*exc)
+
+
+class LogLines:
+    """``EvalProgress`` as lines in a log: ``write()`` at each evaluation of every seed, and a
+    thread that writes one more whenever ``BPO_LOG_EVERY_S`` seconds passed without one (while the
+    run compiles, or between evaluations far apart)."""
+
+    def __init__(self, bar: EvalProgress, out: Console):
+        self.bar, self.out, self.every = bar, out, log_every_s()
+        self._began = self._last = time.perf_counter()
+        self._lock, self._done = threading.Lock(), threading.Event()
+        self._thread = threading.Thread(target=self._heartbeat, name="bpo-progress-lines", daemon=True)
+
+    def line(self) -> str:
+        bar, elapsed = self.bar, time.perf_counter() - self._began
+        evaluations = bar.calls // bar.seeds
+        parts = [f"{bar.label} {bar.calls}/{bar.total_calls} evaluations", f"elapsed {_clock(elapsed)}"]
+        if evaluations:
+            parts.append(f"eval return {bar.latest:.2f}")
+        if bar.rate:
+            parts.append(f"{bar.rate:,.0f} steps/s")
+        since_first = bar.calls - bar._calls_before - bar.seeds  # the first evaluation starts the clock
+        if bar._start is not None and since_first > 0 and bar.calls < bar.total_calls:
+            per_call = (time.perf_counter() - bar._start) / since_first
+            parts.append(f"eta {_clock(per_call * (bar.total_calls - bar.calls))}")
+        return ", ".join(parts)
+
+    def write(self) -> None:
+        with self._lock:
+            self._last = time.perf_counter()
+            with contextlib.suppress(OSError):  # a closed or full log must not stop the run
+                print(self.line(), file=self.out.file, flush=True)
+
+    def _heartbeat(self) -> None:
+        while not self._done.wait(min(self.every, 1.0)):
+            if time.perf_counter() - self._last >= self.every:
+                self.write()
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._done.set()
+        self._thread.join()
+
+
+def _clock(seconds: float) -> str:
+    s = int(seconds)
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"

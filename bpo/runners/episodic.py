@@ -20,6 +20,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from bpo.agents.bpo import Behaviour, make_behaviour
@@ -82,14 +83,14 @@ class EpisodicCarry(NamedTuple):
 class EpisodicProgram:
     """REINFORCE or BPO-REINFORCE on a pure-JAX environment: loop iteration 0 is the evaluation
     before training, iteration i > 0 is block i - 1 (``eval_every`` episodes) and its evaluation.
-    ``progress(episode, eval_return)`` is called from inside the program after every evaluation."""
+    Progress is reported by the runner from each iteration's outputs (``reported``): no host
+    callback, so the compiled program can be kept in the persistent compile cache."""
 
     cfg: EpisodicTrainConfig
     env: ShortCorridorJax
     policy: LinearSoftmax
     mu_net: MLP | None  # None: REINFORCE (no bpo section)
     behaviour: Behaviour | None
-    progress: Callable | None = None
 
     @property
     def n_iterations(self) -> int:
@@ -150,8 +151,6 @@ class EpisodicProgram:
                "pi_probs": jax.nn.softmax(pi_fn(obs0)), "mu_probs": jax.nn.softmax(self.behaviour_logits(carry)(obs0))}
         if hasattr(self.env, "exact_return"):
             out["exact_return"] = self.env.exact_return(out["pi_probs"])
-        if self.progress is not None:
-            jax.debug.callback(self.progress, carry.episode, out["eval_return"])
         return out
 
     def segment(self, carry0: EpisodicCarry, hp: Hyperparams, indices):
@@ -199,12 +198,18 @@ class EpisodicProgram:
     def first_unit(self, start: int) -> int:
         return max(start - 1, 0) * self.cfg.eval_every
 
+    def reported(self, outputs) -> list[tuple[int, float]]:
+        """(episode, eval return) of each seed's evaluation in one iteration's outputs (every
+        iteration the host runs evaluates), for a progress bar."""
+        evals = outputs[0]
+        return list(zip(np.ravel(evals["eval_episode"]).tolist(), np.ravel(evals["eval_return"]).tolist(), strict=True))
+
     def evaluations_in(self, iterations: int) -> int:
         """Every iteration ends with one evaluation."""
         return min(iterations, self.n_iterations)
 
 
-def make_program(cfg: EpisodicTrainConfig, progress: Callable | None = None) -> EpisodicProgram:
+def make_program(cfg: EpisodicTrainConfig) -> EpisodicProgram:
     """The program of ``cfg``: its environment, pi's linear-softmax policy, and for BPO mu's
     network and the behaviour step."""
     env = make_jax_env(cfg.env, max_steps=cfg.max_episode_steps)
@@ -213,5 +218,4 @@ def make_program(cfg: EpisodicTrainConfig, progress: Callable | None = None) -> 
     if cfg.bpo is not None:
         mu_net = MLP(cfg.bpo.mu_hidden, env.n_actions, zero_head=True, head_bias=init_logits)
         behaviour = make_behaviour(cfg.bpo, True, env.n_actions, lambda p, o: logits_dist(mu_net.apply(p, o)))
-    return EpisodicProgram(cfg, env, LinearSoftmax(SHORT_CORRIDOR_FEATURES, init_logits), mu_net, behaviour,
-                           progress)
+    return EpisodicProgram(cfg, env, LinearSoftmax(SHORT_CORRIDOR_FEATURES, init_logits), mu_net, behaviour)

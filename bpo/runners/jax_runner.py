@@ -20,7 +20,6 @@ restores.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -51,19 +50,6 @@ def chunk_size(seed_chunk: int, seeds: int) -> int:
     return seeds if seed_chunk <= 0 else min(seed_chunk, seeds)
 
 
-def serialised(progress: Callable | None) -> Callable | None:
-    """``progress`` called by one thread at a time (the shards report from their own threads)."""
-    if progress is None:
-        return None
-    lock = threading.Lock()
-
-    def report(*args):
-        with lock:
-            progress(*args)
-
-    return report
-
-
 def _seed_slice(tree, start: int, stop: int):
     return jax.tree.map(lambda x: x[start:stop], tree)
 
@@ -74,19 +60,20 @@ def _concat(trees, axis: int = 0):
 
 class JaxRunner:
     """All seeds of one config (or of several rows, ``hp_per_seed``) as one ``Program``, run one
-    compiled loop iteration at a time. ``make_program(progress)`` builds the program; with
+    compiled loop iteration at a time; ``progress(step, eval_return)`` is told each seed's
+    evaluations from the host after the iteration that made them (``Program.reported``). With
     ``hp_per_seed`` every leaf of ``hp`` has the seed axis too (rows of hyperparameters vmapped
     like seeds, ``bpo.training.rows``)."""
 
     iteration_name = "loop iteration"
 
-    def __init__(self, cfg, make_program: Callable[[Callable | None], Program], hp, keys, seed_chunk: int,
-                 progress: Callable | None = None, hp_per_seed: bool = False):
+    def __init__(self, cfg, program: Program, hp, keys, seed_chunk: int, progress: Callable | None = None,
+                 hp_per_seed: bool = False):
         self.cfg, self.hp, self.keys, self.seed_chunk, self.hp_per_seed = cfg, hp, keys, seed_chunk, hp_per_seed
         self.chunk = chunk_size(seed_chunk, cfg.seeds)
         on_cpu = jax.default_backend() == "cpu"
         self.shards = shard_bounds(cfg.seeds, self.chunk, runtime.cpu_threads() if on_cpu else 1)
-        self.program = make_program(serialised(progress) if len(self.shards) > 1 else progress)
+        self.program, self.progress = program, progress
         self.unit, self.n_iterations = cfg.unit, self.program.n_iterations
         self.backend, self.threads = jax.default_backend(), len(self.shards)
         if getattr(cfg, "backend", "jax") == "threads":  # the physics runs on the host whatever the device
@@ -156,6 +143,9 @@ class JaxRunner:
         self._carries = [carry for carry, _ in results]
         outputs = _concat([out for _, out in results])
         self._pieces.append(outputs)
+        if self.progress is not None:
+            for step, eval_return in self.program.reported(outputs):
+                self.progress(step, eval_return)
         return self.program.unit_metrics(outputs[1], done), self.program.first_unit(done)
 
     def snapshot(self, done: int) -> tuple[dict, dict, object]:

@@ -15,7 +15,6 @@ normalised as the acting policy saw them, so the PPO ratio starts at pi/mu exact
 observations, normalised with the current statistics whenever Q, Q-hat and mu train on them.
 """
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -48,13 +47,13 @@ def evaluations_before(cfg: OnPolicyTrainConfig) -> np.ndarray:
 @dataclass(frozen=True, eq=False)
 class OnPolicyProgram:
     """PPO or BPO-PPO on a functional environment (JAX or MJX): ``n_updates + 1`` loop iterations,
-    an evaluation before each scheduled one and an update in all but the last.
-    ``progress(env_steps, eval_return)`` is called from inside the program after every evaluation."""
+    an evaluation before each scheduled one and an update in all but the last. It has no host
+    callback (progress is reported by the runner from each iteration's outputs, ``reported``), so
+    its compiled form can be kept in the persistent compile cache."""
 
     cfg: OnPolicyTrainConfig
     env: FunctionalEnv
     learner: Learner
-    progress: Callable | None = None
 
     @property
     def n_iterations(self) -> int:
@@ -110,11 +109,7 @@ class OnPolicyProgram:
         """pi's mean undiscounted return over ``eval_episodes`` greedy episodes."""
         keys = jax.random.split(jax.random.fold_in(carry.key, 7), self.cfg.eval_episodes)
         returns, _ = run_episodes(self.env, lambda _, obs: self.learner.greedy_action(carry.learner, obs), keys)
-        out = {"eval_return": jnp.mean(returns),
-               "eval_step": carry.learner.update * self.cfg.rollout_size}
-        if self.progress is not None:
-            jax.debug.callback(self.progress, out["eval_step"], out["eval_return"])
-        return out
+        return {"eval_return": jnp.mean(returns), "eval_step": carry.learner.update * self.cfg.rollout_size}
 
     def segment(self, carry0: OnPolicyCarry, hp: PPOHyperparams, indices):
         """Loop iterations ``indices``: evaluate if scheduled, then update (none in the last
@@ -158,6 +153,13 @@ class OnPolicyProgram:
     def first_unit(self, start: int) -> int:
         return start
 
+    def reported(self, outputs) -> list[tuple[int, float]]:
+        """(env steps, eval return) of each seed's evaluation in one iteration's outputs, if it
+        evaluated (skipped evaluations have step -1), for a progress bar."""
+        evals = outputs[0]
+        pairs = zip(np.ravel(evals["eval_step"]).tolist(), np.ravel(evals["eval_return"]).tolist(), strict=True)
+        return [(step, ret) for step, ret in pairs if step >= 0]
+
     def evaluations_in(self, iterations: int) -> int:
         """Iteration i evaluates first when scheduled (``evaluations_before``)."""
         return int(evaluations_before(self.cfg)[:iterations].sum())
@@ -171,7 +173,7 @@ def run_env(cfg: OnPolicyTrainConfig, backend: str | None = None) -> FunctionalE
                     (cfg.mjx_iterations, cfg.mjx_ls_iterations))
 
 
-def make_program(cfg: OnPolicyTrainConfig, progress: Callable | None = None) -> OnPolicyProgram:
+def make_program(cfg: OnPolicyTrainConfig) -> OnPolicyProgram:
     """The program of ``cfg``: its environment (``run_env``) and learner."""
     env = run_env(cfg)
-    return OnPolicyProgram(cfg, env, make_learner(cfg, env.spec), progress)
+    return OnPolicyProgram(cfg, env, make_learner(cfg, env.spec))

@@ -28,7 +28,10 @@ class Program(Protocol):
     * ``policies(carry)``: what the run keeps of its policies (``bpo.training.policies``), read
       from a carry with or without a seed axis;
     * ``evaluations_in(iterations)``: the evaluations of one seed in the first ``iterations``
-      loop iterations (a resumed run's progress bar starts there).
+      loop iterations (a resumed run's progress bar starts there);
+    * ``reported(outputs)``: (step, eval return) of each evaluation in one iteration's outputs on
+      the host, what the runner reports to a progress bar. A program has no host callback of its
+      own, so its compiled form can be kept in the persistent compile cache.
     """
 
     n_iterations: int
@@ -46,6 +49,8 @@ class Program(Protocol):
     def policies(self, carry) -> dict: ...
 
     def evaluations_in(self, iterations: int) -> int: ...
+
+    def reported(self, outputs) -> list[tuple[int, float]]: ...
 
 
 def whole_run(program: Program):

@@ -88,7 +88,7 @@ def run_rows(cfgs: list[TrainConfig], progress=None, seed_chunk: int | None = No
     keys = jnp.concatenate([seed_keys(cfg.seed, cfg.seeds) for cfg in cfgs])
     seed_chunk = default_seed_chunk() if seed_chunk is None else seed_chunk
     group = dataclasses.replace(cfgs[0], seeds=sum(sizes))
-    runner = JaxRunner(group, lambda report: onpolicy.make_program(group, report), hp, keys, seed_chunk, progress,
+    runner = JaxRunner(group, onpolicy.make_program(group), hp, keys, seed_chunk, progress,
                        hp_per_seed=True)
     out = drive(runner, group)
     wall = time.perf_counter() - start

@@ -26,17 +26,17 @@ from bpo.training.driver import Runner, drive
 from bpo.training.run_output import RunOutput, default_seed_chunk
 
 
-def make_program(cfg: TrainConfig, progress: Callable | None = None) -> Program:
+def make_program(cfg: TrainConfig) -> Program:
     """The JAX program of ``cfg``: episodic (REINFORCE, BPO-REINFORCE) or on-policy (PPO, BPO-PPO)."""
     if isinstance(cfg, EpisodicTrainConfig):
-        return episodic.make_program(cfg, progress)
-    return onpolicy.make_program(cfg, progress)
+        return episodic.make_program(cfg)
+    return onpolicy.make_program(cfg)
 
 
-def make_train(cfg: TrainConfig, progress: Callable | None = None) -> Callable:
+def make_train(cfg: TrainConfig) -> Callable:
     """``train(key, hparams) -> metrics`` for one seed of ``cfg``, the whole run one program
     (PureJaxRL's shape: ``jax.jit(jax.vmap(make_train(cfg)))(keys, hp)`` trains many seeds)."""
-    return whole_run(make_program(cfg, progress))
+    return whole_run(make_program(cfg))
 
 
 def make_runner(cfg: TrainConfig, hp, progress: Callable | None = None, logger=None,
@@ -45,8 +45,7 @@ def make_runner(cfg: TrainConfig, hp, progress: Callable | None = None, logger=N
     if isinstance(cfg, OnPolicyTrainConfig) and cfg.backend == "gymnasium":
         return HostRunner(cfg, hp, progress=progress, logger=logger)
     seed_chunk = default_seed_chunk() if seed_chunk is None else seed_chunk
-    return JaxRunner(cfg, lambda report: make_program(cfg, report), hp, seed_keys(cfg.seed, cfg.seeds), seed_chunk,
-                     progress)
+    return JaxRunner(cfg, make_program(cfg), hp, seed_keys(cfg.seed, cfg.seeds), seed_chunk, progress)
 
 
 def run(cfg: TrainConfig, progress: Callable | None = None, seed_chunk: int | None = None, logger=None,

@@ -59,6 +59,7 @@ from bpo.training import (
 )
 from bpo.training.job import OUTPUT_OPTIONS, Job, check_outputs, publish, remove_made, resume_job, train
 from bpo.training.summary import final_return_text
+from experiments import help_text
 
 USAGE = """usage: bpo [--version] {{train,sweep,plot,table,reproduce,evaluate,probe,probe-summary,verify-variance,
                         report}} ...
@@ -129,10 +130,10 @@ class TrainArgs:
     progress: bool = True
     """Show a progress bar with the latest evaluation return."""
     checkpoint_every: int | None = None
-    """Save a checkpoint into OUT/checkpoint every N updates (on-policy presets) or N evaluation blocks
-    (episodic presets); default about ten per run; 0: none. A run stopped by Ctrl-C, a crash or a
-    preemption continues, bit-identically, with `bpo train --resume OUT` (or the same command
-    again); the checkpoint is removed once the results are written."""
+    """Save a checkpoint into OUT/checkpoint every N updates (on-policy presets) or N evaluation blocks (episodic
+    presets); default about ten per run; 0: none. A run stopped by Ctrl-C, a crash or a preemption continues,
+    bit-identically, with `bpo train --resume OUT` (or the same command again); the checkpoint is removed once the
+    results are written."""
 
 
 @dataclass(frozen=True)
@@ -161,10 +162,10 @@ class OnPolicyTrainArgs:
     progress: bool = True
     """Show a progress bar with the latest evaluation return and steps/s."""
     checkpoint_every: int | None = None
-    """Save a checkpoint into OUT/checkpoint every N updates (on-policy presets) or N evaluation blocks
-    (episodic presets); default about ten per run; 0: none. A run stopped by Ctrl-C, a crash or a
-    preemption continues, bit-identically, with `bpo train --resume OUT` (or the same command
-    again); the checkpoint is removed once the results are written."""
+    """Save a checkpoint into OUT/checkpoint every N updates (on-policy presets) or N evaluation blocks (episodic
+    presets); default about ten per run; 0: none. A run stopped by Ctrl-C, a crash or a preemption continues,
+    bit-identically, with `bpo train --resume OUT` (or the same command again); the checkpoint is removed once the
+    results are written."""
 
 
 def _fail(message: str) -> int:
@@ -348,6 +349,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _dispatch(argv: list[str]) -> int:
+    help_text.install()  # every subcommand's --help: paragraphs, not the source's line breaks
     if argv and argv[0] in ("train", "verify-variance"):
         enable_compile_cache()  # sweeps (and so reproductions) turn it on in each worker
     if not argv or argv[0] in ("-h", "--help"):

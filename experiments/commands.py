@@ -49,9 +49,8 @@ class SweepArgs:
     command again resumes an interrupted sweep."""
 
     sweep: Annotated[tyro.conf.Positional[str | None], tyro.conf.arg(metavar="SWEEP")] = None
-    """Sweep file: a name in experiments/sweeps (fig2, classic, mujoco_small, table1_small, headline,
-    table1, ablations, backend_check, probe) or a path. Without it, the grid comes from --preset, --envs,
-    --variants and --grid."""
+    """Sweep file: a name in experiments/sweeps (fig2, classic, mujoco_small, table1_small, headline, table1, ablations,
+    backend_check, probe) or a path. Without it, the grid comes from --preset, --envs, --variants and --grid."""
     backend: Literal["local", "slurm"] = "local"
     """local: worker processes on this machine. slurm: a submitit job array, resources from the sweep
     file (and the --slurm-* flags)."""
@@ -256,14 +255,12 @@ class ReproduceArgs:
     Finished runs and probes are kept, so running it again resumes it (or only redraws the outputs)."""
 
     name: Annotated[tyro.conf.Positional[str], tyro.conf.arg(metavar="NAME")]
-    """Sweep file: a name in experiments/sweeps (fig2: Figure 2, 100 runs each of REINFORCE and
-    BPO-REINFORCE on ShortCorridor; classic: PPO vs BPO-PPO on CartPole and Pendulum; mujoco_small:
-    PPO vs BPO (1.0, 1.5) on HalfCheetah and Hopper, 300k steps; table1_small; headline: the paper's
-    headline cell, HalfCheetah PPO vs BPO (1.0, 1.5) at 1.5M steps in two settings; authors_code:
-    our BPO with the authors' code's bugs in the headline cell, 10 seeds; a2c: A2C vs
-    BPO-A2C on CartPole, Pendulum and HalfCheetah; probe: the return-estimator probe of BPO (1.0,
-    1.5) with and without Q-hat on HalfCheetah and Hopper, 300k steps; table1, ablations) or a path
-    to one."""
+    """Sweep file: a name in experiments/sweeps (fig2: Figure 2, 100 runs each of REINFORCE and BPO-REINFORCE on
+    ShortCorridor; classic: PPO vs BPO-PPO on CartPole and Pendulum; mujoco_small: PPO vs BPO (1.0, 1.5) on HalfCheetah
+    and Hopper, 300k steps; table1_small; headline: the paper's headline cell, HalfCheetah PPO vs BPO (1.0, 1.5) at 1.5M
+    steps in two settings; authors_code: our BPO with the authors' code's bugs in the headline cell, 10 seeds; a2c: A2C
+    vs BPO-A2C on CartPole, Pendulum and HalfCheetah; probe: the return-estimator probe of BPO (1.0, 1.5) with and
+    without Q-hat on HalfCheetah and Hopper, 300k steps; table1, ablations) or a path to one."""
     out: Path | None = None
     """Results folder; default runs/NAME (git-ignored). The committed results: --out results/NAME."""
     seeds: int | None = None
@@ -356,9 +353,9 @@ class AnalysisArgs:
     out: Path | None = None
     """Output folder; default RESULTS_DIR."""
     allow_skipped: bool = False
-    """Exit with 0 even when run directories were skipped because a file in them could not be used
-    (a damaged or foreign summary.json, config.json, spec.json or curve.csv). Each is listed on
-    stderr either way, and the outputs are made from the other runs; without it the exit code is 1."""
+    """Exit with 0 even when run directories were skipped because a file in them could not be used (a damaged or foreign
+    summary.json, config.json, spec.json or curve.csv). Each is listed on stderr either way, and the outputs are made
+    from the other runs; without it the exit code is 1."""
 
 
 @dataclass(frozen=True)

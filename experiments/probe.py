@@ -211,10 +211,12 @@ def probe_folder(folder: Path, plan: ProbePlan, command: list[str], baseline: st
                 _probe_once(run, plan.settings, points, name, truncation, command)
     written = []
     for name, _, _ in probes:
-        runs = find_probes(folder, name)
+        runs, skipped = find_probes(folder, name)
+        for s in skipped:
+            print(f"bpo reproduce: probe summary: skipped {s.line()}", file=sys.stderr)
         base = baseline if baseline in {r.run.row for r in runs} else None
         argv = [str(folder), *(["--name", name] if name != "probe" else []), *(["--baseline", base] if base else [])]
-        summary = summarise(runs, folder, argv, base)
+        summary = summarise(runs, folder, argv, base, skipped)
         print(markdown(summary))
         written += write_summary(runs, summary, folder, name)
     return written

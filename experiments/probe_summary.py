@@ -45,6 +45,7 @@ from experiments.reader import (
     BadFile,
     Check,
     Run,
+    Skipped,
     _json_type,
     _shown,
     check_fields,
@@ -131,10 +132,11 @@ def read_probe(path: Path) -> dict:
     return data
 
 
-def find_probes(folder: Path, name: str = "probe") -> list[ProbedRun]:
+def find_probes(folder: Path, name: str = "probe") -> tuple[list[ProbedRun], list[Skipped]]:
     """Every ``FOLDER/*/NAME/probe.json`` (not in hidden folders, where a sweep stages runs; NAME is
-    ``bpo probe --name``) with its run, in the order of the folder's names; a ``BadFile`` for the
-    first that cannot be used, a ``ConfigError`` when there is none."""
+    ``bpo probe --name``) with its run, in the order of the folder's names, and those that cannot be
+    used (a damaged or foreign probe.json or run file: skipped and listed, as ``bpo table`` does);
+    a ``ConfigError`` when there is none, or none that can be used."""
     folder = Path(folder)
     if not folder.is_dir():
         raise ConfigError("folder", f"{str(folder)!r} is not a folder")
@@ -144,15 +146,27 @@ def find_probes(folder: Path, name: str = "probe") -> list[ProbedRun]:
                 if (folder / name / "probe.json").exists() else "")
         raise ConfigError("folder", f"no probe results in {str(folder)!r}: no FOLDER/*/{name}/probe.json{hint}; run "
                                     "`bpo probe RUN` on its runs first")
-    found = []
+    found, skipped = [], []
     for path in paths:
-        probe = read_probe(path)
-        run = read_run(path.parent.parent, folder)
-        if probe["env"] != run.env:
-            raise BadFile(path, f"env is {_shown(probe['env'])} but config.json says {_shown(run.env)}: the probe "
-                                "of another run?")
-        found.append(ProbedRun(run, probe, path))
-    return found
+        run_dir = path.parent.parent
+        try:
+            found.append(_probed_run(path, folder))
+        except BadFile as e:
+            skipped.append(Skipped(str(run_dir.relative_to(folder)), run_dir, str(e.path.relative_to(run_dir)),
+                                   e.reason))
+    if not found:
+        raise ConfigError("folder", f"no usable probe results in {str(folder)!r}: "
+                                    + "; ".join(s.line() for s in skipped))
+    return found, skipped
+
+
+def _probed_run(path: Path, folder: Path) -> ProbedRun:
+    probe = read_probe(path)
+    run = read_run(path.parent.parent, folder)
+    if probe["env"] != run.env:
+        raise BadFile(path, f"env is {_shown(probe['env'])} but config.json says {_shown(run.env)}: the probe "
+                            "of another run?")
+    return ProbedRun(run, probe, path)
 
 
 def _nan(x) -> float:
@@ -285,10 +299,12 @@ def run_entry(r: ProbedRun, label: str) -> dict:
             "points": [point_entry(point, p["settings"]["m"]) for point in p["points"]]}
 
 
-def summarise(runs: list[ProbedRun], folder: Path, argv: list[str], baseline: str | None = None) -> dict:
+def summarise(runs: list[ProbedRun], folder: Path, argv: list[str], baseline: str | None = None,
+              skipped: list[Skipped] = ()) -> dict:
     """The summary the table and the JSON file are both written from, with its notes: differing
-    code or MuJoCo versions of the runs (``report_provenance``) and differing probe settings; with a
-    ``baseline`` row, each other run of a setting tested against it (``compare_rows``)."""
+    code or MuJoCo versions of the runs (``report_provenance``), differing probe settings and the
+    probes skipped; with a ``baseline`` row, each other run of a setting tested against it
+    (``compare_rows``)."""
     if baseline is not None and baseline not in {r.run.row for r in runs}:
         raise ConfigError("baseline", f"no probed run has the row {baseline!r}; rows: "
                                       f"{sorted({r.run.row for r in runs})}")
@@ -298,6 +314,9 @@ def summarise(runs: list[ProbedRun], folder: Path, argv: list[str], baseline: st
         notes.append("Warning: the runs were probed with different settings (each run's are in Runs below); "
                      "their numbers are not on equal terms.")
         print(f"bpo probe-summary: {notes[-1]}", file=sys.stderr)
+    if skipped:
+        notes.append(f"Skipped: {len(skipped)} probe(s) whose files could not be used: "
+                     + "; ".join(f"{s.run_id} ({s.file}: {s.reason})" for s in skipped) + ".")
     names = labels(runs)
     settings, order = sort_settings(r.setting for r in runs), sort_rows(r.run.row for r in runs)
     ordered = sorted(runs, key=lambda r: (settings.index(r.setting), order.index(r.run.row), names[r.run.run_id]))
@@ -305,7 +324,7 @@ def summarise(runs: list[ProbedRun], folder: Path, argv: list[str], baseline: st
     return {"provenance": {"command": ["bpo", "probe-summary", *argv], "code_version": code_version()},
             "folder": str(folder), "level": levels_text(runs),
             "settings": runs[0].probe["settings"] if len(distinct) == 1 else None, "notes": notes,
-            "runs": entries, "baseline": baseline,
+            "runs": entries, "baseline": baseline, "skipped": [s.to_json() for s in skipped],
             "comparisons": [] if baseline is None else compare_rows(entries, baseline)}
 
 
@@ -465,6 +484,9 @@ class ProbeSummaryArgs:
     baseline: str | None = None
     """A row, as spec.json names it (e.g. 'bpo_c1.0_rho1.5 bpo.use_q_hat=False'), to test each other
     row of its setting against (Welch, two-sided, on the seeds' log median ratios); default none."""
+    allow_skipped: bool = False
+    """Exit with 0 even when a damaged or foreign probe.json or run file was skipped (listed on
+    stderr and in the summary either way)."""
 
 
 def stem(name: str) -> str:
@@ -485,13 +507,19 @@ def probe_summary_main(argv: list[str]) -> int:
     probe.json or run file, no probe results)."""
     args = tyro.cli(ProbeSummaryArgs, args=argv, prog="bpo probe-summary")
     try:
-        runs = find_probes(args.folder, args.name)
+        runs, skipped = find_probes(args.folder, args.name)
         out = ensure_writable_dir(args.out or args.folder, "--out")
-        summary = summarise(runs, args.folder, argv, args.baseline)
+        summary = summarise(runs, args.folder, argv, args.baseline, skipped)
         paths = write_summary(runs, summary, out, args.name)
     except (ConfigError, BadFile) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(markdown(summary))
     print("wrote " + ", ".join(str(p) for p in paths))
+    for s in skipped:
+        print(f"bpo probe-summary: skipped {s.line()}", file=sys.stderr)
+    if skipped and not args.allow_skipped:
+        print(f"bpo probe-summary: {len(skipped)} probe(s) skipped (listed above); the summary is made from the "
+              "others; exit code 1 (--allow-skipped: 0)", file=sys.stderr)
+        return 1
     return 0

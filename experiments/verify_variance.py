@@ -51,8 +51,8 @@ class VerifyVarianceArgs:
     seed: int = 0
     """Random MDP i is generated from seed + i; also seeds the Monte Carlo and the training runs."""
     checkpoints: tuple[int, ...] = (0, 50, 100, 200, 300)
-    """Training episodes at which the learned mu is measured; multiples of the preset's eval_every
-    (10), at most --train-episodes."""
+    """Training episodes at which the learned mu is measured; multiples of the preset's eval_every (10), at
+    most --train-episodes."""
     train: bool = True
     """Train BPO-REINFORCE on ShortCorridor (--no-train skips it)."""
     seeds: int = 10

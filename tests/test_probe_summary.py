@@ -124,7 +124,7 @@ def test_table_and_json_hold_the_numbers_of_each_probe(probed, tmp_path, capsys)
 
 
 def test_the_figure_draws_the_pooled_medians_and_is_the_same_bytes_twice(probed, tmp_path):
-    fig = summary_figure(find_probes(probed))
+    fig = summary_figure(find_probes(probed)[0])
     axes = fig.axes
     assert len(axes) == 2 and axes[0].get_title() == "CartPole-v1 (cartpole_ppo)" and "95%" in fig.get_suptitle()
     for ax, name in zip(axes, ("var", "mse"), strict=True):
@@ -159,7 +159,7 @@ def test_one_column_per_environment(probed, tmp_path, capsys):
     cart, acro = sections["CartPole-v1 (cartpole_ppo)"], sections["Acrobot-v1 (cartpole_ppo)"]
     assert "BPO bpo.use_q_hat=True" in cart and "use_q_hat=False" not in cart
     assert "BPO bpo.use_q_hat=False" in acro and "use_q_hat=True" not in acro
-    fig = summary_figure(find_probes(folder))
+    fig = summary_figure(find_probes(folder)[0])
     assert sorted(ax.get_title() for ax in fig.axes if ax.get_title()) == ["Acrobot-v1 (cartpole_ppo)",
                                                                           "CartPole-v1 (cartpole_ppo)"]
     assert len(fig.axes) == 4
@@ -203,11 +203,27 @@ def _states_of_another_probe(text: str) -> str:
     (_seeds_as_a_list, "points[2]: seeds must be a non-empty object, got [{"),
     (_states_of_another_probe, "points[0]: pooled states is 99, not 2 seeds x settings.m 4 = 8"),
 ])
-def test_a_damaged_probe_json_is_refused_naming_it(probed, tmp_path, capsys, damage, needle):
+def test_a_damaged_probe_json_is_skipped_and_listed_naming_it(probed, tmp_path, capsys, damage, needle):
+    """As ``bpo table`` does with a damaged run file: the summary is made from the other probes,
+    the damaged one is named on stderr and in the summary, exit 1 (``--allow-skipped``: 0); when
+    no probe can be used, exit 2 and nothing written."""
     folder = shutil.copytree(probed, tmp_path / "results", ignore=shutil.ignore_patterns("probe_summary.*"))
     path = folder / "b-no-qhat" / "probe" / "probe.json"
     path.write_text(damage(path.read_text()))
-    _refused([str(folder)], capsys, str(path), needle)
+    assert main(["probe-summary", str(folder)]) == 1
+    err = capsys.readouterr().err
+    assert f"bpo probe-summary: skipped {folder / 'b-no-qhat'}: probe/probe.json: " in err and needle in err, err
+    summary = json.loads((folder / "probe_summary.json").read_text())
+    assert [r["run_id"] for r in summary["runs"]] == ["a-qhat"]
+    assert [s["run_id"] for s in summary["skipped"]] == ["b-no-qhat"] and needle in summary["skipped"][0]["reason"]
+    assert any(n.startswith("Skipped: 1 probe(s)") for n in summary["notes"])
+    assert main(["probe-summary", str(folder), "--allow-skipped"]) == 0
+    capsys.readouterr()
+    other = folder / "a-qhat" / "probe" / "probe.json"
+    other.write_text(damage(other.read_text()))
+    for p in folder.glob("probe_summary.*"):
+        p.unlink()
+    _refused([str(folder)], capsys, "folder: no usable probe results", str(folder / "a-qhat"), needle)
     assert not list(folder.glob("probe_summary.*"))
 
 

@@ -84,9 +84,9 @@ class OnPolicyReturnConfig(ReturnConfig):
     """BPO-PPO's returns and advantages (eqs. (6), (10), (11)), and what masks them."""
 
     advantage: Literal["eq11", "authors"] = "eq11"
-    """BPO-PPO advantage: 'eq11' is the paper's G_t - V(s_t), whose first TD error carries rho_t;
-    'authors' (their public code) is r_t + gamma((1-lam)V(s') + lam G_{t+1}) - V(s_t), without
-    rho_t, because the ratio pi_theta/mu already corrects the current action."""
+    """BPO-PPO advantage: 'eq11' is the paper's G_t - V(s_t), whose first TD error carries rho_t; 'authors' (their
+    public code) is r_t + gamma((1-lam)V(s') + lam G_{t+1}) - V(s_t), without rho_t, because the ratio pi_theta/mu
+    already corrects the current action."""
     weight_on_advantage: bool = False
     """Decoupled-PPO form: the clipped ratio is pi_theta/pi_old and the advantage is multiplied
     by rho_t = min(rho_bar, pi_old/mu). Off: the ratio is pi_theta/mu (paper Section 5.1)."""
@@ -133,9 +133,9 @@ class BehaviourConfig:
     zero_init_head: bool = True
     """Zero-initialised final layer of Q and Q-hat (Appendix C.2)."""
     q_init: Literal["lecun", "orthogonal"] = "lecun"
-    """Initialisation of the hidden kernels of Q and Q-hat (the paper does not say): LeCun normal
-    (flax's default), or orthogonal with gain 1 (the authors' public code: every ``ppo_bpo_zero*``
-    block of their configs.yaml sets it, in every setting)."""
+    """Initialisation of the hidden kernels of Q and Q-hat (the paper does not say): LeCun normal (flax's default), or
+    orthogonal with gain 1 (the authors' public code: every ``ppo_bpo_zero*`` block of their configs.yaml sets it, in
+    every setting)."""
     symlog_targets: bool = True
     """Q networks predict symlog(Q); targets are symlog-ed, predictions symexp-ed (Section 5.2).
     Off is the 'no symlog' ablation (Figure 5)."""
@@ -156,10 +156,10 @@ class BehaviourConfig:
     paper, Section 5.3); 'softplus', softplus(output) + 1e-6, positive by construction (the
     authors' code)."""
     fqe_loss: Literal["paper", "authors"] = "paper"
-    """Form of the FQE loss: 'paper', 0.5 mean(w (p - y)^2) + c mean((p - p_target)^2) (eq. 13's
-    one-half; the regulariser unweighted); 'authors', mean(w (p - y)^2) + c mean(w (p - p_target)^2)
-    (their public code: the TD term twice as heavy relative to the regulariser, which is
-    IS-weighted too). c is ``symlog_reg_coef``; p_target is the Polyak target network's output."""
+    """Form of the FQE loss: 'paper', 0.5 mean(w (p - y)^2) + c mean((p - p_target)^2) (eq. 13's one-half; the
+    regulariser unweighted); 'authors', mean(w (p - y)^2) + c mean(w (p - p_target)^2) (their public code: the TD term
+    twice as heavy relative to the regulariser, which is IS-weighted too). c is ``symlog_reg_coef``; p_target is the
+    Polyak target network's output."""
     weight_td: bool = True
     """Weight each FQE sample by its IS ratio pi/mu, normalised to batch mean 1 (Appendix C.2)."""
     td_weight_clip: bool = False
@@ -180,8 +180,8 @@ class BehaviourConfig:
     q_hat_floor: float = 1e-6
     """Floor on Q-hat before log/sqrt in mu's loss."""
     mu_loss: Literal["cross_entropy", "reverse_kl"] = "cross_entropy"
-    """Discrete mu loss, eq. (15): 'cross_entropy' is -sum_a q(a|s) ln mu(a|s) (authors' code);
-    'reverse_kl' is KL(mu || q). Both are minimised at mu = q, q ∝ pi sqrt(Q-hat)."""
+    """Discrete mu loss, eq. (15): 'cross_entropy' is -sum_a q(a|s) ln mu(a|s) (authors' code); 'reverse_kl' is KL(mu ||
+    q). Both are minimised at mu = q, q ∝ pi sqrt(Q-hat)."""
     use_q_hat: bool = True
     """False is the 'no Q-hat' ablation (Figure 4): mu's target drops the Q-hat term and tracks pi."""
     mu_ent_coef: float = 0.0
@@ -204,9 +204,9 @@ class BehaviourConfig:
     and a' ~ pi are clipped (the authors' code passes the action bounds to mu's update and does not
     use them)."""
     fqe_unclipped_actions: bool = False
-    """Continuous actions: the FQE regressions of Q and Q-hat read the stored actions and a' ~ pi
-    unclipped, while r-hat's Q(s, a) (eq. 7) reads them clipped (the authors' code passes
-    ``clip_actions`` to its r-hat and not to its FQE update, whose default is False)."""
+    """Continuous actions: the FQE regressions of Q and Q-hat read the stored actions and a' ~ pi unclipped, while
+    r-hat's Q(s, a) (eq. 7) reads them clipped (the authors' code passes ``clip_actions`` to its r-hat and not to its
+    FQE update, whose default is False)."""
     replay_epoch_filled_only: bool = False
     """While D fills, an FQE or mu epoch is one pass over the rows D holds (fewer minibatches, as
     in the authors' code), instead of a pass padded with repeated rows to replay_size rows. Needs
@@ -237,9 +237,8 @@ class OnPolicyBehaviourConfig(BehaviourConfig):
     network the PPO optimiser, whose schedule counts each network's own steps, so mu's rate
     reaches 0 after about a quarter of a CartPole run; here the decay follows the run's progress.)"""
     ppo_ent_coef: float | None = traced(None, overrides="ppo.ent_coef")
-    """Entropy coefficient of pi's PPO update inside BPO-PPO. None: ``ppo.ent_coef``, as the paper
-    keeps the underlying PPO parameters identical (Section 6; Table 4 lists beta_ent under "PPO
-    (shared)"). The authors' code uses 0."""
+    """Entropy coefficient of pi's PPO update inside BPO-PPO. None: ``ppo.ent_coef``, as the paper keeps the underlying
+    PPO parameters identical (Section 6; Table 4 lists beta_ent under "PPO (shared)"). The authors' code uses 0."""
 
 
 @dataclass(frozen=True)
@@ -266,8 +265,8 @@ class EpisodicTrainConfig:
     max_episode_steps: int = 1000
     """Step limit after which an episode is truncated."""
     save_policies_every: int = 0
-    """Also keep pi and mu every this many evaluation blocks in the run's policies.msgpack
-    (``bpo.training.policies``); 0: the final ones only. Changes no result."""
+    """Also keep pi and mu every this many evaluation blocks in the run's
+    policies.msgpack (``bpo.training.policies``); 0: the final ones only. Changes no result."""
     reinforce: ReinforceConfig = field(default_factory=ReinforceConfig)
     """Target-policy update."""
     returns: EpisodicReturnConfig = field(default_factory=EpisodicReturnConfig)
@@ -353,8 +352,8 @@ class PPOConfig:
     adam_eps: float = 1e-5
     """Adam epsilon."""
     optimizer: Literal["adam", "rmsprop"] = "adam"
-    """Optimiser of the actor and the critic: Adam (the paper's tables), or RMSprop with smoothing
-    0.99 and epsilon ``rms_prop_eps`` (SB3's A2C, ``use_rms_prop=True``; ``bpo.core.optim.clipped``)."""
+    """Optimiser of the actor and the critic: Adam (the paper's tables), or RMSprop with smoothing 0.99 and
+    epsilon ``rms_prop_eps`` (SB3's A2C, ``use_rms_prop=True``; ``bpo.core.optim.clipped``)."""
     rms_prop_eps: float = 1e-5
     """RMSprop epsilon (SB3's A2C: 1e-5), added outside the square root as torch does."""
     normalize_advantage: bool = True
@@ -399,9 +398,8 @@ class OnPolicyTrainConfig:
     preset: str = "cartpole_ppo"
     """Label of the preset this configuration came from (recorded in the results)."""
     env: str = "CartPole-v1"
-    """Environment id: from ``envs.FUNCTIONAL_ENVS`` (backend jax), ``envs.GYMNASIUM_ENVS``
-    (backend gymnasium) or the MuJoCo v5 tasks Ant-v5, HalfCheetah-v5, Hopper-v5, Walker2d-v5
-    (backends gymnasium, threads, mjx)."""
+    """Environment id: from ``envs.FUNCTIONAL_ENVS`` (backend jax), ``envs.GYMNASIUM_ENVS`` (backend gymnasium) or the
+    MuJoCo v5 tasks Ant-v5, HalfCheetah-v5, Hopper-v5, Walker2d-v5 (backends gymnasium, threads, mjx)."""
     backend: Literal["jax", "gymnasium", "mjx", "threads"] = "jax"
     """jax: functional environments, the whole run one jitted program. gymnasium: Gymnasium
     vector environments stepped on the host, one jitted call per vector step and per update.

@@ -29,6 +29,7 @@ if __name__ == "__main__":
     signal.pthread_sigmask(signal.SIG_BLOCK, (signal.SIGINT, signal.SIGTERM))
 
 import contextlib
+import hashlib
 import json
 import os
 import socket
@@ -145,7 +146,8 @@ def group_specs(specs: list[RunSpec]) -> list[list[RunSpec]]:
 def execute_group(sweep_dir: Path, specs: list[RunSpec]) -> tuple[dict[str, dict], list[str]]:
     """Train the runs of one group as one program and publish each run's directory, as ``execute``
     does for one run: (summaries by run id, runs left to another process that holds their lock).
-    A group is not checkpointed: a stopped group starts over."""
+    The group is checkpointed in a folder of its own (``group_checkpoint_dir``), so a stopped
+    group continues where it stopped when the same runs are grouped again."""
     with contextlib.ExitStack() as held:
         todo, elsewhere = [], []
         for spec in specs:
@@ -160,12 +162,26 @@ def execute_group(sweep_dir: Path, specs: list[RunSpec]) -> tuple[dict[str, dict
             return {}, elsewhere
         enable_compile_cache()
         cfgs = [spec.build() for spec in todo]
-        outputs = run_rows(cfgs) if len(cfgs) > 1 else [run_validated(cfgs[0])]
+        folder = group_checkpoint_dir(sweep_dir, todo)
+        every = default_checkpoint_every(cfgs[0])
+        outputs = (run_rows(cfgs, checkpoint_dir=folder, checkpoint_every=every) if len(cfgs) > 1 else
+                   [run_validated(cfgs[0], checkpoint_dir=folder, checkpoint_every=every)])
         summaries = {}
         for spec, out in zip(todo, outputs, strict=True):
             summaries[spec.run_id] = store.publish(sweep_dir, spec, lambda staging, out=out: write(out, staging))
             ckpt.remove(sweep_dir / store.CHECKPOINTS / spec.run_id)  # of an earlier, ungrouped attempt
+        ckpt.remove(folder)
     return summaries, elsewhere
+
+
+def group_checkpoint_dir(sweep_dir: Path, specs: list[RunSpec]) -> Path:
+    """The checkpoint folder of a group of runs trained as one program: named by its runs, in
+    order, so that another grouping of them (some finished meanwhile) never continues it; a run
+    alone uses its own run's folder, as ``execute`` does."""
+    if len(specs) == 1:
+        return sweep_dir / store.CHECKPOINTS / specs[0].run_id
+    digest = hashlib.sha256("\n".join(s.run_id for s in specs).encode()).hexdigest()[:16]
+    return sweep_dir / store.CHECKPOINTS / f"group-{digest}"
 
 
 def run_groups(sweep_dir: Path, specs: list[RunSpec], show_progress: bool = True) -> Outcome:
@@ -183,7 +199,7 @@ def run_groups(sweep_dir: Path, specs: list[RunSpec], show_progress: bool = True
             bar.update(task, description=f"sweep {sweep_dir.name}: " + ", ".join(s.run_id for s in group))
             try:
                 summaries, elsewhere = execute_group(sweep_dir, group)
-            except processes.Interrupted as e:  # groups are not checkpointed: these runs start over next time
+            except processes.Interrupted as e:  # the group continues from its checkpoint next time
                 outcome.signal = e.signum
                 outcome.interrupted += [s.run_id for s in group]
                 break

@@ -416,3 +416,34 @@ def test_a_checkpoint_written_with_algo_continues_the_run_it_belongs_to(tmp_path
     jax.tree.map(np.testing.assert_array_equal, resumed, whole)
     _rewrite_info_config(tmp_path, lambda c: {k: v for k, v in c.items() if k != "max_episode_steps"})
     assert ckpt.mismatch(tmp_path, cfg) is not None  # a field missing that is not a compatible addition
+
+
+@pytest.mark.slow
+def test_a_grouped_sweep_stopped_by_sigterm_continues_its_program_from_the_checkpoint(tmp_path):
+    """`bpo sweep --group-rows` checkpoints each program of rows (issue 45, class 11): stopped by
+    SIGTERM after a checkpoint, the same command continues the group, and every run directory is
+    the one an uninterrupted grouped sweep writes."""
+    rows = ["bpo_c1.5_rho1.5", "bpo_c1.0_rho1.5"]
+    sweep = ["sweep", "--preset", "cartpole_ppo", "--variants", *rows, "--set", "total_timesteps=12800",
+             "eval_every=2560", "eval_episodes=2", "--seeds", "2", "--group-rows", "--no-progress"]
+    whole, stopped = tmp_path / "whole", tmp_path / "stopped"
+    assert bpo([*sweep, "--out", str(whole)]).returncode == 0
+    proc = subprocess.Popen([sys.executable, "-m", "experiments.cli", *sweep, "--out", str(stopped)],
+                            start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 300
+    while not list((stopped / ".checkpoints").glob(f"group-*/{ckpt.INFO_FILE}")):
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 128 + signal.SIGTERM, out
+    assert "interrupted runs continue from their checkpoints" in out
+    done = json.loads(next((stopped / ".checkpoints").glob(f"group-*/{ckpt.INFO_FILE}")).read_text())
+    assert 0 < done["iterations_done"] < 51  # 50 updates and the last evaluation
+    again = bpo([*sweep, "--out", str(stopped)])
+    assert again.returncode == 0, again.stdout + again.stderr
+    run_ids = [p.name for p in whole.iterdir() if p.name.startswith("CartPole")]
+    assert len(run_ids) == 2
+    for run_id in run_ids:
+        same_run_directories(whole / run_id, stopped / run_id)
+    assert not list((stopped / ".checkpoints").glob("group-*/*"))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -76,9 +77,13 @@ def check_rows(cfgs: list[TrainConfig]) -> None:
                               f"{list(ROW_FIELDS[type(cfg)])}")
 
 
-def run_rows(cfgs: list[TrainConfig], progress=None, seed_chunk: int | None = None) -> list[RunOutput]:
+def run_rows(cfgs: list[TrainConfig], progress=None, seed_chunk: int | None = None,
+             checkpoint_dir: Path | None = None, checkpoint_every: int = 0) -> list[RunOutput]:
     """Train validated configs that differ only in ``ROW_FIELDS`` as one program, all rows' seeds
-    vmapped together; one ``RunOutput`` per config, in order (timings are the group's)."""
+    vmapped together; one ``RunOutput`` per config, in order (timings are the group's). With
+    ``checkpoint_dir`` and ``checkpoint_every = N > 0`` the group is checkpointed and continued as
+    one run is (``bpo.training.driver``); the folder must be the group's own (its rows and their
+    order), since the checkpoint's config is the first row's with every row's seeds."""
     check_rows(cfgs)
     start = time.perf_counter()
     sizes = [cfg.seeds for cfg in cfgs]
@@ -90,7 +95,7 @@ def run_rows(cfgs: list[TrainConfig], progress=None, seed_chunk: int | None = No
     group = dataclasses.replace(cfgs[0], seeds=sum(sizes))
     runner = JaxRunner(group, onpolicy.make_program(group), hp, keys, seed_chunk, progress,
                        hp_per_seed=True)
-    out = drive(runner, group)
+    out = drive(runner, group, checkpoint_dir, checkpoint_every)
     wall = time.perf_counter() - start
     bounds = np.cumsum([0, *sizes])
     outputs = []

@@ -3,7 +3,7 @@ CartPole-v1 settings (hyperparams/a2c.yml: 8 environments, 500k steps, ``ent_coe
 defaults otherwise: n_steps 5, lr 7e-4, gamma 0.99, GAE lambda 1, vf_coef 0.5, max_grad_norm 0.5,
 RMSprop with eps 1e-5, no advantage normalisation, separate 64-64 tanh actor and critic), evaluated
 as this project evaluates (``eval_every`` steps, 10 episodes of the deterministic policy on a
-separate environment, the mean undiscounted return), so that ``bpo train cartpole_a2c --algo a2c``
+separate environment, the mean undiscounted return), so that ``bpo train cartpole_a2c --no-bpo``
 can be set beside it (docs/a2c.md, "Against the reference").
 
 Benchmark-only dependencies, not needed by ``bpo`` itself (a virtual environment of their own):

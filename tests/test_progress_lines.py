@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -57,3 +58,35 @@ def test_a_second_run_with_its_progress_on_takes_its_program_from_the_compile_ca
     hit = re.compile(r"Persistent compilation cache hit for 'jit__iteration_all'")
     assert miss.search(first.stderr) and not hit.search(first.stderr), first.stderr[-3000:]
     assert hit.search(second.stderr) and not miss.search(second.stderr), second.stderr[-3000:]
+
+
+WRITER = """
+import os, sys
+os.environ["BPO_COMPILE_CACHE"] = sys.argv[1]
+from bpo.infra.runtime import enable_compile_cache
+enable_compile_cache()
+from jax._src import lru_cache
+cache = lru_cache.LRUCache(sys.argv[1], max_size=-1)
+value = b"x" * (256 << 20)
+print("writing", flush=True)
+cache.put("entry", value)
+print("written", flush=True)
+"""
+
+
+def test_a_compile_cache_entry_is_whole_or_absent_when_its_writer_is_killed(tmp_path):
+    """JAX writes a cache entry in place; a process killed mid-write left a truncated entry, and the
+    next process to read it segfaulted deserialising it (this suite, after its SIGKILL tests).
+    ``bpo.infra.runtime`` writes each entry under a temporary name and renames it into place."""
+    proc = subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "writing"
+    time.sleep(0.05)  # inside the write of 256 MiB
+    proc.kill()
+    proc.wait()
+    entry = tmp_path / "entry-cache"
+    assert not entry.exists() or entry.stat().st_size == 256 << 20
+    finished = subprocess.run([sys.executable, "-c", WRITER, str(tmp_path)], capture_output=True, text=True)
+    assert finished.stdout.split() == ["writing", "written"], finished.stderr
+    assert entry.stat().st_size == 256 << 20
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".entry-cache.") and p.name.endswith(".tmp")
+                and p.stat().st_size == 256 << 20]  # a whole temporary file is always renamed

@@ -271,6 +271,8 @@ class EpisodicTrainConfig:
     """Target-policy update."""
     returns: EpisodicReturnConfig = field(default_factory=EpisodicReturnConfig)
     """Off-policy return estimator (used by BPO runs only)."""
+    # constructor=: the command line lists the section's flags (--bpo.q-lr) rather than tyro's two
+    # subcommands of an optional field; --bpo / --no-bpo say whether it is there (experiments.cli).
     bpo: Annotated[EpisodicBehaviourConfig | None, tyro.conf.arg(constructor=EpisodicBehaviourConfig)] = field(
         default_factory=EpisodicBehaviourConfig)
     """Behaviour step: the data come from the learned behaviour policy mu (BPO-REINFORCE, Listing 3);
@@ -452,6 +454,7 @@ class OnPolicyTrainConfig:
     """Target-policy update."""
     returns: OnPolicyReturnConfig = field(default_factory=OnPolicyReturnConfig)
     """Off-policy return estimator (used by BPO runs only)."""
+    # constructor=: as EpisodicTrainConfig.bpo.
     bpo: Annotated[OnPolicyBehaviourConfig | None, tyro.conf.arg(constructor=OnPolicyBehaviourConfig)] = field(
         default_factory=OnPolicyBehaviourConfig)
     """Behaviour step: BPO on ``method``, the data from the learned behaviour policy mu (Listing 4;

@@ -69,7 +69,38 @@ def enable_compile_cache() -> str | None:
 
     jax.config.update("jax_compilation_cache_dir", folder)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
+    _atomic_cache_writes()
     return folder
+
+
+def _atomic_cache_writes() -> None:
+    """JAX writes a persistent-cache entry in place (``LRUCache.put``: ``path.write_bytes``), so a
+    process killed while writing one (a SIGKILLed run, a preempted job) leaves a truncated entry,
+    and the next process to read it crashes deserialising it: a segmentation fault in
+    ``compilation_cache.get_executable_and_time``, seen in this project's test suite after its
+    SIGKILL tests. Entries are written to a temporary name in the same folder and renamed into
+    place, which is atomic. JAX's own path is kept where it evicts (a size limit set) or where its
+    cache class is not the one this was written against."""
+    from jax._src import lru_cache
+
+    original = getattr(getattr(lru_cache, "LRUCache", None), "put", None)
+    suffix = getattr(lru_cache, "_CACHE_SUFFIX", None)
+    if original is None or suffix is None or getattr(original, "atomic", False):
+        return
+
+    def put(self, key: str, value: bytes) -> None:
+        if not key or getattr(self, "eviction_enabled", True):
+            return original(self, key, value)
+        path = self.path / f"{key}{suffix}"
+        if path.exists():
+            return None
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_bytes(value)
+        os.replace(tmp, path)
+        return None
+
+    put.atomic = True
+    lru_cache.LRUCache.put = put
 
 
 def report_crashes() -> None:

@@ -526,13 +526,7 @@ def with_bpo(cfg, on: bool, section=None):
         return dataclasses.replace(cfg, bpo=None)
     if cfg.bpo is not None:
         return cfg
-    return dataclasses.replace(cfg, bpo=section if section is not None else _optional_section_default(cfg, "bpo"))
-
-
-def _optional_section_default(cfg, name: str):
-    """The default of an optional section (``bpo``): what a run that has it starts from."""
-    f = next(f for f in dataclasses.fields(cfg) if f.name == name)
-    return f.default_factory()
+    return dataclasses.replace(cfg, bpo=section if section is not None else get_dotted(cfg, "bpo"))
 
 
 def _optional(f) -> bool:

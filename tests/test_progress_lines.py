@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -90,3 +91,35 @@ def test_a_compile_cache_entry_is_whole_or_absent_when_its_writer_is_killed(tmp_
     assert entry.stat().st_size == 256 << 20
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".entry-cache.") and p.name.endswith(".tmp")
                 and p.stat().st_size == 256 << 20]  # a whole temporary file is always renamed
+
+
+def test_threads_writing_one_compile_cache_entry_each_publish_it_whole(monkeypatch, tmp_path):
+    """Two threads that compile the same program both write its entry. With one temporary name per
+    process they wrote into one file and the second rename found it gone (FileNotFoundError),
+    while the first had published a file still being written; each write now has a name of its own."""
+    monkeypatch.setenv("BPO_COMPILE_CACHE", str(tmp_path / "cache"))
+    from jax._src import lru_cache
+
+    from bpo.infra.runtime import enable_compile_cache
+
+    enable_compile_cache()
+    value, errors = os.urandom(16 << 20), []
+
+    def write(cache):
+        try:
+            cache.put("entry", value)
+        except Exception as e:  # noqa: BLE001 (collected, asserted below)
+            errors.append(repr(e))
+
+    for trial in range(5):
+        folder = tmp_path / f"trial{trial}"
+        folder.mkdir()
+        cache = lru_cache.LRUCache(str(folder), max_size=-1)
+        threads = [threading.Thread(target=write, args=(cache,)) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert cache.get("entry") == value
+        assert [p.name for p in folder.iterdir()] == ["entry-cache"]  # no temporary file left
+    assert errors == []

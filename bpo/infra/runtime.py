@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import faulthandler
 import os
+import tempfile
 from pathlib import Path
 
 CPU_FLAGS = {
@@ -94,9 +95,16 @@ def _atomic_cache_writes() -> None:
         path = self.path / f"{key}{suffix}"
         if path.exists():
             return None
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_bytes(value)
-        os.replace(tmp, path)
+        # A name of its own per call, not per process: two threads compiling the same program
+        # would otherwise write into one file, and the first rename publishes it half written.
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(value)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
         return None
 
     put.atomic = True

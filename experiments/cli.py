@@ -38,12 +38,16 @@ import tyro
 from bpo.agents.methods import validate
 from bpo.config.presets import PRESETS, VARIANTS, apply_variant, get_preset
 from bpo.config.schema import (
+    METHOD_SECTIONS,
     ConfigError,
     EpisodicTrainConfig,
     OnPolicyTrainConfig,
     check_run_config,
     from_dict,
+    get_dotted,
+    method_section,
     with_bpo,
+    with_method,
 )
 from bpo.infra import checkpoint as ckpt
 from bpo.infra.checkpoint import NonFiniteError
@@ -218,7 +222,7 @@ def _parse_train_args(argv: list[str]):
     shown = with_bpo(preset, True, section)
     args = tyro.cli(args_cls, default=args_cls(config=shown), args=argv[1:], prog=f"bpo train {argv[0]}")
     on = preset.bpo is not None if bpo_on is None else bpo_on
-    return args if on else _without_unused_bpo(args, shown.bpo)
+    return _without_unused_sections(args, shown, on)
 
 
 def _bpo_switch(argv: list[str]) -> tuple[list[str], bool | None]:
@@ -234,14 +238,28 @@ def _bpo_switch(argv: list[str]) -> tuple[list[str], bool | None]:
     return [a for a in argv if a not in ("--bpo", "--no-bpo")], on
 
 
-def _without_unused_bpo(args, shown):
-    """``args`` of a run without BPO, its bpo section dropped; a ``--bpo.FIELD`` flag that changed
-    the section would be silently unused, so it is refused."""
-    changed = [f.name for f in dataclasses.fields(shown) if getattr(args.config.bpo, f.name) != getattr(shown, f.name)]
-    if changed:
-        raise ConfigError(f"bpo.{changed[0]}", f"sets the behaviour step of a run without BPO "
-                                               f"({args.config.method} alone); add --bpo, or leave it out")
-    return dataclasses.replace(args, config=with_bpo(args.config, False))
+def _without_unused_sections(args, shown, bpo_on: bool):
+    """``args`` without the sections its run does not read: ``bpo`` without BPO, another method's
+    section (tyro fills every section, so that each one's flags are listed). A flag that changed
+    one of them would be silently unused, so it is refused."""
+    cfg = args.config
+    unused = [] if bpo_on else ["bpo"]
+    if isinstance(cfg, OnPolicyTrainConfig):
+        unused += [name for name in METHOD_SECTIONS if name != method_section(cfg.method)]
+    for name in unused:
+        before, after = get_dotted(shown, name), getattr(cfg, name)  # get_dotted: an absent one's defaults
+        changed = [f.name for f in dataclasses.fields(before) if getattr(after, f.name) != getattr(before, f.name)]
+        if changed and name == "bpo":
+            raise ConfigError(f"bpo.{changed[0]}", f"sets the behaviour step of a run without BPO ({cfg.method} "
+                                                   "alone); add --bpo, or leave it out")
+        if changed:
+            own = method_section(cfg.method)
+            raise ConfigError(f"{name}.{changed[0]}", f"sets method {name}'s section; method {cfg.method} reads "
+                                                      f"{own}: give --{own}.* (or --method {name})")
+    cfg = with_bpo(cfg, bpo_on)
+    if isinstance(cfg, OnPolicyTrainConfig):
+        cfg = with_method(cfg, cfg.method)
+    return dataclasses.replace(args, config=cfg)
 
 
 def starting_config(argv: list[str]):

@@ -2,6 +2,7 @@
 computations; BPO-A2C's truncated IS weights by hand and through the learner; the configuration's
 checks; and runs on every backend."""
 
+import dataclasses
 import json
 import math
 
@@ -15,7 +16,15 @@ from bpo.agents.a2c import A2CState, a2c_loss, a2c_update, behaviour_weights, jo
 from bpo.agents.learner import make_learner
 from bpo.agents.methods import validate
 from bpo.config.presets import apply_variant, get_preset
-from bpo.config.schema import ConfigError, replace, traced_hyperparams, with_bpo
+from bpo.config.schema import (
+    A2CConfig,
+    ConfigError,
+    PPOConfig,
+    replace,
+    traced_hyperparams,
+    with_bpo,
+    with_method,
+)
 from bpo.core import distributions as D
 from bpo.core.optim import clipped
 from bpo.core.returns import tis_advantages
@@ -147,7 +156,7 @@ def test_bpo_a2c_weights_each_step_by_min_rho_bar_pi_over_mu():
     """mu moved away from pi collects a rollout; the learner's step equals A2C's step on the batch
     whose weights are min(1.5, pi/mu) computed here in NumPy from the two policies' probabilities
     and whose advantages are eq. (11)'s, G_t - V(s_t), from the truncated IS-TD(lambda) returns."""
-    cfg, program, carry, hp = a2c_setup("bpo", **{"ppo.n_steps": 16})
+    cfg, program, carry, hp = a2c_setup("bpo", **{"a2c.n_steps": 16})
     learner = program.learner
     beh = carry.learner.behaviour
     noisy = jax.tree.map(lambda x: x + 0.5 * jax.random.normal(jax.random.PRNGKey(9), x.shape), beh.mu_params)
@@ -193,21 +202,33 @@ def test_bpo_a2c_with_mu_equal_to_pi_takes_the_a2c_step():
 
 
 @pytest.mark.parametrize("changes,field", [
-    ({"ppo.kl_coef": 0.1}, "ppo.kl_coef"),
     ({"returns.weight_on_advantage": True}, "returns.weight_on_advantage"),  # BPO-A2C, the preset's own
-    ({"ppo.optimizer": "sgd"}, "ppo.optimizer"),
-    ({"ppo.rms_prop_eps": 0.0}, "ppo.rms_prop_eps"),
+    ({"a2c.optimizer": "sgd"}, "a2c.optimizer"),
+    ({"a2c.rms_prop_eps": 0.0}, "a2c.rms_prop_eps"),
+    ({"a2c.n_steps": 0}, "a2c.n_steps"),
     ({"method": "trpo"}, "method"),
-    # PPO's own settings, which A2C never reads: accepted without effect before
-    ({"ppo.n_epochs": 4}, "ppo.n_epochs"),
-    ({"ppo.batch_size": 5}, "ppo.batch_size"),
-    ({"ppo.clip_range": 0.1}, "ppo.clip_range"),
-    ({"ppo.clip_range_schedule": "linear"}, "ppo.clip_range_schedule"),
+    ({"method": "ppo"}, "ppo"),  # PPO reads its own section, which this config lacks
+    ({"ppo": PPOConfig()}, "ppo"),  # PPO's section beside A2C's: it would be read by nothing
 ])
 def test_invalid_a2c_configs_name_the_field(changes, field):
     with pytest.raises(ConfigError) as e:
         validate(replace(get_preset("cartpole_a2c"), **changes))
     assert e.value.field_name == field
+
+
+def test_a2c_has_no_field_of_ppo_s_own():
+    """PPO's minibatches, epochs, clip range and KL penalty are not A2C's settings: its section
+    has none of them, so setting one is refused by name (before, PPO's section held A2C's
+    settings and accepted them without effect)."""
+    cfg = get_preset("cartpole_a2c")
+    for name in ("batch_size", "n_epochs", "clip_range", "clip_range_schedule", "kl_coef", "kl_estimator"):
+        assert not hasattr(cfg.a2c, name)
+        with pytest.raises(ConfigError) as e:
+            replace(cfg, **{f"a2c.{name}": 1})
+        assert e.value.field_name == f"a2c.{name}"
+        with pytest.raises(ConfigError, match="method a2c does not read") as e:
+            replace(cfg, **{f"ppo.{name}": 1})
+        assert e.value.field_name == f"ppo.{name}"
 
 
 def test_the_ppo_row_on_an_a2c_preset_is_refused_naming_the_variant():
@@ -218,12 +239,26 @@ def test_the_ppo_row_on_an_a2c_preset_is_refused_naming_the_variant():
     assert apply_variant(get_preset("cartpole_a2c"), "a2c").bpo is None
 
 
-def test_a2c_batch_size_need_not_divide_the_rollout():
-    cfg = get_preset("cartpole_a2c")
-    assert cfg.rollout_size % cfg.ppo.batch_size  # 40 transitions, SB3's unused 64
-    validate(cfg)
-    with pytest.raises(ConfigError, match="ppo.batch_size"):
-        validate(with_bpo(replace(cfg, method="ppo"), False))
+def test_method_a2c_on_a_ppo_preset_from_the_command_line_runs_a2c_with_its_own_section(tmp_path):
+    """``--method a2c`` on a PPO preset: A2C's section at its defaults with the flags given to it,
+    PPO's section dropped from the recorded config."""
+    out = tmp_path / "run"
+    assert main(["train", "cartpole_ppo", "--method", "a2c", "--no-bpo", "--a2c.n-envs", "4", "--seeds", "1",
+                 "--total-timesteps", "200", "--eval-every", "200", "--eval-episodes", "1", "--no-progress",
+                 "--out", str(out)]) == 0
+    config = json.loads((out / "config.json").read_text())
+    assert config["method"] == "a2c" and config["ppo"] is None
+    assert config["a2c"] == {**dataclasses.asdict(A2CConfig()), "n_envs": 4, "pi_hidden": [64, 64],
+                             "vf_hidden": [64, 64]}
+
+
+def test_switching_the_method_takes_the_new_method_s_section():
+    """``with_method``: PPO on an A2C preset reads PPO's section at its defaults, and back; the
+    other section is dropped, so a config holds the settings its method reads and no others."""
+    ppo = with_method(get_preset("cartpole_a2c"), "ppo")
+    assert ppo.a2c is None and ppo.ppo == PPOConfig() and validate(ppo).rollout_size == 2048
+    a2c = with_method(ppo, "a2c")
+    assert a2c.ppo is None and a2c.a2c == A2CConfig() and validate(a2c).rollout_size == 5
 
 
 @pytest.mark.parametrize("algo", ["a2c", "bpo"])
@@ -236,6 +271,7 @@ def test_cartpole_a2c_runs_from_the_command_line(tmp_path, algo):
     config = json.loads((out / "config.json").read_text())
     assert (config["method"], summary["algo"], summary["total_timesteps"]) == ("a2c", algo, 2000)
     assert (config["bpo"] is not None) == (algo == "bpo") and "algo" not in config
+    assert config["ppo"] is None and config["a2c"]["n_steps"] == 5 and "batch_size" not in config["a2c"]
     assert all(math.isfinite(r) for r in summary["final_eval_returns"])
 
 

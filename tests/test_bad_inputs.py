@@ -61,6 +61,11 @@ CLI_BAD_INPUTS = [
      "sets the behaviour step of a run without BPO (ppo alone); add --bpo"),
     (["train", "cartpole_ppo", "--variant", "ppo", "--bpo"], "--bpo", "contradicts --variant ppo"),
     (["train", "cartpole_a2c", "--variant", "ppo"], "variant", "'ppo' runs ppo alone; preset 'cartpole_a2c' runs"),
+    # A method reads its own section: another method's flags would change nothing.
+    (["train", "cartpole_ppo", "--a2c.n-steps", "3"], "a2c.n_steps",
+     "sets method a2c's section; method ppo reads ppo: give --ppo.* (or --method a2c)"),
+    (["train", "cartpole_a2c", "--ppo.batch-size", "3"], "ppo.batch_size",
+     "sets method ppo's section; method a2c reads a2c: give --a2c.* (or --method ppo)"),
     (["train", "cartpole_ppo", "--env", "Hopper-v5"], "env",
      "(a MuJoCo task: add --backend gymnasium, threads or mjx"),
     (["train", "cartpole_ppo", "--backend", "mjx"], "env", "must be one of ['Ant-v5', 'HalfCheetah-v5', 'Hopper-v5', "),

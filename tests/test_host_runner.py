@@ -2,6 +2,8 @@
 Gymnasium probe, agreement with the JAX runner, smoke runs of every MuJoCo task x {ppo, bpo} x
 {mujoco_default, mujoco_gsde}, presets and variants, and the CLI."""
 
+import dataclasses
+
 import gymnasium as gym
 import jax
 import jax.numpy as jnp
@@ -12,7 +14,16 @@ from gymnasium.vector import AutoresetMode
 from bpo.agents.learner import keyed_update, make_learner
 from bpo.agents.methods import validate
 from bpo.config.presets import PAPER_TABLE1, apply_variant, best_bpo_row, get_preset
-from bpo.config.schema import ConfigError, OnPolicyTrainConfig, PPOConfig, replace, traced_hyperparams, with_bpo
+from bpo.config.schema import (
+    A2CConfig,
+    ConfigError,
+    OnPolicyTrainConfig,
+    PPOConfig,
+    replace,
+    traced_hyperparams,
+    with_bpo,
+    with_method,
+)
 from bpo.runners.host import HostRunner
 from bpo.training import run
 from bpo.training.driver import drive
@@ -90,9 +101,11 @@ def test_host_runner_trains_like_the_jax_runner_on_twin_environments(algo, metho
     statistics) and make the same updates. Evaluations and statistics agree exactly; parameters to
     float32 rounding (~1e-8), because XLA fuses the one-program JAX run differently from the
     host runner's separate calls. The same for A2C and BPO-A2C."""
-    cfg = probe_config(algo, seeds=2, total_timesteps=128 * 3, eval_every=128, eval_in_background=True, method=method,
-                       **{"ppo.normalize_observations": True,
-                          **({"ppo.optimizer": "rmsprop"} if method == "a2c" else {"ppo.n_epochs": 2})})
+    cfg = probe_config(algo, seeds=2, total_timesteps=128 * 3, eval_every=128, eval_in_background=True,
+                       **{"ppo.normalize_observations": True, "ppo.n_epochs": 2})
+    if method == "a2c":  # A2C's section with the probe's shared settings
+        shared = {f.name: getattr(cfg.ppo, f.name) for f in dataclasses.fields(A2CConfig)}
+        cfg = with_method(cfg, "a2c", A2CConfig(**{**shared, "optimizer": "rmsprop"}))
     jax_run = run(replace(cfg, backend="jax"), seed_chunk=2).metrics
     host_run = run(cfg).metrics
     jax.tree.map(np.testing.assert_array_equal, jax_run["eval"], host_run["eval"])

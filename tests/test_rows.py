@@ -10,6 +10,7 @@ import pytest
 
 from bpo.config.presets import apply_variant, get_preset
 from bpo.config.schema import (
+    METHOD_SECTIONS,
     ConfigError,
     EpisodicTrainConfig,
     OnPolicyTrainConfig,
@@ -57,7 +58,9 @@ def test_rows_that_differ_in_a_static_field_are_refused(changes, field):
 # The traced fields, listed by hand: the ``traced`` markers in bpo/config/schema.py must say the same.
 ON_POLICY_TRACED = {"ppo.learning_rate", "ppo.gamma", "ppo.gae_lambda", "ppo.clip_range", "ppo.ent_coef",
                     "ppo.vf_coef", "returns.rho_bar", "returns.c_bar", "bpo.q_lr", "bpo.mu_lr", "bpo.symlog_reg_coef",
-                    "bpo.polyak_tau", "bpo.ppo_ent_coef"}
+                    "bpo.polyak_tau", "bpo.ppo_ent_coef",
+                    # A2C's section: the same hyperparameters, read from it in an A2C run (no clip range)
+                    "a2c.learning_rate", "a2c.gamma", "a2c.gae_lambda", "a2c.ent_coef", "a2c.vf_coef"}
 EPISODIC_TRACED = {"reinforce.lr_start", "reinforce.lr_end", "reinforce.gamma", "returns.rho_bar", "returns.c_bar",
                    "returns.lam", "bpo.q_lr", "bpo.mu_lr", "bpo.symlog_reg_coef", "bpo.polyak_tau"}
 
@@ -68,14 +71,18 @@ def test_each_traced_field_and_no_other_reaches_the_program_as_data():
     else, and may differ between rows; every other field is static."""
     assert set(traced_fields(OnPolicyTrainConfig)) == ON_POLICY_TRACED
     assert set(traced_fields(EpisodicTrainConfig)) == EPISODIC_TRACED
-    base = tiny("bpo_c1.5_rho1.5")
-    before = traced_hyperparams(base)._asdict()
+    base, a2c = tiny("bpo_c1.5_rho1.5"), tiny("bpo_c1.5_rho1.5", "cartpole_a2c")
     for name in sorted(ON_POLICY_TRACED - {"bpo.ppo_ent_coef"}):
-        leaf = name.rpartition(".")[2]
-        changed = replace(base, **{name: float(before[leaf]) * 0.7 + 0.013})
-        after = traced_hyperparams(changed)._asdict()
-        assert [k for k in before if float(before[k]) != float(after[k])] == [leaf], name
-        check_rows([base, changed])  # rows may differ in it
+        leaf, head = name.rpartition(".")[2], name.partition(".")[0]
+        for cfg in (base, a2c):
+            if head in METHOD_SECTIONS and getattr(cfg, head) is None:
+                continue  # another method's section: refused (tests/test_a2c.py)
+            before = traced_hyperparams(cfg)._asdict()
+            changed = replace(cfg, **{name: float(before[leaf]) * 0.7 + 0.013})
+            after = traced_hyperparams(changed)._asdict()
+            assert [k for k in before if float(before[k]) != float(after[k])] == [leaf], name
+            check_rows([cfg, changed])  # rows may differ in it
+    before = traced_hyperparams(base)._asdict()
     # bpo.ppo_ent_coef replaces ppo.ent_coef in a BPO run, and only there.
     assert float(traced_hyperparams(replace(base, **{"bpo.ppo_ent_coef": 0.25})).ent_coef) == 0.25
     ppo = with_bpo(replace(base, **{"bpo.ppo_ent_coef": 0.25}), False)  # PPO alone: no section, no override

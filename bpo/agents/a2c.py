@@ -24,11 +24,8 @@ import optax
 
 from bpo.agents.ppo import normalize_advantages
 from bpo.agents.target import Batch, UpdateContext
-from bpo.config.schema import ConfigError, OnPolicyTrainConfig, PPOConfig, PPOHyperparams
+from bpo.config.schema import ConfigError, OnPolicyTrainConfig, PPOHyperparams
 from bpo.core import distributions
-
-PPO_ONLY = ("batch_size", "n_epochs", "clip_range", "clip_range_schedule", "kl_estimator")
-"""Fields of the shared ``ppo`` section that only PPO's update reads (``kl_coef``: refused on its own)."""
 
 
 class A2CState(NamedTuple):
@@ -107,13 +104,6 @@ class A2C:
     label = "A2C"
 
     def validate(self, cfg: OnPolicyTrainConfig) -> None:
-        defaults = PPOConfig()
-        for name in PPO_ONLY:  # settings A2C never reads: a value given for them would change nothing
-            if getattr(cfg.ppo, name) != getattr(defaults, name):
-                raise ConfigError(f"ppo.{name}", f"is PPO's; method a2c does not read it (one gradient step per "
-                                                 f"rollout): leave it at its default {getattr(defaults, name)!r}")
-        if cfg.ppo.kl_coef > 0:
-            raise ConfigError("ppo.kl_coef", "is PPO's KL penalty; method a2c has none (leave it 0)")
         if cfg.returns.weight_on_advantage:
             raise ConfigError("returns.weight_on_advantage", "chooses the form of PPO's ratio; BPO-A2C always "
                               "weights the advantage by min(rho_bar, pi_old/mu) (leave it False)")
@@ -128,7 +118,7 @@ class A2C:
 
     def update(self, ctx: UpdateContext, key, state: A2CState, batch: Batch, hp: PPOHyperparams,
                progress_remaining) -> tuple[A2CState, dict]:
-        p = ctx.cfg.ppo
+        p = ctx.cfg.a2c
         return a2c_update(state, batch, actor_apply=ctx.actor_apply, critic_apply=ctx.critic_apply,
                           tx=ctx.scheduled_optimizer(hp, progress_remaining),
                           ent_coef=hp.ent_coef, vf_coef=hp.vf_coef, discrete=ctx.discrete,

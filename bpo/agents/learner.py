@@ -142,7 +142,7 @@ class Learner:
         """The target update's optimiser at learning rate ``lr`` (each method decides which
         parameters share a state: PPO's actor and critic keep their own, A2C's one over both); its
         state does not depend on the rate, so ``init`` may build it with any."""
-        p = self.cfg.ppo
+        p = self.cfg.settings
         eps = p.rms_prop_eps if p.optimizer == "rmsprop" else p.adam_eps
         return clipped(lr, p.optimizer, eps, p.max_grad_norm)
 
@@ -171,11 +171,11 @@ class Learner:
     @property
     def use_sde(self) -> bool:
         """gSDE exploration (continuous actions only)."""
-        return self.cfg.ppo.use_sde and not self.spec.discrete
+        return self.cfg.settings.use_sde and not self.spec.discrete
 
     def sde_init(self) -> jax.Array:
         """Initial gSDE exploration matrices [n_envs, latent, action] (zeros; a dummy without gSDE)."""
-        p = self.cfg.ppo
+        p = self.cfg.settings
         return jnp.zeros((p.n_envs, p.pi_hidden[-1], self.spec.n_actions) if self.use_sde else (p.n_envs,))
 
     def acting_params(self, state: LearnerState) -> dict:
@@ -193,10 +193,10 @@ class Learner:
 
     def normalize(self, stats: RunningStats, obs) -> jax.Array:
         """The networks' input for raw observations ``obs``."""
-        return normalize_obs(stats, obs) if self.cfg.ppo.normalize_observations else obs
+        return normalize_obs(stats, obs) if self.cfg.settings.normalize_observations else obs
 
     def observe(self, stats: RunningStats, obs) -> RunningStats:
-        return update_stats(stats, obs) if self.cfg.ppo.normalize_observations else stats
+        return update_stats(stats, obs) if self.cfg.settings.normalize_observations else stats
 
     def dist_fn(self, params) -> DistFn:
         return lambda obs: self.actor.apply(params, obs)[0]
@@ -216,7 +216,7 @@ class Learner:
         dist, latent = self.actor.apply(params, obs_n)
         if self.use_sde:
             action, sde = distributions.gsde_action(k_sde, dist, latent, sde, params["params"]["log_std"],
-                                                    step_index, self.cfg.ppo.sde_sample_freq)
+                                                    step_index, self.cfg.settings.sde_sample_freq)
         else:
             action = distributions.sample(k_act, dist, discrete)
         env_action = distributions.clip_action(action, self.action_low, self.action_high)
@@ -240,8 +240,8 @@ class Learner:
                              self.cfg)
 
     def scheduled_tx(self, hp: PPOHyperparams, progress_remaining) -> optax.GradientTransformation:
-        """``tx`` at this point of the run's learning-rate schedule (``ppo.lr_schedule``)."""
-        return self.tx(linear_schedule(hp.learning_rate, progress_remaining, self.cfg.ppo.lr_schedule))
+        """``tx`` at this point of the run's learning-rate schedule (``settings.lr_schedule``)."""
+        return self.tx(linear_schedule(hp.learning_rate, progress_remaining, self.cfg.settings.lr_schedule))
 
     def update(self, state: LearnerState, k_target, k_beh, rows: Rows, hp: PPOHyperparams) -> tuple[LearnerState, dict]:
         """One phase of Listing 1 (ppo, a2c) or Listing 4 lines 4-16 (bpo) on a rollout."""
@@ -279,7 +279,7 @@ class Learner:
 def make_learner(cfg: OnPolicyTrainConfig, spec: EnvSpec) -> Learner:
     """The actor and critic (separate networks and Adam optimisers, Tables 3-4) and, for BPO-PPO,
     the behaviour step with mu of pi's architecture."""
-    p, discrete = cfg.ppo, spec.discrete
+    p, discrete = cfg.settings, spec.discrete
     use_sde = p.use_sde and not discrete
     unit = p.ortho_gains == "unit"
     actor = Actor(p.pi_hidden, spec.n_actions, discrete, use_sde, p.log_std_init, p.activation, p.ortho_init, unit)

@@ -35,10 +35,10 @@ class UpdateContext:
     """What a method's update may use of the learner (built once by ``bpo.agents.learner.make_learner``).
 
     ``actor_apply(params, obs) -> (distribution, latent)``; ``critic_apply(params, obs) -> V(s)``;
-    ``optimizer(lr)`` the run's optimiser at learning rate ``lr`` (``ppo.optimizer``, ``ppo.adam_eps``
-    or ``ppo.rms_prop_eps``, and the ``ppo.max_grad_norm`` clip: ``bpo.core.optim.clipped``);
+    ``optimizer(lr)`` the run's optimiser at learning rate ``lr`` (``settings.optimizer``, ``settings.adam_eps``
+    or ``settings.rms_prop_eps``, and the ``settings.max_grad_norm`` clip: ``bpo.core.optim.clipped``);
     ``scheduled_optimizer(hp, progress_remaining)`` the same at this point of the run's learning-rate
-    schedule (``ppo.lr_schedule``: ``hp.learning_rate``, or it times the progress left); ``discrete``
+    schedule (``settings.lr_schedule``: ``hp.learning_rate``, or it times the progress left); ``discrete``
     whether actions are discrete; ``cfg`` the run's configuration (static: its fields may decide
     shapes and branches)."""
 

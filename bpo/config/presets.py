@@ -27,6 +27,7 @@ of a preset with ``apply_variant`` (``bpo train PRESET --variant NAME``).
 from dataclasses import replace
 
 from bpo.config.schema import (
+    A2CConfig,
     ConfigError,
     EpisodicBehaviourConfig,
     EpisodicReturnConfig,
@@ -85,16 +86,9 @@ _MUJOCO_GSDE_BPO = replace(
     mu_lr=3e-5, q_hidden=(256, 256), weight_td=False, clip_targets=False,
 )
 
-# Stable-Baselines3's A2C defaults (stable_baselines3/a2c/a2c.py, ``A2C.__init__``; ``MlpPolicy``:
-# separate 64-64 tanh actor and critic, orthogonal initialisation with SB3's gains, log std 0), the
-# base that rl-baselines3-zoo's hyperparams/a2c.yml changes per environment. batch_size, n_epochs
-# and clip_range do not apply to A2C.
-_SB3_A2C = PPOConfig(
-    learning_rate=7e-4, lr_schedule="constant", n_steps=5, n_envs=1, gamma=0.99, gae_lambda=1.0, ent_coef=0.0,
-    vf_coef=0.5, max_grad_norm=0.5, optimizer="rmsprop", rms_prop_eps=1e-5, normalize_advantage=False,
-    normalize_observations=False, use_sde=False, log_std_init=0.0, pi_hidden=(64, 64), vf_hidden=(64, 64),
-    activation="tanh", ortho_init=True, ortho_gains="sb3",
-)
+# Stable-Baselines3's A2C (``A2CConfig``'s defaults: stable_baselines3/a2c/a2c.py, ``A2C.__init__``),
+# the base that rl-baselines3-zoo's hyperparams/a2c.yml changes per environment.
+_SB3_A2C = A2CConfig()
 # rl-zoo's 'Tuned' Pendulum-v1 entry and the settings its BipedalWalker, LunarLanderContinuous and
 # PyBullet entries share: 8-step rollouts, GAE 0.9, vf 0.4, RMSprop, decayed lr, gSDE from log std -2.
 _SB3_A2C_GSDE = replace(
@@ -165,16 +159,16 @@ PRESETS = {
     # entry, 1M steps) and HalfCheetah (its MuJoCo entry: SB3's defaults with normalisation, 1M steps).
     "cartpole_a2c": OnPolicyTrainConfig(
         preset="cartpole_a2c", env="CartPole-v1", method="a2c", total_timesteps=500_000,
-        eval_every=10_000, ppo=replace(_SB3_A2C, n_envs=8), returns=_CARTPOLE_RETURNS, bpo=_A2C_BPO,
+        eval_every=10_000, ppo=None, a2c=replace(_SB3_A2C, n_envs=8), returns=_CARTPOLE_RETURNS, bpo=_A2C_BPO,
     ),
     "pendulum_a2c": OnPolicyTrainConfig(
         preset="pendulum_a2c", env="Pendulum-v1", method="a2c", total_timesteps=1_000_000,
-        eval_every=20_000, ppo=replace(_SB3_A2C_GSDE, n_envs=8, gamma=0.9), returns=_CARTPOLE_RETURNS,
+        eval_every=20_000, ppo=None, a2c=replace(_SB3_A2C_GSDE, n_envs=8, gamma=0.9), returns=_CARTPOLE_RETURNS,
         bpo=replace(_A2C_BPO, lr_schedule="linear"),
     ),
     "mujoco_a2c": OnPolicyTrainConfig(
         preset="mujoco_a2c", env="HalfCheetah-v5", backend="gymnasium", method="a2c",
-        total_timesteps=1_000_000, eval_every=10_000, ppo=replace(_SB3_A2C, normalize_observations=True),
+        total_timesteps=1_000_000, eval_every=10_000, ppo=None, a2c=replace(_SB3_A2C, normalize_observations=True),
         returns=_MUJOCO_RETURNS,
         bpo=replace(_MUJOCO_DEFAULT_BPO, replay_size=1024, mu_batch_size=256, n_qvf_epochs=1, n_mu_epochs=1),
     ),

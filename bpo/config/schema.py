@@ -317,15 +317,14 @@ class EpisodicTrainConfig:
 
 
 @dataclass(frozen=True)
-class PPOConfig:
-    """PPO target update (paper Listing 1, eqs. 10 and 12) with Stable-Baselines3 field names.
-    Defaults are Table 4's (MuJoCo default). With ``method = 'a2c'`` the same fields set A2C (SB3
-    shares them): ``batch_size``, ``n_epochs``, ``clip_range`` and the KL penalty do not apply (one
-    step per rollout on all of it), the value loss is SB3's mean((V - G)^2) and the actor and the
-    critic share one optimiser and one gradient clip (``bpo.agents.a2c``)."""
+class ActorCriticConfig:
+    """What every on-policy method of Algorithm 1 shares: the rollout, the actor and critic networks,
+    their optimiser and the advantage (GAE). Stable-Baselines3's field names. Each built-in method
+    has a section of its own built on it (``PPOConfig``, ``A2CConfig``), with its own defaults; a
+    run has the section of its method only (``method_section``)."""
 
     learning_rate: float = traced(3e-4)
-    """Adam learning rate of the actor and of the critic (separate optimisers, Tables 3-4)."""
+    """Learning rate of the actor and of the critic (PPO: separate optimisers, Tables 3-4)."""
     lr_schedule: Literal["constant", "linear"] = "constant"
     """'linear' decays the learning rate to 0 over the run (SB3's linear schedule of the
     remaining progress, evaluated once per update)."""
@@ -333,24 +332,16 @@ class PPOConfig:
     """Steps per environment per rollout (T)."""
     n_envs: int = 1
     """Parallel environments; a rollout has n_steps * n_envs transitions."""
-    batch_size: int = 64
-    """Minibatch size of the PPO epochs; must divide n_steps * n_envs."""
-    n_epochs: int = 10
-    """Passes over the rollout per update."""
     gamma: float = traced(0.99)
     """Discount factor."""
     gae_lambda: float = traced(0.95)
-    """lambda of GAE (PPO) and of the truncated IS-TD(lambda) returns (BPO-PPO)."""
-    clip_range: float = traced(0.2)
-    """epsilon of the clipped surrogate, eq. (10)."""
-    clip_range_schedule: Literal["constant", "linear"] = "constant"
-    """'linear' decays the clip range to 0 over the run like the learning rate."""
+    """lambda of GAE and of the truncated IS-TD(lambda) returns (BPO)."""
     ent_coef: float = traced(0.0)
-    """beta_ent, weight of the entropy bonus (PPO; BPO-PPO uses bpo.ppo_ent_coef)."""
+    """beta_ent, weight of the entropy bonus (with BPO, bpo.ppo_ent_coef when it is set)."""
     vf_coef: float = traced(0.5)
-    """beta_value, weight of the value loss 0.5 mean((V - G)^2), eq. (12)."""
+    """beta_value, weight of the value loss (PPO: 0.5 mean((V - G)^2), eq. (12))."""
     max_grad_norm: float = 0.5
-    """Global gradient-norm clip, applied to the actor and the critic separately."""
+    """Global gradient-norm clip (PPO: the actor and the critic separately; A2C: together)."""
     adam_eps: float = 1e-5
     """Adam epsilon."""
     optimizer: Literal["adam", "rmsprop"] = "adam"
@@ -359,7 +350,7 @@ class PPOConfig:
     rms_prop_eps: float = 1e-5
     """RMSprop epsilon (SB3's A2C: 1e-5), added outside the square root as torch does."""
     normalize_advantage: bool = True
-    """Standardise advantages per minibatch (SB3)."""
+    """Standardise advantages per minibatch (SB3's PPO; A2C's minibatch is the rollout)."""
     normalize_observations: bool = True
     """Running mean/std observation normalisation (SB3 VecNormalize, clip 10), shared by every
     network, updated on training data only and frozen during evaluation."""
@@ -380,6 +371,22 @@ class PPOConfig:
     ortho_gains: Literal["sb3", "unit"] = "sb3"
     """Gains of the orthogonal initialisation: SB3's (sqrt 2 hidden, 0.01 policy head, 1 value
     head), or 1 on every layer (the authors' public code)."""
+
+
+@dataclass(frozen=True)
+class PPOConfig(ActorCriticConfig):
+    """PPO's section (paper Listing 1, eqs. 10 and 12): the shared settings at Table 4's values
+    (MuJoCo default) and PPO's own, the minibatch epochs, the clipped surrogate and an optional KL
+    penalty."""
+
+    batch_size: int = 64
+    """Minibatch size of the PPO epochs; must divide n_steps * n_envs."""
+    n_epochs: int = 10
+    """Passes over the rollout per update."""
+    clip_range: float = traced(0.2)
+    """epsilon of the clipped surrogate, eq. (10)."""
+    clip_range_schedule: Literal["constant", "linear"] = "constant"
+    """'linear' decays the clip range to 0 over the run like the learning rate."""
     kl_coef: float = 0.0
     """beta of a penalty beta KL(pi_theta || pi_old) added to the actor loss, pi_old being the target
     policy before the update (for PPO the policy that collected the rollout). 0 turns it off (the
@@ -389,6 +396,30 @@ class PPOConfig:
     """Loss form of the KL penalty, both with the expected gradient of the KL: 'k2' is
     sg(rho) * 0.5 (log pi_theta - log pi_old)^2, 'k3' is rho * (pi_old/pi_theta - 1 - log(pi_old/pi_theta)),
     whose value is also an unbiased estimate of the KL. The ``kl_penalty`` metric is beta times its mean."""
+
+
+@dataclass(frozen=True)
+class A2CConfig(ActorCriticConfig):
+    """A2C's section (Mnih et al. 2016; ``bpo.agents.a2c``): one gradient step per rollout on all of
+    it, the value loss SB3's mean((V - G)^2), the actor and the critic under one optimiser and one
+    gradient clip. The defaults are Stable-Baselines3's A2C (``A2C.__init__`` with ``MlpPolicy``:
+    separate 64-64 tanh actor and critic, orthogonal initialisation with SB3's gains, log std 0),
+    the base that rl-baselines3-zoo's hyperparams/a2c.yml changes per environment."""
+
+    learning_rate: float = traced(7e-4)
+    """Learning rate of the one optimiser over the actor and the critic."""
+    n_steps: int = 5
+    """Steps per environment per rollout (T); one update per rollout."""
+    gae_lambda: float = traced(1.0)
+    """lambda of GAE (A2C: 1, the n-step return) and of the truncated IS-TD(lambda) returns (BPO-A2C)."""
+    optimizer: Literal["adam", "rmsprop"] = "rmsprop"
+    """RMSprop with smoothing 0.99 and epsilon ``rms_prop_eps`` (SB3's ``use_rms_prop=True``), or Adam."""
+    normalize_advantage: bool = False
+    """Standardise the advantages of the rollout (SB3's A2C: off)."""
+    normalize_observations: bool = False
+    """Running mean/std observation normalisation (SB3 VecNormalize, clip 10): off in SB3's defaults."""
+    activation: Literal["relu", "tanh"] = "tanh"
+    """Hidden activation of actor and critic (SB3's MlpPolicy: tanh)."""
 
 
 @dataclass(frozen=True)
@@ -434,7 +465,8 @@ class OnPolicyTrainConfig:
     """The policy-gradient method, the target update of Algorithm 1, by its registered name
     (``bpo.agents.methods``): 'ppo' (Listing 1), 'a2c' (Mnih et al. 2016, one step per rollout;
     ``bpo.agents.a2c``), the first extension the paper's conclusion names, or a method of one's own
-    (``docs/methods.md``). The built-in ones read their settings from the ``ppo`` section."""
+    (``docs/methods.md``). Each reads the section named after it, a method without one the ``ppo``
+    section (``method_section``)."""
     seeds: int = 1
     """Number of independent runs, vmapped in one jitted call."""
     seed: int = 0
@@ -450,8 +482,12 @@ class OnPolicyTrainConfig:
     """Also keep the policies (pi, the value network, the normaliser, mu) every this many updates
     in the run's policies.msgpack (``bpo.training.policies``), e.g. for the estimator probe; 0:
     the final ones only. Changes no result."""
-    ppo: PPOConfig = field(default_factory=PPOConfig)
-    """Target-policy update."""
+    # One section per built-in method; a run has its method's only (the other is None). constructor=:
+    # as EpisodicTrainConfig.bpo (a flag of the absent one is refused, experiments.cli).
+    ppo: Annotated[PPOConfig | None, tyro.conf.arg(constructor=PPOConfig)] = field(default_factory=PPOConfig)
+    """PPO's settings, and those of a method without a section of its own (None with method a2c)."""
+    a2c: Annotated[A2CConfig | None, tyro.conf.arg(constructor=A2CConfig)] = None
+    """A2C's settings (method a2c only)."""
     returns: OnPolicyReturnConfig = field(default_factory=OnPolicyReturnConfig)
     """Off-policy return estimator (used by BPO runs only)."""
     # constructor=: as EpisodicTrainConfig.bpo.
@@ -472,9 +508,18 @@ class OnPolicyTrainConfig:
         return algorithm_name(self)
 
     @property
+    def settings(self) -> ActorCriticConfig:
+        """The method's section (``method_section``): its rollout, networks, optimiser and own fields."""
+        section = getattr(self, method_section(self.method))
+        if section is None:
+            raise ConfigError(method_section(self.method), f"method {self.method} reads this section, which the "
+                                                           "config does not have")
+        return section
+
+    @property
     def rollout_size(self) -> int:
         """Transitions per rollout (and per update): ``n_steps x n_envs``."""
-        return self.ppo.n_steps * self.ppo.n_envs
+        return self.settings.n_steps * self.settings.n_envs
 
     @property
     def n_updates(self) -> int:
@@ -514,6 +559,23 @@ TrainConfig = EpisodicTrainConfig | OnPolicyTrainConfig
 """Either kind of run."""
 
 
+METHOD_SECTIONS = {"ppo": PPOConfig, "a2c": A2CConfig}
+"""The on-policy methods with a section of their own, by name: the section has the method's name."""
+
+
+def method_section(method: str) -> str:
+    """The section a method reads: its own, else ``ppo`` (a plug-in method, ``docs/methods.md``)."""
+    return method if method in METHOD_SECTIONS else "ppo"
+
+
+def with_method(cfg: OnPolicyTrainConfig, method: str, section=None) -> OnPolicyTrainConfig:
+    """``cfg`` running ``method``: its section ``section``, else the one ``cfg`` has, else the
+    section's defaults (SB3's A2C for a2c); the other method's section dropped."""
+    name = method_section(method)
+    kept = section if section is not None else getattr(cfg, name) or METHOD_SECTIONS[name]()
+    return dataclasses.replace(cfg, method=method, **{n: kept if n == name else None for n in METHOD_SECTIONS})
+
+
 def algorithm_name(cfg) -> str:
     """'bpo' for a run with a behaviour step (a ``bpo`` section), else its method's name."""
     return "bpo" if cfg.bpo is not None else cfg.method
@@ -542,6 +604,8 @@ def _section(instance, f):
     if value is None and f.default_factory is not dataclasses.MISSING:
         default = f.default_factory()
         return default if dataclasses.is_dataclass(default) else value
+    if value is None and isinstance(instance, OnPolicyTrainConfig) and f.name in METHOD_SECTIONS:
+        return METHOD_SECTIONS[f.name]()  # another method's section: its fields and defaults
     return value
 
 
@@ -567,7 +631,8 @@ def traced_fields(cfg) -> tuple[str, ...]:
 def _hyperparams_type(name: str, cls, doc: str):
     """The NamedTuple of ``cls``'s traced hyperparameters, one float32 array each, named by their
     fields (derived from the ``traced`` markers, so never out of step with them)."""
-    names = [dotted.rpartition(".")[2] for dotted, overrides in _traced(cls) if overrides is None]
+    # dict: a field that two methods' sections both have (learning_rate) is one hyperparameter
+    names = list(dict.fromkeys(dotted.rpartition(".")[2] for dotted, overrides in _traced(cls) if overrides is None))
     hp_type = NamedTuple(name, [(n, jnp.ndarray) for n in names])
     hp_type.__doc__ = doc
     return hp_type
@@ -584,14 +649,23 @@ def traced_hyperparams(cfg):
     overrides another (``bpo.ppo_ent_coef``) replaces its value in a BPO run when it is not None."""
     values, overriding = {}, []
     for dotted, overrides in _traced(cfg):
-        value = get_dotted(cfg, dotted)
+        value = _traced_value(cfg, dotted)
         if overrides is None:
-            values[dotted.rpartition(".")[2]] = value
+            values.setdefault(dotted.rpartition(".")[2], value)
         elif cfg.bpo is not None and value is not None:
             overriding.append((overrides.rpartition(".")[2], value))
     values.update(overriding)
     hp_type = PPOHyperparams if isinstance(cfg, OnPolicyTrainConfig) else Hyperparams
     return hp_type(**{k: jnp.asarray(v, dtype=jnp.float32) for k, v in values.items()})
+
+
+def _traced_value(cfg, dotted: str):
+    """A traced field's value; one of a method's section is read from the run's own section when it
+    has the field, else it is the default of the section that declares it (A2C's unused clip range)."""
+    head, _, leaf = dotted.partition(".")
+    if isinstance(cfg, OnPolicyTrainConfig) and head in METHOD_SECTIONS and hasattr(cfg.settings, leaf):
+        return getattr(cfg.settings, leaf)
+    return get_dotted(cfg, dotted)
 
 
 def get_dotted(cfg, dotted: str):
@@ -626,8 +700,7 @@ def replace(cfg, _prefix: str = "", **changes):
             raise ConfigError(_prefix + name, f"does not apply to {type(cfg).__name__}; its fields: "
                               f"{field_names(cfg, _prefix)}")
         if rest and getattr(cfg, head) is None:
-            raise ConfigError(_prefix + name, f"sets the {head} section, which this run does not have "
-                              f"({algorithm_name(cfg)} alone); allowed: runs with BPO (--bpo)")
+            raise ConfigError(_prefix + name, _absent_section(cfg, head))
         if rest:
             nested.setdefault(head, {})[rest] = value
         else:
@@ -635,6 +708,15 @@ def replace(cfg, _prefix: str = "", **changes):
     for head, sub in nested.items():
         flat[head] = replace(getattr(cfg, head), f"{_prefix}{head}.", **sub)
     return dataclasses.replace(cfg, **flat)
+
+
+def _absent_section(cfg, head: str) -> str:
+    """Why a field of the section ``head`` cannot be set on ``cfg``, which lacks it."""
+    if head in METHOD_SECTIONS:
+        return (f"sets the {head} section, which method {cfg.method} does not read; allowed: its own section "
+                f"{method_section(cfg.method)}.* (or --method {head})")
+    return (f"sets the {head} section, which this run does not have ({algorithm_name(cfg)} alone); allowed: runs "
+            "with BPO (--bpo)")
 
 
 def to_dict(cfg) -> dict:
@@ -661,12 +743,13 @@ RESUMABLE_CHANGES = ("vector_mode", "eval_in_background", "physics_threads")
 how its steps execute, not its state (``save_policies_every`` is kept: it decides what the
 checkpoint has kept so far)."""
 COMPATIBLE_ADDITIONS = ("mjx_iterations", "mjx_ls_iterations", "physics_threads",
-                        "save_policies_every", "method", "ppo.optimizer", "ppo.rms_prop_eps",
+                        "save_policies_every", "method", "ppo.optimizer", "ppo.rms_prop_eps", "a2c",
                         "bpo.q_hat_reward", "bpo.mu_q_hat_batch_min", "bpo.mu_q_hat_unclipped_actions",
                         "bpo.replay_epoch_filled_only", "bpo.fqe_unclipped_actions")
 """Fields added after runs were recorded whose default does what the code did before they existed
 (0: the XML's solver iterations; threads and saved policies only change speed and outputs; the
-method 'ppo' with Adam, the only one before A2C; the switches of the authors' code's bugs, off). A
+method 'ppo' with Adam, the only one before A2C, and so no a2c section; the switches of the
+authors' code's bugs, off). A
 recorded run lacking any other field of today's config ran code that did not have it, and may
 have computed something else: it is stale (``missing_fields``). A new field joins this list only
 when that is true of it."""
@@ -685,6 +768,8 @@ def missing_fields(data: dict) -> list[str]:
     recorded = names(data)
     if "returns" not in data and isinstance(data.get("bpo"), dict):  # the returns section moved out of bpo
         recorded |= {"returns." + n.removeprefix("bpo.") for n in recorded if n.startswith("bpo.")}
+    if _a2c_in_ppo(data):  # A2C's settings moved out of the ppo section
+        recorded |= {"a2c." + n.removeprefix("ppo.") for n in recorded if n.startswith("ppo.")} | {"ppo"}
     return sorted(n for n in names(to_dict(from_dict(data))) - recorded
                   if not any(r.startswith(n + ".") for r in recorded))
 
@@ -703,15 +788,24 @@ def from_dict(data: dict):
     decided by its fields; lists become tuples and 'inf' strings floats again. Older files are read
     as they meant: before the return estimator had a section of its own (``returns``) its fields
     are taken from ``bpo``; before the behaviour step was an optional section, ``algo`` said whether
-    the run had one ('bpo') or ran the method alone (its name), and the section was always there."""
-    cls = OnPolicyTrainConfig if "ppo" in data else EpisodicTrainConfig
+    the run had one ('bpo') or ran the method alone (its name), and the section was always there;
+    before each method had a section of its own, A2C's settings were in ``ppo``."""
+    cls = OnPolicyTrainConfig if "ppo" in data or "a2c" in data else EpisodicTrainConfig
     if "returns" not in data and isinstance(data.get("bpo"), dict):
         names = {f.name for f in dataclasses.fields(cls().returns)}
         data = {**data, "returns": {k: v for k, v in data["bpo"].items() if k in names},
                 "bpo": {k: v for k, v in data["bpo"].items() if k not in names}}
     if "algo" in data:
         data = {k: v for k, v in data.items() if k != "algo"} | ({} if data["algo"] == "bpo" else {"bpo": None})
+    if _a2c_in_ppo(data):
+        names = {f.name for f in dataclasses.fields(A2CConfig)}
+        data = {**data, "a2c": {k: v for k, v in data["ppo"].items() if k in names}, "ppo": None}
     return _build(cls, data)
+
+
+def _a2c_in_ppo(data: dict) -> bool:
+    """Whether ``data`` is an A2C run recorded before A2C had a section of its own."""
+    return data.get("method") == "a2c" and "a2c" not in data and "ppo" in data
 
 
 RUN_CONFIG_KEYS = ("preset", "env", "seeds", "seed")
@@ -726,8 +820,8 @@ def check_run_config(data, source: str) -> None:
         raise ConfigError("config", f"{source!r} is not a run's config.json: it holds a {type(data).__name__}, not "
                                     "an object")
     missing = [k for k in RUN_CONFIG_KEYS if k not in data]
-    if not ("ppo" in data or "reinforce" in data):
-        missing.append("ppo or reinforce")
+    if not ("ppo" in data or "a2c" in data or "reinforce" in data):
+        missing.append("ppo, a2c or reinforce")
     if "bpo" not in data:
         missing.append("bpo")
     if missing:
@@ -739,12 +833,12 @@ def check_run_config(data, source: str) -> None:
 
 
 def _build(cls, data: dict):
-    kwargs = {}
+    kwargs, instance = {}, cls()
     for f in dataclasses.fields(cls):
         if f.name not in data:
             continue  # a field added since the file was written keeps its default
         value = data[f.name]
-        default = getattr(cls(), f.name) if f.default is dataclasses.MISSING else f.default
+        default = _section(instance, f)  # an optional section absent by default: its type's defaults
         if dataclasses.is_dataclass(default) and value is not None:  # None: an optional section absent
             value = _build(type(default), value)
         elif isinstance(value, list):

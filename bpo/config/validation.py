@@ -20,12 +20,15 @@ from typing import Literal
 
 from bpo.config.presets import VARIANTS
 from bpo.config.schema import (
+    METHOD_SECTIONS,
     BehaviourConfig,
     ConfigError,
     EpisodicBehaviourConfig,
     OnPolicyBehaviourConfig,
     OnPolicyTrainConfig,
+    PPOConfig,
     ReturnConfig,
+    method_section,
 )
 from envs import FUNCTIONAL_ENVS, JAX_ENVS, make_env
 from envs.gymnasium_envs import GYMNASIUM_ENVS, MUJOCO_ENVS, gym_spec
@@ -243,24 +246,35 @@ def _validate_env_backend(cfg: OnPolicyTrainConfig) -> None:
         raise ConfigError("env", f"must be one of {sorted(MUJOCO_ENVS)} with backend {cfg.backend}, got {cfg.env!r}")
 
 
-def _validate_ppo(p) -> None:
-    _declared_choices("ppo.", p)  # lr_schedule, activation, kl_estimator, ... and the switches
-    for name in ("n_steps", "n_envs", "batch_size", "n_epochs"):
-        _int_at_least(f"ppo.{name}", getattr(p, name), 1)
-    for name in ("learning_rate", "clip_range", "adam_eps", "rms_prop_eps"):
-        _positive(f"ppo.{name}", getattr(p, name))
-    for name in ("ent_coef", "vf_coef"):
-        _non_negative(f"ppo.{name}", getattr(p, name))
-    _in_unit_interval("ppo.gamma", p.gamma, open_right=True)
-    _in_unit_interval("ppo.gae_lambda", p.gae_lambda)
-    _positive("ppo.max_grad_norm", p.max_grad_norm, allow_inf=True)
+def _validate_settings(cfg: OnPolicyTrainConfig) -> None:
+    """The method's section: present, the other method's absent, every field in range."""
+    name = method_section(cfg.method)
+    p = getattr(cfg, name)
+    if not isinstance(p, METHOD_SECTIONS[name]):
+        raise ConfigError(name, f"must be a {METHOD_SECTIONS[name].__name__} (method {cfg.method} reads it), "
+                                f"got {type(p).__name__}")
+    for other in METHOD_SECTIONS:
+        if other != name and getattr(cfg, other) is not None:
+            raise ConfigError(other, f"is method {other}'s section; method {cfg.method} reads {name}: leave it "
+                                     f"null (or set method {other})")
+    _declared_choices(f"{name}.", p)  # lr_schedule, activation, kl_estimator, ... and the switches
+    for field in ("n_steps", "n_envs", *(("batch_size", "n_epochs") if isinstance(p, PPOConfig) else ())):
+        _int_at_least(f"{name}.{field}", getattr(p, field), 1)
+    for field in ("learning_rate", "adam_eps", "rms_prop_eps", *(("clip_range",) if isinstance(p, PPOConfig) else ())):
+        _positive(f"{name}.{field}", getattr(p, field))
+    for field in ("ent_coef", "vf_coef"):
+        _non_negative(f"{name}.{field}", getattr(p, field))
+    _in_unit_interval(f"{name}.gamma", p.gamma, open_right=True)
+    _in_unit_interval(f"{name}.gae_lambda", p.gae_lambda)
+    _positive(f"{name}.max_grad_norm", p.max_grad_norm, allow_inf=True)
     if not (_integer(p.sde_sample_freq) and (p.sde_sample_freq == -1 or p.sde_sample_freq >= 1)):
-        raise ConfigError("ppo.sde_sample_freq",
+        raise ConfigError(f"{name}.sde_sample_freq",
                           f"must be -1 (once per rollout) or an integer >= 1, got {p.sde_sample_freq!r}")
-    _finite("ppo.log_std_init", p.log_std_init)
-    _non_negative("ppo.kl_coef", p.kl_coef, note=" (0: no KL penalty)")
-    for name in ("pi_hidden", "vf_hidden"):
-        _widths(f"ppo.{name}", getattr(p, name))
+    _finite(f"{name}.log_std_init", p.log_std_init)
+    if isinstance(p, PPOConfig):
+        _non_negative("ppo.kl_coef", p.kl_coef, note=" (0: no KL penalty)")
+    for field in ("pi_hidden", "vf_hidden"):
+        _widths(f"{name}.{field}", getattr(p, field))
 
 
 def _validate_method_name(cfg: OnPolicyTrainConfig) -> None:
@@ -274,8 +288,9 @@ def _validate_action_space(cfg: OnPolicyTrainConfig) -> None:
     """Options that need a kind of action space."""
     # An MJX port has its Gymnasium original's spec (tested), which is cheaper to build.
     spec = make_env(cfg.env).spec if cfg.backend == "jax" else gym_spec(cfg.env)
-    if cfg.ppo.use_sde and spec.discrete:
-        raise ConfigError("ppo.use_sde", f"needs continuous actions; {cfg.env} has discrete actions")
+    if cfg.settings.use_sde and spec.discrete:
+        raise ConfigError(f"{method_section(cfg.method)}.use_sde",
+                          f"needs continuous actions; {cfg.env} has discrete actions")
     if cfg.bpo is None:
         return
     _validate_authors_bugs(cfg.bpo, cfg.rollout_size, spec.discrete)
@@ -300,18 +315,19 @@ def _validate_onpolicy(cfg: OnPolicyTrainConfig) -> OnPolicyTrainConfig:
         _int_at_least(name, getattr(cfg, name), 0)
         if getattr(cfg, name) and cfg.backend != "mjx":
             raise ConfigError(name, f"sets MJX's solver; it does not apply to backend {cfg.backend} (leave it 0)")
-    _validate_ppo(cfg.ppo)
+    _validate_method_name(cfg)
+    _validate_settings(cfg)
     if cfg.env_steps_total > MAX_COUNT:  # the budget in whole rollouts: the steps counted in the program
         raise ConfigError("total_timesteps", f"rounded up to whole rollouts ({cfg.env_steps_total:,} steps) must be "
                                              f"<= {MAX_COUNT:,} (the programs count in 32 bits)")
-    _validate_method_name(cfg)
     _validate_action_space(cfg)
     _validate_returns(cfg.returns)
     _positive("returns.trust_region_delta", cfg.returns.trust_region_delta, allow_inf=True)
     if cfg.bpo is not None:
         _validate_behaviour(cfg.bpo)
         if cfg.bpo.ppo_ent_coef is not None:
-            _non_negative("bpo.ppo_ent_coef", cfg.bpo.ppo_ent_coef, note=" (or None: ppo.ent_coef)")
+            _non_negative("bpo.ppo_ent_coef", cfg.bpo.ppo_ent_coef,
+                          note=f" (or None: {method_section(cfg.method)}.ent_coef)")
     elif math.isfinite(cfg.returns.trust_region_delta):
         raise ConfigError("returns.trust_region_delta", f"masks segments by pi/mu, which is 1 in {cfg.method} alone; "
                           "run BPO (--bpo) or leave it inf")

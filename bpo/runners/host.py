@@ -56,7 +56,7 @@ class HostRunner:
         self._env = self._evaluations = None
         self.spec = gym_spec(cfg.env)
         self.learner = make_learner(cfg, self.spec)
-        self.n_seeds, self.n_envs, self.n_steps = cfg.seeds, cfg.ppo.n_envs, cfg.ppo.n_steps
+        self.n_seeds, self.n_envs, self.n_steps = cfg.seeds, cfg.settings.n_envs, cfg.settings.n_steps
         self.hp = hp
         self.compile_time_s = 0.0
         self.eval_time_s = 0.0

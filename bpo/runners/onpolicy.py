@@ -61,7 +61,7 @@ class OnPolicyProgram:
 
     def init(self, key, hp: PPOHyperparams) -> OnPolicyCarry:
         k_env, k_actor, k_critic, k_beh, key = jax.random.split(key, 5)
-        n_envs = self.cfg.ppo.n_envs
+        n_envs = self.cfg.settings.n_envs
         env_state, obs0 = jax.vmap(self.env.reset)(jax.random.split(k_env, n_envs))
         state0 = self.learner.init((k_actor, k_critic, k_beh), hp, obs0)
         return OnPolicyCarry(key, state0, env_state, obs0, self.learner.sde_init(), jnp.zeros(n_envs))
@@ -69,7 +69,7 @@ class OnPolicyProgram:
     def rollout(self, carry: OnPolicyCarry) -> tuple[OnPolicyCarry, Rows]:
         """``n_steps`` steps of the ``n_envs`` environments with the acting policy (pi for ppo, mu
         for bpo); observation statistics are updated after every step (module docstring)."""
-        learner, n_envs = self.learner, self.cfg.ppo.n_envs
+        learner, n_envs = self.learner, self.cfg.settings.n_envs
         vec_step = jax.vmap(lambda k, s, a: auto_reset_step(self.env, k, s, a))
 
         def env_step(c, step_index):
@@ -91,7 +91,7 @@ class OnPolicyProgram:
 
         c = (carry.key, carry.env_state, carry.obs, carry.learner.stats, carry.sde, carry.episode_return)
         (key, env_state, obs, stats, sde, ep_return), rows = jax.lax.scan(env_step, c,
-                                                                          jnp.arange(self.cfg.ppo.n_steps))
+                                                                          jnp.arange(self.cfg.settings.n_steps))
         return carry._replace(key=key, learner=carry.learner._replace(stats=stats), env_state=env_state, obs=obs,
                               sde=sde, episode_return=ep_return), rows
 

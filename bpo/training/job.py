@@ -206,7 +206,7 @@ def train(job: Job, progress: Callable | None = None, on_resume: Callable | None
                                 checkpoint_dir=job.checkpoint_dir, checkpoint_every=job.checkpoint_every,
                                 options=job.options, on_resume=on_resume)
         if logger is not None and job.cfg.backend != "gymnasium":
-            logger.log_run(out.metrics, job.cfg.ppo.n_steps * job.cfg.ppo.n_envs)
+            logger.log_run(out.metrics, job.cfg.rollout_size)
     finally:
         if logger is not None:
             logger.close()

@@ -135,7 +135,7 @@ def expected_shapes(cfg) -> dict:
         tree = jax.eval_shape(lambda: program.policies(program.init(keys[0], traced_hyperparams(cfg))))
     else:
         learner = make_learner(cfg, _spec(cfg))
-        obs0 = jnp.zeros((cfg.ppo.n_envs, learner.spec.obs_dim))
+        obs0 = jnp.zeros((cfg.settings.n_envs, learner.spec.obs_dim))
         tree = jax.eval_shape(lambda: learner.final_params(learner.init(tuple(keys), traced_hyperparams(cfg), obs0)))
     return plain_tree(tree, leaf=lambda x: tuple(x.shape))
 

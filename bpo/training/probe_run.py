@@ -185,7 +185,7 @@ def probe_run(run_dir: Path, settings: ProbeSettings, points=None, seeds=None, b
                         "seeds": per_seed, "pooled": pooled})
         done[update] = (policies, results[-1])
     return {"run": str(run_dir), "env": cfg.env, "backend": backend, "settings": asdict(settings),
-            "returns": {"gamma": cfg.ppo.gamma, "lambda": cfg.ppo.gae_lambda, "rho_bar": cfg.returns.rho_bar,
+            "returns": {"gamma": cfg.settings.gamma, "lambda": cfg.settings.gae_lambda, "rho_bar": cfg.returns.rho_bar,
                         "c_bar": cfg.returns.c_bar, "traj": cfg.returns.traj},
             "start_states": f"{settings.m} of the {settings.m} x {settings.horizon} states mu visits in the first "
                             f"{settings.horizon} steps after fresh resets, drawn without replacement",

@@ -272,6 +272,21 @@ def test_a_run_that_cannot_fit_in_memory_is_refused_before_its_program_compiles(
     assert not any(tmp_path.iterdir()), "left folders behind"
 
 
+@pytest.mark.mujoco
+def test_a_gymnasium_run_that_cannot_fit_in_memory_is_refused_before_its_environments_start(capsys, caplog, tmp_path,
+                                                                                             monkeypatch):
+    """The host runner's state (traced shapes: its replay of 100,000 seeds is about 290 GiB), rollout
+    and metrics are measured before any environment starts or its update compiles."""
+    monkeypatch.chdir(tmp_path)
+    with jax.log_compiles(True), caplog.at_level(logging.DEBUG):
+        code = main(["train", "mujoco_default", "--seeds", "100000", "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("error: seeds: the run needs about ") and "(100,000 seeds: state" in err, err
+    compiled = [r.getMessage() for r in caplog.records if "Compiling" in r.getMessage()]
+    assert not [m for m in compiled if "update" in m or "step" in m], compiled
+    assert not any(tmp_path.iterdir()), "left folders behind"
+
+
 def test_the_memory_estimate_is_the_state_and_every_output_twice_and_names_the_field_to_change():
     from bpo.infra.memory import check_run_fits
 

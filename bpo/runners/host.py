@@ -26,7 +26,7 @@ import numpy as np
 
 from bpo.agents.learner import keyed_update, make_learner
 from bpo.config.schema import OnPolicyTrainConfig, PPOHyperparams
-from bpo.infra import processes
+from bpo.infra import memory, processes
 from bpo.runners.evaluation import Evaluations
 from bpo.runners.seeds import seed_keys, seed_map
 from envs.gymnasium_envs import TRAIN_STREAM, env_seeds, final_observations, gym_spec, make_vector_env
@@ -66,15 +66,9 @@ class HostRunner:
 
     # -- compiled pieces -------------------------------------------------------------------------
     def _build(self, obs0):
-        learner, hp = self.learner, self.hp
+        learner = self.learner
         S = self.n_seeds
         keys = seed_keys(self.cfg.seed, S)
-
-        # Keys are split exactly as in the JAX runner (k_env unused here: Gymnasium environments
-        # have their own seeds), so on twin environments both runners train identically.
-        def init(key, obs0):
-            _, k_actor, k_critic, k_beh, key = jax.random.split(key, 5)
-            return key, learner.init((k_actor, k_critic, k_beh), hp, obs0)
 
         n_act = 1 if self.spec.discrete else self.spec.n_actions
 
@@ -106,12 +100,8 @@ class HostRunner:
         def close_rollout(stats, final_obs, obs):
             return learner.normalize(stats, final_obs), learner.observe(stats, obs)
 
-        def update(state, key, rows):
-            key, state, metrics = keyed_update(learner, state, key, rows, hp)
-            return key, state, metrics, learner.acting_params(state)
-
         start = time.perf_counter()
-        key, state = jax.jit(seed_map(init, S))(keys, jnp.asarray(obs0))
+        key, state = jax.jit(seed_map(self._init_one, S))(keys, jnp.asarray(obs0))
         params, stats, sde = learner.acting_params(state), state.stats, jax.vmap(lambda _: learner.sde_init())(keys)
         obs = jnp.asarray(obs0)
         # Per-step calls go through jit's C++ dispatch (a third faster than calling an AOT-compiled
@@ -122,7 +112,7 @@ class HostRunner:
         jax.block_until_ready((self._first_step(params, stats, key, obs, sde, np.int32(0)),
                                self._step(params, stats, key, obs, obs, sde, np.int32(0)),
                                self._close(stats, obs, obs)))
-        self._update = _aot(seed_map(update, S), state, key, jax.tree.map(jnp.asarray, self._empty_rows()))
+        self._update = _aot(seed_map(self._update_one, S), state, key, jax.tree.map(jnp.asarray, self._empty_rows()))
         self.compile_time_s = time.perf_counter() - start
         o = self.spec.obs_dim
         self._cols = {"env_action": slice(0, n_act), "action": slice(n_act, 2 * n_act),
@@ -130,16 +120,44 @@ class HostRunner:
                       "next_obs": slice(2 * n_act + 1 + o, 2 * n_act + 1 + 2 * o)}
         return key, state, params, stats, sde
 
-    def _empty_rows(self) -> dict:
+    def _init_one(self, key, obs0):
+        """One seed's first state. Keys are split exactly as in the JAX runner (k_env unused here:
+        Gymnasium environments have their own seeds), so on twin environments both runners train
+        identically."""
+        _, k_actor, k_critic, k_beh, key = jax.random.split(key, 5)
+        return key, self.learner.init((k_actor, k_critic, k_beh), self.hp, obs0)
+
+    def _update_one(self, state, key, rows):
+        """One seed's update call on its rollout."""
+        key, state, metrics = keyed_update(self.learner, state, key, rows, self.hp)
+        return key, state, metrics, self.learner.acting_params(state)
+
+    def _row_shapes(self) -> dict:
+        """The rollout's rows, all seeds: ``{name: jax.ShapeDtypeStruct}``."""
         S, T, E, spec = self.n_seeds, self.n_steps, self.n_envs, self.spec
-        obs = (S, T, E, spec.obs_dim)
+        obs, f32 = (S, T, E, spec.obs_dim), np.float32
         action = (S, T, E) if spec.discrete else (S, T, E, spec.n_actions)
-        f32 = np.float32
-        return {"obs": np.zeros(obs, f32), "raw_obs": np.zeros(obs, f32),
-                "action": np.zeros(action, np.int32 if spec.discrete else f32), "log_prob": np.zeros((S, T, E), f32),
-                "reward": np.zeros((S, T, E), f32), "terminated": np.zeros((S, T, E), f32),
-                "truncated": np.zeros((S, T, E), f32), "next_obs": np.zeros(obs, f32),
-                "raw_next_obs": np.zeros(obs, f32)}
+        shapes = {"obs": obs, "raw_obs": obs, "action": action, "log_prob": (S, T, E), "reward": (S, T, E),
+                  "terminated": (S, T, E), "truncated": (S, T, E), "next_obs": obs, "raw_next_obs": obs}
+        return {k: jax.ShapeDtypeStruct(v, np.int32 if k == "action" and spec.discrete else f32)
+                for k, v in shapes.items()}
+
+    def _empty_rows(self) -> dict:
+        return {k: np.zeros(x.shape, x.dtype) for k, x in self._row_shapes().items()}
+
+    def _check_memory(self) -> None:
+        """Refuse, before any environment starts or program compiles, a run whose state (traced
+        shapes: parameters, optimisers, replay), rollout (on the host and on the device) and kept
+        training metrics (one row per seed and update) exceed the memory available
+        (``bpo.infra.memory``). The environments' own memory is not counted."""
+        S = self.n_seeds
+        obs0 = jax.ShapeDtypeStruct((S, self.n_envs, self.spec.obs_dim), jnp.float32)
+        keys = jax.ShapeDtypeStruct((S, *seed_keys(0, 1).shape[1:]), seed_keys(0, 1).dtype)
+        key, state = jax.eval_shape(seed_map(self._init_one, S), keys, obs0)
+        rows = self._row_shapes()
+        metrics = jax.eval_shape(seed_map(self._update_one, S), state, key, rows)[2]
+        per_update = memory.nbytes(metrics) + 2 * S * 4  # + train_return, train_episodes
+        memory.check_run_fits(self.cfg, memory.nbytes(state) + 2 * memory.nbytes(rows), per_update, self.n_iterations)
 
     def _report(self, eval_step: int, eval_returns: np.ndarray, rate: float):
         if self.progress is not None:
@@ -153,6 +171,7 @@ class HostRunner:
         """Start the evaluator (first: a background worker starts up while this process compiles),
         the training environments, and compile the per-step and update calls."""
         cfg, S, E = self.cfg, self.n_seeds, self.n_envs
+        self._check_memory()
         self._evaluations = Evaluations(cfg, background=cfg.eval_in_background)
         # The per-step programs are fastest with synchronous CPU dispatch, set in bpo/__init__.py.
         self._env = make_vector_env(cfg.env, S * E, cfg.vector_mode, processes.die_with_parent)

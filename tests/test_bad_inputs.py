@@ -262,6 +262,7 @@ def test_a_run_that_cannot_fit_in_memory_is_refused_before_its_program_compiles(
     with the figure; the program is never lowered or compiled (only the seeds' keys are computed,
     tiny eager calls), and the folders made for the run are gone again."""
     monkeypatch.chdir(tmp_path)
+    jax.clear_caches()  # so that the seeds' keys compile here again and show that compiles are logged
     with jax.log_compiles(True), caplog.at_level(logging.DEBUG):
         code = main(["train", "short_corridor", *argv, "--no-progress"])
     err = capsys.readouterr().err

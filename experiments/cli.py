@@ -44,7 +44,6 @@ from bpo.config.schema import (
     OnPolicyTrainConfig,
     check_run_config,
     from_dict,
-    get_dotted,
     method_section,
     with_bpo,
     with_method,
@@ -216,13 +215,57 @@ def _parse_train_args(argv: list[str]):
     if bpo_on is not None and _preparse(argv[1:], "--variant") and bpo_on != (preset.bpo is not None):
         raise ConfigError("--bpo" if bpo_on else "--no-bpo", f"contradicts --variant {preset.variant}, which "
                           f"{'runs the method alone' if bpo_on else 'runs BPO'}; give one of them")
-    args_cls = OnPolicyTrainArgs if isinstance(preset, OnPolicyTrainConfig) else TrainArgs
     # tyro always fills the bpo section (its flags are listed whether BPO is on or off); a run
     # without BPO then drops it, unless a flag changed it.
     shown = with_bpo(preset, True, section)
+    if isinstance(shown, OnPolicyTrainConfig):
+        shown = _method_shown(argv, shown)
+    args_cls = _ARGS_SHOWING[method_section(shown.method)] if isinstance(shown, OnPolicyTrainConfig) else TrainArgs
     args = tyro.cli(args_cls, default=args_cls(config=shown), args=argv[1:], prog=f"bpo train {argv[0]}")
+    if isinstance(shown, OnPolicyTrainConfig):  # back to the classes the library knows
+        args = OnPolicyTrainArgs(**{f.name: getattr(args, f.name) for f in dataclasses.fields(OnPolicyTrainArgs)
+                                    if f.name != "config"}, config=_plain(args.config))
     on = preset.bpo is not None if bpo_on is None else bpo_on
-    return _without_unused_sections(args, shown, on)
+    return _without_unused_bpo(args, shown.bpo, on)
+
+
+def _showing(section: str) -> tuple[type, type]:
+    """``OnPolicyTrainConfig`` and ``OnPolicyTrainArgs`` with every method section but ``section``
+    hidden from tyro: ``--help`` lists the flags of the section the run reads, and another
+    method's is refused by name (``_method_shown``) before tyro parses."""
+    hidden = [(name, Annotated[cls | None, tyro.conf.Suppress], field(default=None))
+              for name, cls in METHOD_SECTIONS.items() if name != section]
+    config = dataclasses.make_dataclass(f"OnPolicyTrainConfig_{section}", hidden, bases=(OnPolicyTrainConfig,),
+                                        frozen=True)
+    args = dataclasses.make_dataclass(f"OnPolicyTrainArgs_{section}", [
+        ("config", Annotated[config, tyro.conf.arg(name="")], field(default_factory=config))],
+        bases=(OnPolicyTrainArgs,), frozen=True)
+    return config, args
+
+
+_SHOWING = {name: _showing(name) for name in METHOD_SECTIONS}
+_CONFIG_SHOWING = {name: classes[0] for name, classes in _SHOWING.items()}
+_ARGS_SHOWING = {name: classes[1] for name, classes in _SHOWING.items()}
+
+
+def _plain(cfg) -> OnPolicyTrainConfig:
+    """An ``OnPolicyTrainConfig`` of the same fields as ``cfg`` (one of the classes ``_showing`` makes)."""
+    return OnPolicyTrainConfig(**{f.name: getattr(cfg, f.name) for f in dataclasses.fields(OnPolicyTrainConfig)})
+
+
+def _method_shown(argv: list[str], cfg: OnPolicyTrainConfig):
+    """``cfg`` running the method that ``--method`` names (with its section: ``with_method``), as
+    the class that shows that section only; a flag of another method's section is refused."""
+    method = _preparse(argv[1:], "--method") or cfg.method
+    own = method_section(method)
+    for arg in argv[1:]:
+        other = arg[2:].partition(".")[0] if arg.startswith("--") else ""
+        if other in METHOD_SECTIONS and other != own:
+            name = arg[2:].partition("=")[0].replace("-", "_")
+            raise ConfigError(name, f"sets method {other}'s section; method {method} reads {own}: give --{own}.* "
+                                    f"(or --method {other})")
+    cfg = with_method(cfg, method)
+    return _CONFIG_SHOWING[own](**{f.name: getattr(cfg, f.name) for f in dataclasses.fields(OnPolicyTrainConfig)})
 
 
 def _bpo_switch(argv: list[str]) -> tuple[list[str], bool | None]:
@@ -238,28 +281,16 @@ def _bpo_switch(argv: list[str]) -> tuple[list[str], bool | None]:
     return [a for a in argv if a not in ("--bpo", "--no-bpo")], on
 
 
-def _without_unused_sections(args, shown, bpo_on: bool):
-    """``args`` without the sections its run does not read: ``bpo`` without BPO, another method's
-    section (tyro fills every section, so that each one's flags are listed). A flag that changed
-    one of them would be silently unused, so it is refused."""
-    cfg = args.config
-    unused = [] if bpo_on else ["bpo"]
-    if isinstance(cfg, OnPolicyTrainConfig):
-        unused += [name for name in METHOD_SECTIONS if name != method_section(cfg.method)]
-    for name in unused:
-        before, after = get_dotted(shown, name), getattr(cfg, name)  # get_dotted: an absent one's defaults
-        changed = [f.name for f in dataclasses.fields(before) if getattr(after, f.name) != getattr(before, f.name)]
-        if changed and name == "bpo":
-            raise ConfigError(f"bpo.{changed[0]}", f"sets the behaviour step of a run without BPO ({cfg.method} "
-                                                   "alone); add --bpo, or leave it out")
-        if changed:
-            own = method_section(cfg.method)
-            raise ConfigError(f"{name}.{changed[0]}", f"sets method {name}'s section; method {cfg.method} reads "
-                                                      f"{own}: give --{own}.* (or --method {name})")
-    cfg = with_bpo(cfg, bpo_on)
-    if isinstance(cfg, OnPolicyTrainConfig):
-        cfg = with_method(cfg, cfg.method)
-    return dataclasses.replace(args, config=cfg)
+def _without_unused_bpo(args, shown, bpo_on: bool):
+    """``args`` of a run without BPO, its bpo section dropped; a ``--bpo.FIELD`` flag that changed
+    the section would be silently unused, so it is refused."""
+    if bpo_on:
+        return args
+    changed = [f.name for f in dataclasses.fields(shown) if getattr(args.config.bpo, f.name) != getattr(shown, f.name)]
+    if changed:
+        raise ConfigError(f"bpo.{changed[0]}", f"sets the behaviour step of a run without BPO "
+                                               f"({args.config.method} alone); add --bpo, or leave it out")
+    return dataclasses.replace(args, config=with_bpo(args.config, False))
 
 
 def starting_config(argv: list[str]):

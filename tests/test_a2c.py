@@ -295,3 +295,17 @@ def test_mujoco_a2c_runs_on_mjx(tmp_path):
                  "--eval-episodes", "1", "--no-progress", "--out", str(out)]) == 0
     summary = json.loads((out / "summary.json").read_text())
     assert all(math.isfinite(r) for r in summary["final_eval_returns"])
+
+
+@pytest.mark.parametrize(("argv", "shown", "hidden"), [
+    (["cartpole_a2c"], "a2c", "ppo"),
+    (["cartpole_ppo"], "ppo", "a2c"),
+    (["cartpole_ppo", "--method", "a2c"], "a2c", "ppo"),  # the section of the method the run will have
+])
+def test_help_lists_the_flags_of_the_section_the_run_reads(argv, shown, hidden, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["train", *argv, "--help"])
+    out = capsys.readouterr().out
+    assert e.value.code == 0
+    assert f"--{shown}.learning-rate" in out and f"--{hidden}." not in out
+    assert ("--ppo.batch-size" in out) == (shown == "ppo")  # PPO's own fields in PPO's section only

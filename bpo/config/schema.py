@@ -237,8 +237,9 @@ class OnPolicyBehaviourConfig(BehaviourConfig):
     network the PPO optimiser, whose schedule counts each network's own steps, so mu's rate
     reaches 0 after about a quarter of a CartPole run; here the decay follows the run's progress.)"""
     ppo_ent_coef: float | None = traced(None, overrides="ppo.ent_coef")
-    """Entropy coefficient of pi's PPO update inside BPO-PPO. None: ``ppo.ent_coef``, as the paper keeps the underlying
-    PPO parameters identical (Section 6; Table 4 lists beta_ent under "PPO (shared)"). The authors' code uses 0."""
+    """Entropy coefficient of pi's update inside BPO. None: the method's own (``ppo.ent_coef``, ``a2c.ent_coef``), as
+    the paper keeps the underlying PPO parameters identical (Section 6; Table 4 lists beta_ent under "PPO (shared)").
+    The authors' code uses 0."""
 
 
 @dataclass(frozen=True)

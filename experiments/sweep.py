@@ -273,6 +273,23 @@ def _run_id(cfg, grid: Grid, variant, label, without_set) -> str:
     return _slug("-".join(parts))
 
 
+def _has_section_of(cfg, name: str) -> bool:
+    """Whether ``cfg`` has the section a dotted field belongs to (``apply_overrides`` leaves a run
+    without it as it is)."""
+    head, dot, _ = name.partition(".")
+    return not dot or getattr(cfg, head) is not None
+
+
+def _check_applied(grid: Grid, applied: set[str]) -> None:
+    """Refuse a setting that changed no run of ``grid``: one of a section none of its runs has
+    (``ppo.*`` in a sweep of A2C runs, ``bpo.*`` of runs without BPO) would be silently ignored."""
+    for name, _ in (*grid.grid, *grid.fixed, *grid.set_values):
+        if name not in applied:
+            head = name.partition(".")[0]
+            raise ConfigError(name, f"sets the {head} section, which no run of the grid on preset {grid.preset!r} "
+                                    f"has; allowed: the sections its runs read")
+
+
 def expand(sweep: Sweep) -> list[RunSpec]:
     """Every run of the sweep, in a fixed order; each config is built and validated here, so a bad
     value fails before any process starts or anything compiles."""
@@ -282,7 +299,7 @@ def expand(sweep: Sweep) -> list[RunSpec]:
             raise ConfigError("seeds", f"must be an integer >= 1, got {grid.seeds!r}")
         for pairs, option in ((grid.grid, "grid"), (grid.fixed, "fixed"), (grid.set_values, "set")):
             check_settable(pairs, option)
-        names = [k for k, _ in grid.grid]
+        names, applied = [k for k, _ in grid.grid], set()
         for env, variant, values in itertools.product(grid.envs or (None,), grid.variants or (None,),
                                                        itertools.product(*(v for _, v in grid.grid))):
             label = tuple(zip(names, values, strict=True))
@@ -291,6 +308,7 @@ def expand(sweep: Sweep) -> list[RunSpec]:
             without_set = spec.build()
             spec = dataclasses.replace(spec, overrides=spec.overrides + tuple(grid.set_values))
             cfg = spec.config()
+            applied |= {k for k, _ in spec.overrides if _has_section_of(cfg, k)}
             if sweep.probe is not None:
                 check_probe_plan(sweep.probe, cfg)
             run_id = _run_id(cfg, grid, variant, label, without_set)
@@ -298,6 +316,7 @@ def expand(sweep: Sweep) -> list[RunSpec]:
                 raise ConfigError("grids", f"two runs share the id {run_id!r}; make their grid values differ")
             seen[run_id] = True
             specs.append(dataclasses.replace(spec, run_id=run_id))
+        _check_applied(grid, applied)
     if not specs:
         raise ConfigError("grids", "the sweep has no runs")
     return specs

@@ -507,3 +507,15 @@ def test_workers_keep_to_a_core_each_and_a_stalled_run_is_started_again(tmp_path
     assert logs.count("the run has used no CPU for") == 1, logs  # the guard's message, in the stalled run's log
     cores = {int(line.rsplit(" ", 1)[1]) for line in logs.splitlines() if ": keeps to core " in line}
     assert len(cores) == min(2, len(os.sched_getaffinity(0))), logs
+
+
+@pytest.mark.parametrize(("variants", "setting"), [
+    (("ppo",), "bpo.q_lr=0.01"),  # PPO alone has no behaviour step
+    (("a2c", "bpo_c1.0_rho1.5"), "ppo.learning_rate=0.01"),  # A2C's runs read the a2c section
+])
+def test_a_setting_that_changes_no_run_of_the_sweep_is_refused(variants, setting, capsys):
+    preset = "cartpole_a2c" if "a2c" in variants else "cartpole_ppo"
+    code = main(["sweep", "--preset", preset, "--variants", *variants, "--set", setting, "--dry-run"])
+    name = setting.partition("=")[0]
+    assert code == 2 and f"error: {name}: sets the {name.partition('.')[0]} section, which no run of the grid" in \
+        capsys.readouterr().err

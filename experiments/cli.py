@@ -220,7 +220,7 @@ def _parse_train_args(argv: list[str]):
     shown = with_bpo(preset, True, section)
     if isinstance(shown, OnPolicyTrainConfig):
         shown = _method_shown(argv, shown)
-    args_cls = _ARGS_SHOWING[method_section(shown.method)] if isinstance(shown, OnPolicyTrainConfig) else TrainArgs
+    args_cls = _SHOWING[method_section(shown.method)][1] if isinstance(shown, OnPolicyTrainConfig) else TrainArgs
     args = tyro.cli(args_cls, default=args_cls(config=shown), args=argv[1:], prog=f"bpo train {argv[0]}")
     if isinstance(shown, OnPolicyTrainConfig):  # back to the classes the library knows
         args = OnPolicyTrainArgs(**{f.name: getattr(args, f.name) for f in dataclasses.fields(OnPolicyTrainArgs)
@@ -244,8 +244,7 @@ def _showing(section: str) -> tuple[type, type]:
 
 
 _SHOWING = {name: _showing(name) for name in METHOD_SECTIONS}
-_CONFIG_SHOWING = {name: classes[0] for name, classes in _SHOWING.items()}
-_ARGS_SHOWING = {name: classes[1] for name, classes in _SHOWING.items()}
+"""Per method section: (the config class, the arguments class) that show it alone."""
 
 
 def _plain(cfg) -> OnPolicyTrainConfig:
@@ -265,7 +264,7 @@ def _method_shown(argv: list[str], cfg: OnPolicyTrainConfig):
             raise ConfigError(name, f"sets method {other}'s section; method {method} reads {own}: give --{own}.* "
                                     f"(or --method {other})")
     cfg = with_method(cfg, method)
-    return _CONFIG_SHOWING[own](**{f.name: getattr(cfg, f.name) for f in dataclasses.fields(OnPolicyTrainConfig)})
+    return _SHOWING[own][0](**{f.name: getattr(cfg, f.name) for f in dataclasses.fields(OnPolicyTrainConfig)})
 
 
 def _bpo_switch(argv: list[str]) -> tuple[list[str], bool | None]:

@@ -10,6 +10,9 @@ import threading
 import time
 
 import pytest
+from jax._src import lru_cache
+
+from bpo.infra.runtime import enable_compile_cache
 
 SHORT = ["train", "short_corridor", "--seeds", "2", "--episodes", "60", "--eval-every", "10"]
 
@@ -98,10 +101,6 @@ def test_threads_writing_one_compile_cache_entry_each_publish_it_whole(monkeypat
     process they wrote into one file and the second rename found it gone (FileNotFoundError),
     while the first had published a file still being written; each write now has a name of its own."""
     monkeypatch.setenv("BPO_COMPILE_CACHE", str(tmp_path / "cache"))
-    from jax._src import lru_cache
-
-    from bpo.infra.runtime import enable_compile_cache
-
     enable_compile_cache()
     value, errors = os.urandom(16 << 20), []
 

@@ -573,7 +573,7 @@ def with_method(cfg: OnPolicyTrainConfig, method: str, section=None) -> OnPolicy
     """``cfg`` running ``method``: its section ``section``, else the one ``cfg`` has, else the
     section's defaults (SB3's A2C for a2c); the other method's section dropped."""
     name = method_section(method)
-    kept = section if section is not None else getattr(cfg, name) or METHOD_SECTIONS[name]()
+    kept = section if section is not None else get_dotted(cfg, name)  # an absent section: its defaults
     return dataclasses.replace(cfg, method=method, **{n: kept if n == name else None for n in METHOD_SECTIONS})
 
 

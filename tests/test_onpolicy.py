@@ -27,7 +27,7 @@ ON_POLICY = sorted(name for name, cfg in PRESETS.items()
 def tiny(cfg: OnPolicyTrainConfig, algo: str, **changes) -> OnPolicyTrainConfig:
     """One rollout, one evaluation episode: enough to compile and run every piece once; BPO on the
     preset's method (``algo`` 'bpo') or the method alone (its name)."""
-    rollout = cfg.ppo.n_steps * cfg.ppo.n_envs
+    rollout = cfg.settings.n_steps * cfg.settings.n_envs
     return replace(with_bpo(cfg, algo == "bpo"), total_timesteps=rollout, eval_every=rollout, eval_episodes=1,
                    **changes)
 

@@ -13,6 +13,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from bpo.core.branches import step_or_skip
+
 Step = Callable[[Any, jax.Array, jax.Array], tuple[Any, Any]]
 """(carry, row indices [batch_size], key) -> (carry, metrics of the step)."""
 
@@ -54,9 +56,7 @@ def _skipped_past(step: Step, n_active):
     """``step`` at minibatch positions below ``n_active``; the carry unchanged and zero metrics above."""
 
     def guarded(carry, position, idx, k):
-        metrics_shape = jax.eval_shape(step, carry, idx, k)[1]
-        skip = lambda: (carry, jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), metrics_shape))  # noqa: E731
-        return jax.lax.cond(position < n_active, lambda: step(carry, idx, k), skip)
+        return step_or_skip(position < n_active, step, carry, idx, k)
 
     return guarded
 

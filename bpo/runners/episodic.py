@@ -27,6 +27,7 @@ from bpo.agents.bpo import Behaviour, make_behaviour
 from bpo.agents.reinforce import Episode, bpo_reinforce_episode_update, make_optimizer, reinforce_episode_update
 from bpo.config.schema import EpisodicTrainConfig, Hyperparams
 from bpo.core import replay as rb
+from bpo.core.branches import traced_once, zeros_shaped
 from bpo.core.distributions import logits_dist
 from bpo.core.networks import MLP, SHORT_CORRIDOR_FEATURES, LinearSoftmax, two_action_logits
 from bpo.runners.evaluation import run_episodes
@@ -164,11 +165,11 @@ class EpisodicProgram:
                                                 length=self.cfg.eval_every)
             return carry, (self.evaluate(carry, obs0), train_metrics)
 
-        shapes = jax.eval_shape(block, carry0)[1]
-        nothing = lambda c: (c, jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), shapes))  # noqa: E731
+        block, (_, shapes) = traced_once(block, carry0)  # the switch reuses this trace (bpo.core.branches)
+        nothing = lambda c: (c, zeros_shaped(shapes))  # noqa: E731
 
         def first(c):
-            return c, (self.evaluate(c, obs0), nothing(c)[1][1])
+            return c, (self.evaluate(c, obs0), zeros_shaped(shapes[1]))
 
         def iteration(carry, index):
             which = jnp.where(index == 0, 0, jnp.where(index <= self.cfg.n_blocks, 1, 2))

@@ -24,6 +24,7 @@ import numpy as np
 
 from bpo.agents.learner import Learner, LearnerState, Rows, keyed_update, make_learner
 from bpo.config.schema import OnPolicyTrainConfig, PPOHyperparams
+from bpo.core.branches import step_or_skip
 from bpo.runners.evaluation import run_episodes
 from envs import make_env
 from envs.functional import FunctionalEnv, auto_reset_step
@@ -118,19 +119,14 @@ class OnPolicyProgram:
         checkpointed run's padded last segment) do nothing."""
         total_updates = self.cfg.n_updates
         skipped = {"eval_return": jnp.float32(jnp.nan), "eval_step": jnp.int32(-1)}
-        metric_shapes = jax.eval_shape(self.train_on_rollout, hp, carry0)[1]
         scheduled = jnp.asarray(np.concatenate([evaluations_before(self.cfg), [False]]))
-
-        def no_update(carry):
-            return carry, jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), metric_shapes)
 
         def evaluate_and_update(carry, index):
             # The index comes from xs, so it is not batched under vmap: each cond stays a branch,
             # and evaluation runs only where scheduled.
             ev = jax.lax.cond(scheduled[jnp.minimum(index, total_updates + 1)], self.evaluate, lambda _: skipped,
                               carry)
-            carry, metrics = jax.lax.cond(index < total_updates, lambda c: self.train_on_rollout(hp, c), no_update,
-                                          carry)
+            carry, metrics = step_or_skip(index < total_updates, lambda c: self.train_on_rollout(hp, c), carry)
             return carry, (ev, metrics)
 
         return jax.lax.scan(evaluate_and_update, carry0, indices)

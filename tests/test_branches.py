@@ -8,9 +8,11 @@ import numpy as np
 import pytest
 
 from bpo.config.presets import get_preset
-from bpo.config.schema import replace, traced_hyperparams, with_bpo
+from bpo.config.schema import OnPolicyTrainConfig, PPOConfig, replace, traced_hyperparams, with_bpo
 from bpo.core.branches import step_or_skip, traced_once, zeros_shaped
 from bpo.runners import episodic, onpolicy
+from bpo.runners.host import HostRunner
+from bpo.training import run
 
 
 def counted(fn, calls: list):
@@ -85,3 +87,19 @@ def test_the_episodic_program_traces_its_block_of_episodes_once(monkeypatch):
     carry = jax.eval_shape(program.init, jax.random.PRNGKey(0), hp)
     jax.make_jaxpr(lambda c, i: program.segment(c, hp, i))(carry, jnp.arange(2))
     assert len(calls) == 1
+
+
+def test_the_host_runner_traces_its_first_state_and_its_update_once(monkeypatch):
+    """The Gymnasium runner's memory check takes the shapes of the first state and of the update
+    from the same jitted functions that it then compiles, not from a trace of their own."""
+    cfg = OnPolicyTrainConfig(
+        preset="probe", env="TruncationProbe-v0", backend="gymnasium", total_timesteps=256, eval_every=256,
+        eval_episodes=1, eval_in_background=False,
+        ppo=PPOConfig(n_steps=32, n_envs=4, batch_size=64, n_epochs=1, pi_hidden=(8,), vf_hidden=(8,)))
+    cfg = with_bpo(replace(cfg, seeds=2, **{"bpo.replay_size": 256, "bpo.q_batch_size": 64,
+                                            "bpo.mu_batch_size": 64}), True)
+    calls = {"_init_one": [], "_update_one": []}
+    for name, seen in calls.items():
+        monkeypatch.setattr(HostRunner, name, counted(getattr(HostRunner, name), seen))
+    run(cfg)
+    assert {name: len(seen) for name, seen in calls.items()} == {"_init_one": 1, "_update_one": 1}

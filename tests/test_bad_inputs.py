@@ -28,7 +28,8 @@ for _name in ("cartpole_ppo", "pendulum_ppo", "short_corridor"):
     validate(get_preset(_name))
 
 # (argv, field named by the error, text the rest of the message must contain)
-FINISHED_RUN = Path(__file__).resolve().parent.parent / "results" / "a2c" / "Pendulum-v1-pendulum_a2c-a2c"
+REPO = Path(__file__).resolve().parent.parent
+FINISHED_RUN = REPO / "results" / "a2c" / "Pendulum-v1-pendulum_a2c-a2c"
 CLI_BAD_INPUTS = [
     # On-policy presets (PPO / BPO-PPO).
     (["train", "cartpole_ppo", "--ppo.learning-rate", "-1"], "ppo.learning_rate",
@@ -224,7 +225,10 @@ def test_a_field_that_does_not_apply_is_rejected_by_name(preset, field, value):
     assert err.value.field_name == field and "does not apply" in str(err.value)
 
 
-@pytest.mark.parametrize("argv,field,text", CLI_BAD_INPUTS, ids=[" ".join(a[:3]) for a, _, _ in CLI_BAD_INPUTS])
+CLI_IDS = [" ".join(a[:3]).replace(f"{REPO}/", "") for a, _, _ in CLI_BAD_INPUTS]  # the same on every machine
+
+
+@pytest.mark.parametrize("argv,field,text", CLI_BAD_INPUTS, ids=CLI_IDS)
 def test_cli_names_the_field_before_anything_compiles(argv, field, text, capsys, caplog, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # every default output folder is relative: nothing may appear here
     with jax.log_compiles(True), caplog.at_level(logging.DEBUG):

@@ -161,6 +161,7 @@ VALIDATE_BAD_INPUTS = [
     (ON_POLICY, {"env": "Pong-v0"}, "env", "must be one of ['Acrobot-v1', 'CartPole-v1',"),
     (ON_POLICY, {"ppo.n_steps": 0}, "ppo.n_steps", "must be an integer >= 1, got 0"),
     (ON_POLICY, {"ppo.n_epochs": 0}, "ppo.n_epochs", "must be an integer >= 1, got 0"),
+    (ON_POLICY, {"ppo.batch_size": 0}, "ppo.batch_size", "must be an integer >= 1, got 0"),  # before its modulo
     (ON_POLICY, {"ppo.lr_schedule": "cosine"}, "ppo.lr_schedule", "must be one of ['constant', 'linear']"),
     (ON_POLICY, {"ppo.clip_range": 0.0}, "ppo.clip_range", "must be a finite number > 0, got 0.0"),
     (ON_POLICY, {"ppo.clip_range_schedule": "cosine"}, "ppo.clip_range_schedule",

@@ -20,6 +20,7 @@ import optax
 
 from bpo.agents.target import Batch, UpdateContext
 from bpo.config.schema import ConfigError, OnPolicyTrainConfig, PPOHyperparams
+from bpo.config.validation import int_at_least, non_negative, positive
 from bpo.core import distributions
 from bpo.core.kl import KLEstimator, kl_penalty_loss
 from bpo.core.minibatch import minibatch_epochs, permuted_minibatches
@@ -137,7 +138,11 @@ class PPO:
     label = "PPO"
 
     def validate(self, cfg: OnPolicyTrainConfig) -> None:
-        rollout = cfg.rollout_size
+        p, rollout = cfg.ppo, cfg.rollout_size
+        for field in ("batch_size", "n_epochs"):
+            int_at_least(f"ppo.{field}", getattr(p, field), 1)
+        positive("ppo.clip_range", p.clip_range)
+        non_negative("ppo.kl_coef", p.kl_coef, note=" (0: no KL penalty)")
         if rollout % cfg.ppo.batch_size:
             raise ConfigError("ppo.batch_size", f"must divide n_steps * n_envs = {rollout}, got {cfg.ppo.batch_size}")
 

@@ -26,7 +26,6 @@ from bpo.config.schema import (
     EpisodicBehaviourConfig,
     OnPolicyBehaviourConfig,
     OnPolicyTrainConfig,
-    PPOConfig,
     ReturnConfig,
     method_section,
 )
@@ -56,7 +55,7 @@ def _finite_number(value) -> bool:
 # --- rules: each raises ConfigError(name, what is allowed) -------------------------------------
 
 
-def _int_at_least(name, value, low):
+def int_at_least(name, value, low):
     if not (_integer(value) and value >= low):
         raise ConfigError(name, f"must be an integer >= {low}, got {value!r}")
 
@@ -66,7 +65,7 @@ MAX_COUNT = 2**31 - 1  # steps, episodes and updates are counted in int32 inside
 
 def _count(name, value):
     """A count of steps, episodes, evaluations or seeds: from 1 to what an int32 holds."""
-    _int_at_least(name, value, 1)
+    int_at_least(name, value, 1)
     if value > MAX_COUNT:
         raise ConfigError(name, f"must be an integer <= {MAX_COUNT:,} (the programs count in 32 bits), got {value!r}")
 
@@ -81,13 +80,13 @@ def _seed(value) -> None:
                                   f"larger seed would repeat a smaller one), got {value!r}")
 
 
-def _positive(name, value, allow_inf=False):
+def positive(name, value, allow_inf=False):
     if not (_real_number(value) and value > 0 and (allow_inf or math.isfinite(value))):
         allowed = "a number > 0 (inf allowed)" if allow_inf else "a finite number > 0"
         raise ConfigError(name, f"must be {allowed}, got {value!r}")
 
 
-def _non_negative(name, value, note=""):
+def non_negative(name, value, note=""):
     """A finite number >= 0, e.g. a loss coefficient (0 turns its term off)."""
     if not (_finite_number(value) and value >= 0):
         raise ConfigError(name, f"must be a finite number >= 0{note}, got {value!r}")
@@ -148,14 +147,14 @@ def check_fields(cfg):
     for name in ("seeds", "episodes", "eval_every", "eval_episodes", "max_episode_steps"):
         _count(name, getattr(cfg, name))
     _seed(cfg.seed)
-    _int_at_least("save_policies_every", cfg.save_policies_every, 0)
+    int_at_least("save_policies_every", cfg.save_policies_every, 0)
     if cfg.episodes % cfg.eval_every:
         raise ConfigError("eval_every", f"must divide episodes ({cfg.episodes}), got {cfg.eval_every}")
 
     r = cfg.reinforce
     _declared_choices("reinforce.", r)  # optimizer
-    _positive("reinforce.lr_start", r.lr_start)
-    _positive("reinforce.lr_end", r.lr_end)
+    positive("reinforce.lr_start", r.lr_start)
+    positive("reinforce.lr_end", r.lr_end)
     _in_unit_interval("reinforce.gamma", r.gamma)
     _in_unit_interval("reinforce.init_right_prob", r.init_right_prob, open_left=True, open_right=True)
 
@@ -181,30 +180,30 @@ def _bpo_section(cfg, section_type):
 
 def _validate_returns(g: ReturnConfig) -> None:
     _declared_choices("returns.", g)  # traj, advantage, ... and the switches
-    _positive("returns.rho_bar", g.rho_bar, allow_inf=True)
-    _positive("returns.c_bar", g.c_bar, allow_inf=True)
+    positive("returns.rho_bar", g.rho_bar, allow_inf=True)
+    positive("returns.c_bar", g.c_bar, allow_inf=True)
 
 
 def _validate_behaviour(b: BehaviourConfig) -> None:
     _declared_choices("bpo.", b)  # mu_loss, q_hat_head, ... and the switches
     for name in ("replay_size", "q_batch_size", "mu_batch_size", "n_qvf_epochs", "n_mu_epochs"):
-        _int_at_least(f"bpo.{name}", getattr(b, name), 1)
+        int_at_least(f"bpo.{name}", getattr(b, name), 1)
     for name in ("q_batch_size", "mu_batch_size"):
         if getattr(b, name) > b.replay_size:
             raise ConfigError(
                 "bpo.replay_size",
                 f"must hold at least one batch: replay_size={b.replay_size} < {name}={getattr(b, name)}",
             )
-    _positive("bpo.q_lr", b.q_lr)
-    _positive("bpo.mu_lr", b.mu_lr)
-    _positive("bpo.adam_eps", b.adam_eps)
-    _positive("bpo.q_max_grad_norm", b.q_max_grad_norm, allow_inf=True)
-    _positive("bpo.mu_max_grad_norm", b.mu_max_grad_norm, allow_inf=True)
+    positive("bpo.q_lr", b.q_lr)
+    positive("bpo.mu_lr", b.mu_lr)
+    positive("bpo.adam_eps", b.adam_eps)
+    positive("bpo.q_max_grad_norm", b.q_max_grad_norm, allow_inf=True)
+    positive("bpo.mu_max_grad_norm", b.mu_max_grad_norm, allow_inf=True)
     _widths("bpo.q_hidden", b.q_hidden)
-    _non_negative("bpo.symlog_reg_coef", b.symlog_reg_coef)
+    non_negative("bpo.symlog_reg_coef", b.symlog_reg_coef)
     _in_unit_interval("bpo.polyak_tau", b.polyak_tau)
-    _positive("bpo.q_hat_floor", b.q_hat_floor)
-    _non_negative("bpo.mu_ent_coef", b.mu_ent_coef)
+    positive("bpo.q_hat_floor", b.q_hat_floor)
+    non_negative("bpo.mu_ent_coef", b.mu_ent_coef)
 
 
 def _validate_authors_bugs(b: BehaviourConfig, rollout: int | None, discrete: bool) -> None:
@@ -247,7 +246,8 @@ def _validate_env_backend(cfg: OnPolicyTrainConfig) -> None:
 
 
 def _validate_settings(cfg: OnPolicyTrainConfig) -> None:
-    """The method's section: present, the other method's absent, every field in range."""
+    """The method's section: present, the other method's absent, the fields every on-policy method
+    shares (``ActorCriticConfig``) in range; a method's own fields are its ``validate``'s."""
     name = method_section(cfg.method)
     p = getattr(cfg, name)
     if not isinstance(p, METHOD_SECTIONS[name]):
@@ -258,21 +258,19 @@ def _validate_settings(cfg: OnPolicyTrainConfig) -> None:
             raise ConfigError(other, f"is method {other}'s section; method {cfg.method} reads {name}: leave it "
                                      f"null (or set method {other})")
     _declared_choices(f"{name}.", p)  # lr_schedule, activation, kl_estimator, ... and the switches
-    for field in ("n_steps", "n_envs", *(("batch_size", "n_epochs") if isinstance(p, PPOConfig) else ())):
-        _int_at_least(f"{name}.{field}", getattr(p, field), 1)
-    for field in ("learning_rate", "adam_eps", "rms_prop_eps", *(("clip_range",) if isinstance(p, PPOConfig) else ())):
-        _positive(f"{name}.{field}", getattr(p, field))
+    for field in ("n_steps", "n_envs"):
+        int_at_least(f"{name}.{field}", getattr(p, field), 1)
+    for field in ("learning_rate", "adam_eps", "rms_prop_eps"):
+        positive(f"{name}.{field}", getattr(p, field))
     for field in ("ent_coef", "vf_coef"):
-        _non_negative(f"{name}.{field}", getattr(p, field))
+        non_negative(f"{name}.{field}", getattr(p, field))
     _in_unit_interval(f"{name}.gamma", p.gamma, open_right=True)
     _in_unit_interval(f"{name}.gae_lambda", p.gae_lambda)
-    _positive(f"{name}.max_grad_norm", p.max_grad_norm, allow_inf=True)
+    positive(f"{name}.max_grad_norm", p.max_grad_norm, allow_inf=True)
     if not (_integer(p.sde_sample_freq) and (p.sde_sample_freq == -1 or p.sde_sample_freq >= 1)):
         raise ConfigError(f"{name}.sde_sample_freq",
                           f"must be -1 (once per rollout) or an integer >= 1, got {p.sde_sample_freq!r}")
     _finite(f"{name}.log_std_init", p.log_std_init)
-    if isinstance(p, PPOConfig):
-        _non_negative("ppo.kl_coef", p.kl_coef, note=" (0: no KL penalty)")
     for field in ("pi_hidden", "vf_hidden"):
         _widths(f"{name}.{field}", getattr(p, field))
 
@@ -310,9 +308,9 @@ def _validate_onpolicy(cfg: OnPolicyTrainConfig) -> OnPolicyTrainConfig:
     if not (_integer(cfg.physics_threads) and 0 <= cfg.physics_threads <= MAX_PHYSICS_THREADS):
         raise ConfigError("physics_threads", f"must be an integer from 0 (one per core) to {MAX_PHYSICS_THREADS}, got "
                                              f"{cfg.physics_threads!r}")
-    _int_at_least("save_policies_every", cfg.save_policies_every, 0)
+    int_at_least("save_policies_every", cfg.save_policies_every, 0)
     for name in ("mjx_iterations", "mjx_ls_iterations"):
-        _int_at_least(name, getattr(cfg, name), 0)
+        int_at_least(name, getattr(cfg, name), 0)
         if getattr(cfg, name) and cfg.backend != "mjx":
             raise ConfigError(name, f"sets MJX's solver; it does not apply to backend {cfg.backend} (leave it 0)")
     _validate_method_name(cfg)
@@ -322,11 +320,11 @@ def _validate_onpolicy(cfg: OnPolicyTrainConfig) -> OnPolicyTrainConfig:
                                              f"<= {MAX_COUNT:,} (the programs count in 32 bits)")
     _validate_action_space(cfg)
     _validate_returns(cfg.returns)
-    _positive("returns.trust_region_delta", cfg.returns.trust_region_delta, allow_inf=True)
+    positive("returns.trust_region_delta", cfg.returns.trust_region_delta, allow_inf=True)
     if cfg.bpo is not None:
         _validate_behaviour(cfg.bpo)
         if cfg.bpo.ppo_ent_coef is not None:
-            _non_negative("bpo.ppo_ent_coef", cfg.bpo.ppo_ent_coef,
+            non_negative("bpo.ppo_ent_coef", cfg.bpo.ppo_ent_coef,
                           note=f" (or None: {method_section(cfg.method)}.ent_coef)")
     elif math.isfinite(cfg.returns.trust_region_delta):
         raise ConfigError("returns.trust_region_delta", f"masks segments by pi/mu, which is 1 in {cfg.method} alone; "

@@ -22,6 +22,7 @@ import tyro
 from bpo.config.presets import PAPER_TABLE1, paper_setting
 from bpo.infra.results import atomic_write_text, read_curve, read_summary
 from bpo.instruments.stats import describe
+from experiments.authors_verdict import authors_verdict_block
 from experiments.common import (
     format_p,
     row_label,
@@ -35,7 +36,7 @@ from experiments.common import (
 from experiments.probe_summary import ratio_text
 from experiments.probe_summary import stem as summary_stem
 from experiments.store import build_index
-from experiments.table import PAPER_RUNS, format_number, multiple_comparisons
+from experiments.table import PAPER_RUNS, format_number, multiple_comparisons, read_cells
 
 PAGES = ("README.md", "docs/results.md", "docs/reproduction.md", "docs/backends.md", "docs/a2c.md")
 BLOCK = re.compile(r"(<!-- results:(?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /results -->)", re.S)
@@ -75,12 +76,6 @@ def _runs(folder: Path) -> list[dict]:
 
 def _mean_se(cell: dict) -> str:
     return f"{format_number(cell['mean'])} ± {format_number(cell['se'], like=cell['mean'])}"
-
-
-def _cells(folder: Path) -> tuple[dict, dict]:
-    """table1.json's cells keyed by ((env, preset), row), and the file's header fields."""
-    data = json.loads((folder / "table1.json").read_text())
-    return {((c["env"], c["preset"]), c["row"]): c for c in data["cells"]}, data
 
 
 def provenance_line(records: list[dict]) -> str:
@@ -132,7 +127,7 @@ def headline_block(results: Path) -> str:
     folder = results / "headline"
     if not (folder / "table1.json").is_file():
         return "*Not made yet: `bpo reproduce headline --out results/headline`.*\n"
-    cells, data = _cells(folder)
+    cells, data = read_cells(folder)
     settings, rows = sort_settings({s for s, _ in cells}), sort_rows({r for _, r in cells})
     lines = [f"| setting | row | ours: mean ± SE (SD), n | ours: one-sided p vs {row_label(data['baseline'])} "
              "| the paper: mean (SD), n = 10 "
@@ -229,7 +224,7 @@ def _glance_sweep(results: Path, name: str, link: bool = True) -> str | None:
     folder = results / name
     if not (folder / "table1.json").is_file():
         return None
-    cells, data = _cells(folder)
+    cells, data = read_cells(folder)
     runs = _runs(folder)
     budgets = sorted({_budget(r["summary"]["total_timesteps"]) if "total_timesteps" in r["summary"]
                       else f"{r['summary'].get('episodes')} episodes" for r in runs})
@@ -351,7 +346,8 @@ def _line(line: str | None, made_by: str) -> str:
 def blocks(results: Path) -> dict[str, Callable[[], str]]:
     """Block name -> its text: ``glance`` (every result's line), ``NAME`` (a sweep folder's table),
     ``line-NAME`` (its line alone), ``headline-vs-paper``, ``NAME-summary`` and ``line-NAME-summary``
-    for each probe of ``PROBES`` (its ratios), ``variance`` and ``line-variance``."""
+    for each probe of ``PROBES`` (its ratios), ``a2c-reference``, ``authors-verdict`` (the headline
+    cell five ways, ``experiments.authors_verdict``), ``variance`` and ``line-variance``."""
     return {
         "glance": lambda: glance_block(results),
         **{name: (lambda n=name: sweep_block(results, n)) for name in SWEEPS},
@@ -363,6 +359,7 @@ def blocks(results: Path) -> dict[str, Callable[[], str]]:
                                                          f"bpo reproduce {PROBE} --out results/{PROBE}"))
            for name in PROBES},
         "a2c-reference": lambda: a2c_reference_block(results),
+        "authors-verdict": lambda: authors_verdict_block(results),
         "variance": lambda: variance_block(results),
         "line-variance": lambda: _line(_glance_variance(results, link=False),
                                        "bpo verify-variance --out results/variance"),

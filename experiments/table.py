@@ -28,6 +28,7 @@ What a cell may hold, so that no number in the table is silently wrong:
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -572,3 +573,10 @@ def write_tables(runs: list[Run], out: Path, baseline: str | None = None, alpha:
     paths = [out / "table1.md", out / "table1.tex", out / "table1.json"]
     primary = main_baseline(baselines)
     return paths + write_aggregates(aggregate_cells(cells, baselines, primary), primary, out, reps, gamma=gamma)
+
+
+def read_cells(folder: Path) -> tuple[dict, dict]:
+    """The cells of the table1.json that ``write_tables`` wrote in ``folder``, keyed by ((env,
+    preset), row), and the file's header fields."""
+    data = json.loads((Path(folder) / "table1.json").read_text())
+    return {((c["env"], c["preset"]), c["row"]): c for c in data["cells"]}, data

@@ -1,0 +1,131 @@
+"""The headline cell five ways: whose result is it?
+
+HalfCheetah-v5, BPO (c̄ = 1.0, ρ̄ = 1.5) and PPO at 1.5M steps, from five sources, in the order
+that takes one difference at a time: the paper's Table 1; the authors' public code as it is
+(``benchmarks/authors_reference.py``, ``results/authors_reference/their_code``); ours with their
+code's departures switched on (``mujoco_authors_code``, ``results/authors_code``); ours in their
+configuration without them (``mujoco_default_authors``) and ours as Table 4 states
+(``mujoco_default``), both in ``results/headline``. ``bpo report`` writes the tables into
+docs/reproduction.md from those files; a seed of the authors' code that is not what it claims is
+refused, not counted.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+
+from bpo.config.presets import PAPER_TABLE1, paper_setting
+from bpo.instruments.stats import describe
+from experiments.common import format_p, welch_interval, welch_p_from_stats, welch_power
+from experiments.table import PAPER_RUNS, read_cells
+
+ENV, BPO, PPO = "HalfCheetah-v5", "bpo_c1.0_rho1.5", "ppo"
+THEIR_CODE = Path("authors_reference") / "their_code"
+"""Under results/: one folder per arm (``bpo``, ``ppo``) of ``seedN.json`` files."""
+SEED_FILE = re.compile(r"seed(\d+)\.json")
+SEED_FORMAT = "bpo-authors-reference-seed/1"
+THEIR_SEEDS = 10
+"""The seeds the campaign runs per arm, as the paper's n."""
+SOURCES = ("the paper (Table 1)", "their code, as it is", "ours with their code's departures (`mujoco_authors_code`)",
+           "ours in their configuration (`mujoco_default_authors`)", "ours as Table 4 states (`mujoco_default`)")
+
+
+def their_seed(path: Path) -> float:
+    """The final return of one finished seed of the authors' code; a ValueError naming the file and
+    the field for anything else (another format, arm or environment, an unfinished seed, no finite
+    return)."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"{path}: not a seed of the authors' code ({err})") from err
+    arm, seed = path.parent.name, int(SEED_FILE.fullmatch(path.name)[1])
+    expected = {"format": SEED_FORMAT, "algo": arm, "env": ENV, "seed": seed, "finished": True}
+    for field, value in expected.items():
+        if not isinstance(data, dict) or data.get(field) != value:
+            got = data.get(field) if isinstance(data, dict) else type(data).__name__
+            raise ValueError(f"{path}: {field} must be {value!r}, got {got!r}")
+    value = data.get("final_return")
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValueError(f"{path}: final_return must be a finite number, got {value!r}")
+    return float(value)
+
+
+def their_arm(folder: Path) -> dict | None:
+    """Mean, SD and n of the finished seeds in ``folder`` (``seedN.json``; partial files are not
+    seeds), or None when it holds none."""
+    paths = sorted((p for p in folder.glob("seed*.json") if SEED_FILE.fullmatch(p.name)),
+                   key=lambda p: int(SEED_FILE.fullmatch(p.name)[1])) if folder.is_dir() else []
+    return describe([their_seed(p) for p in paths]) if paths else None
+
+
+def our_arm(folder: Path, preset: str, row: str) -> dict | None:
+    """The cell of our table1.json in ``folder`` for the headline column of ``preset``, or None."""
+    if not (folder / "table1.json").is_file():
+        return None
+    return read_cells(folder)[0].get(((ENV, preset), row))
+
+
+def five_ways(results: Path) -> list[tuple[dict | None, dict | None]]:
+    """(BPO, PPO) of each of ``SOURCES``: ``{mean, sd, n}`` or None where it has no such arm (yet)."""
+    paper = PAPER_TABLE1[paper_setting(ENV, "mujoco_default")]
+    stated = [{"mean": paper[row][0], "sd": paper[row][1], "n": PAPER_RUNS} for row in (BPO, PPO)]
+    theirs, headline = results / THEIR_CODE, results / "headline"
+    return [tuple(stated), (their_arm(theirs / "bpo"), their_arm(theirs / "ppo")),
+            (our_arm(results / "authors_code", "mujoco_authors_code", BPO), None),
+            *((our_arm(headline, preset, BPO), our_arm(headline, preset, PPO))
+              for preset in ("mujoco_default_authors", "mujoco_default"))]
+
+
+def _arm(a: dict | None) -> str:
+    return "–" if a is None else f"{a['mean']:.0f} (SD {a['sd']:.0f}), {a['n']}"
+
+
+def welch_row(a: dict | None, b: dict | None, gap: float) -> str:
+    """``a − b``: the difference with its 95 % Welch interval, the two-sided p and the power of that
+    test to detect a true difference of ``gap`` at these SDs and counts; dashes where an arm is
+    missing."""
+    if a is None or b is None:
+        return "– | – | –"
+    diff, low, high = welch_interval(a["mean"], a["sd"], a["n"], b["mean"], b["sd"], b["n"])
+    p = welch_p_from_stats(a["mean"], a["sd"], a["n"], b["mean"], b["sd"], b["n"], "two-sided")
+    power = welch_power(gap, a["sd"], a["n"], b["sd"], b["n"], alternative="two-sided")
+    return f"{diff:+.0f} [{low:+.0f}, {high:+.0f}] | {format_p(p)} | {power:.2f}"
+
+
+def comparisons(ways: list) -> list[tuple[str, str, dict | None, dict | None]]:
+    """Each source against the one before it, arm by arm where both have the arm: (what, arm, a, b)
+    for a − b. Their code against the paper; ours with their departures against their code; those
+    departures switched off; their configuration against Table 4's."""
+    (paper, theirs, bugs, authors, table4), out = ways, []
+    for what, a, b in (("their code − the paper", theirs, paper),
+                       ("ours with their departures − their code", bugs, theirs),
+                       ("ours in their configuration − ours with their departures", authors, bugs),
+                       ("ours as Table 4 states − ours in their configuration", table4, authors)):
+        out += [(what, arm, x, y) for arm, x, y in (("BPO", a[0], b[0]), ("PPO", a[1], b[1]))
+                if x is not None and y is not None]
+    return out
+
+
+def authors_verdict_block(results: Path) -> str:
+    """The five sources side by side, then each against its neighbour (module docstring)."""
+    ways = five_ways(results)
+    gain = ways[0][0]["mean"] - ways[0][1]["mean"]
+    lines = ["| source | BPO: mean (SD), n | PPO: mean (SD), n | BPO − PPO, 95 % Welch interval | two-sided p "
+             f"| power to detect {gain:+.0f} |", "| --- | --- | --- | --- | --- | --- |"]
+    lines += [f"| {label} | {_arm(b)} | {_arm(p)} | {welch_row(b, p, gain)} |"
+              for label, (b, p) in zip(SOURCES, ways, strict=True)]
+    lines += ["", f"| comparison | arm | n | difference, 95 % Welch interval | two-sided p | power to detect "
+                  f"±{gain:.0f} |", "| --- | --- | --- | --- | --- | --- |"]
+    lines += [f"| {what} | {arm} | {a['n']}, {b['n']} | {welch_row(a, b, gain)} |"
+              for what, arm, a, b in comparisons(ways)]
+    done = [0 if arm is None else arm["n"] for arm in ways[1]]
+    note = ("" if min(done) >= THEIR_SEEDS else f" **Interim**: their code has {done[0]} of {THEIR_SEEDS} seeds of "
+            f"BPO and {done[1]} of {THEIR_SEEDS} of PPO so far; these tests are not the verdict.")
+    return ("\n".join(lines) + f"\n\nMean (SD over seeds), n; the paper's SDs are its ± over {PAPER_RUNS} runs. "
+            "Welch's t-test from these summary statistics, two-sided, with the 95 % interval it inverts; the power "
+            f"is that test's (α = 0.05) to detect a true difference as large as the paper's BPO − PPO gain "
+            f"({gain:+.0f}) at the SDs and counts shown. A p above 0.05 finds no difference; it does not show "
+            f"agreement.{note}\n")

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bpo.config.presets import PAPER_TABLE1, paper_setting
+from bpo.config.presets import PAPER_TABLE1, PRESETS, paper_setting
 from bpo.config.schema import to_dict
 from bpo.infra import results
 from bpo.instruments.stats import describe
@@ -50,6 +50,7 @@ from experiments.common import (
     setting_label,
     sort_rows,
     sort_settings,
+    welch_interval,
     welch_p,
     welch_p_from_stats,
 )
@@ -250,6 +251,65 @@ def compute_paper_table(settings, baseline: str, alpha: float = 0.05, alternativ
     return _adjust(table)
 
 
+def at_paper_budget(runs: list[Run]) -> set:
+    """The cells ``((env, preset), row)`` whose runs all train for the budget their preset holds for
+    the paper's Table 1 (1.5M steps, 2M with gSDE): only those are set against the paper's cells."""
+    ok: dict = {}
+    for r in runs:
+        preset = PRESETS.get(r.preset)
+        key = ((r.env, r.preset), r.row)
+        budget = getattr(preset, "total_timesteps", None)  # the paper's Table 1 has no episodic column
+        ok[key] = ok.get(key, True) and budget is not None and getattr(r.config, "total_timesteps", None) == budget
+    return {key for key, same in ok.items() if same}
+
+
+def against_paper(table: dict, cells_at_budget: set) -> dict:
+    """Each of our cells at the paper's budget against the paper's same cell (a
+    ``mujoco_default_authors`` cell against the paper's default column): ``{((env, preset), row):
+    {difference, low, high, p_two_sided}}``, our mean minus the paper's, by Welch's two-sided test
+    from the two SDs (ours over n seeds, the paper's ± read as the SD over ``PAPER_RUNS`` runs)."""
+    out = {}
+    for (setting, row), c in table.items():
+        paper = PAPER_TABLE1.get(paper_setting(*setting), {}).get(row)
+        if paper is None or (setting, row) not in cells_at_budget or c["n"] < 2:
+            continue
+        stats = (c["mean"], c["sd"], c["n"], float(paper[0]), float(paper[1]), PAPER_RUNS)
+        diff, low, high = welch_interval(*stats)
+        out[(setting, row)] = {"difference": diff, "low": low, "high": high,
+                               "p_two_sided": welch_p_from_stats(*stats, "two-sided")}
+    return out
+
+
+def _against_paper_lines(vs_paper: dict, table: dict, paper_table: dict, settings, rows, alpha: float) -> list:
+    """The grid of ``against_paper`` and the count of marks in ours and in the paper's same cells."""
+    if not vs_paper:
+        return []
+    lines = ["", "Ours against the paper, cell by cell (our cells at the paper's budget): our mean − the paper's, its "
+             f"95 % Welch interval and the two-sided p of Welch's test from the two SDs (ours over n seeds, the "
+             f"paper's over {PAPER_RUNS} runs):", ""]
+    columns = [s for s in settings if any((s, r) in vs_paper for r in rows)]
+    lines += _grid(vs_paper, columns, [r for r in rows if any((s, r) in vs_paper for s in columns)],
+                   lambda c: "–" if c is None else f"{_signed(c['difference'])} [{_signed(c['low'])}, "
+                                                   f"{_signed(c['high'])}], p {format_p(c['p_two_sided'])}")
+    tested = [k for k in vs_paper if table[k]["p"] is not None and not math.isnan(table[k]["p"])]
+    ours = [table[k]["mark"] for k in tested]
+    paper = [c["mark"] for c in (paper_table.get((paper_setting(*s), r)) for s, r in tested) if c is not None]
+    kept = sum(table[k]["mark"] == "bold" and table[k]["p_holm"] < alpha for k in tested)
+    above, below = (sum(c["p_two_sided"] < alpha and sign * c["difference"] > 0 for c in vs_paper.values())
+                    for sign in (1, -1))
+    marks = (f"ours {ours.count('bold')} bold ({kept} after Holm) and {ours.count('worse')} {WORSE}; the paper's "
+             f"same cells {paper.count('bold')} bold and {paper.count('worse')} {WORSE}")
+    lines += ["", f"Of these {_count(len(tested), 'cell')} tested against their column's baseline: {marks} (the "
+              f"paper's marks by the same test on its SDs). Against the paper's own cells: of our {len(vs_paper)}, "
+              f"{above} significantly higher and {below} significantly lower (two-sided, p < {alpha}, unadjusted)."]
+    return lines
+
+
+def _signed(x: float) -> str:
+    """A difference of returns with its sign, to the unit; no '-0' for a difference that rounds to 0."""
+    return f"{round(x) or 0:+d}" if math.isfinite(x) else str(x)
+
+
 def format_number(x: float, like: float | None = None) -> str:
     """0 decimals for returns in the hundreds and more (the paper's style), 2 below; an SE or SD
     takes the precision of its mean."""
@@ -399,7 +459,8 @@ def to_markdown(table: dict, settings, rows, baseline: str | dict, alpha: float,
                 runs: list[Run] = (), notes: list[str] = ()) -> str:
     """The table with its p-values and the multiple-comparison note; then, where they apply, the
     few-seeds warning, the optimal return of a column's environment, the paper's Table 1 for the
-    same cells, ``notes`` (the provenance warnings) and ``runs`` (``run_lines``)."""
+    same cells and ours against it (the cells at the paper's budget), ``notes`` (the provenance
+    warnings) and ``runs`` (``run_lines``)."""
     lines = _grid(table, settings, rows, lambda c: _cell_text(c, False))
     side = "one-sided p for a higher mean than" if alternative == "greater" else "two-sided p against"
     lines += ["", legend(baseline, alpha, alternative, mc=multiple_comparisons(table, alpha, alternative)), "",
@@ -425,6 +486,8 @@ def to_markdown(table: dict, settings, rows, baseline: str | dict, alpha: float,
                   "(docs/choices.md). Marks: the same Welch test on these summary statistics (SE = SD / √10), "
                   "which at α = 0.05, one-sided, gives the paper's own marks.", ""]
         lines += _grid(paper_table, paper, paper_rows, lambda c: _cell_text(c, False, paper=True))
+        lines += _against_paper_lines(against_paper(table, at_paper_budget(runs)), table, paper_table, settings, rows,
+                                      alpha)
     for note in notes:
         lines += ["", f"**{note}**"]
     if runs:
@@ -542,7 +605,18 @@ def _json(table, baselines, alpha, alternative, notes, runs, skipped, paper) -> 
         "provenance": provenance_counts([r.summary for r in runs]),
         "cells": _json_cells(table),
         "paper_table1": {"dispersion": f"mean ± SD over {PAPER_RUNS} runs (the paper's ±, read as SD)",
-                         "cells": _json_cells(compute_paper_table(paper, primary, alpha, alternative))}}
+                         "cells": _json_cells(compute_paper_table(paper, primary, alpha, alternative))},
+        **_json_against_paper(against_paper(table, at_paper_budget(runs)))}
+
+
+def _json_against_paper(vs_paper: dict) -> dict:
+    """table1.json's ``against_paper``, only where some cell is at the paper's budget."""
+    if not vs_paper:
+        return {}
+    return {"against_paper": {
+        "test": "Welch, two-sided, from the SDs (the paper's over 10 runs); difference = ours - the paper's, low and "
+                "high its 95 % interval; only our cells at the paper's budget",
+        "cells": [{"env": s[0], "preset": s[1], "row": r, **c} for (s, r), c in sorted(vs_paper.items())]}}
 
 
 def write_tables(runs: list[Run], out: Path, baseline: str | None = None, alpha: float = 0.05,

@@ -16,7 +16,7 @@ from matplotlib.figure import Figure
 from matplotlib.text import Text
 from scipy import stats
 
-from bpo.config.presets import PAPER_TABLE1, get_preset
+from bpo.config.presets import PAPER_TABLE1, apply_variant, get_preset
 from bpo.config.schema import replace, with_bpo
 from experiments.aggregates import improvement_figure, iqm_figure, newcombe_interval
 from experiments.cli import main
@@ -547,3 +547,32 @@ def test_redrawing_a_figure_gives_the_same_bytes(tmp_path):
     first = draw(tmp_path / "a")
     time.sleep(1.1)  # a creation date in seconds would differ
     assert draw(tmp_path / "b") == first
+
+
+def test_our_cells_at_the_papers_budget_are_set_against_the_papers_cells(tmp_path):
+    """Each of our cells that trained for the paper's budget against the paper's same cell (Welch,
+    two-sided, from the SDs, against the test written out here); a column at another budget is left
+    out; and the count of our marks beside the paper's for the same cells."""
+    (hc_ppo, _), (hc_bpo, hc_bpo_sd) = PAPER_TABLE1[HCD]["ppo"], PAPER_TABLE1[HCD][C1015]
+    synthetic_results(tmp_path / "res", {HCD: {"ppo": exact_sample(hc_ppo, 670, 10),
+                                               C1015: exact_sample(hc_bpo - 1500, 900, 10)}})
+    short = replace(get_preset("mujoco_default", "Hopper-v5"), seeds=10, total_timesteps=100_000)
+    for row in ("ppo", C1015):  # Hopper at 100k steps: not the paper's budget
+        fake_run(tmp_path / "res" / "Hopper-v5" / row, apply_variant(short, row), exact_sample(2000, 300, 10))
+    assert main(["table", str(tmp_path / "res"), "--out", str(tmp_path / "out"), "--bootstrap-reps", "100"]) == 0
+    data = json.loads((tmp_path / "out" / "table1.json").read_text())
+    vs = {(c["env"], c["row"]): c for c in data["against_paper"]["cells"]}
+    assert set(vs) == {("HalfCheetah-v5", "ppo"), ("HalfCheetah-v5", C1015)}
+    c = vs[("HalfCheetah-v5", C1015)]
+    se = math.sqrt(900 ** 2 / 10 + hc_bpo_sd ** 2 / 10)
+    df = se ** 4 / ((900 ** 2 / 10) ** 2 / 9 + (hc_bpo_sd ** 2 / 10) ** 2 / 9)
+    assert c["difference"] == pytest.approx(-1500)
+    half = stats.t.ppf(0.975, df) * se
+    assert (c["low"], c["high"]) == pytest.approx((-1500 - half, -1500 + half))
+    assert c["p_two_sided"] == pytest.approx(welch_reference(hc_bpo - 1500, 900, 10, hc_bpo, hc_bpo_sd, 10, "two"))
+    assert vs[("HalfCheetah-v5", "ppo")]["p_two_sided"] == pytest.approx(1.0)
+    md = (tmp_path / "out" / "table1.md").read_text()
+    assert "| BPO (c̄, ρ̄ = 1.0, 1.5) | -1500 [" in md and "Hopper-v5 (default) |" not in md.split("Ours against")[1]
+    assert ("Of these 1 cell tested against their column's baseline: ours 0 bold (0 after Holm) and 0 †; the "
+            "paper's same cells 1 bold and 0 †") in md
+    assert "of our 2, 0 significantly higher and 1 significantly lower" in md

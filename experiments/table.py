@@ -299,9 +299,10 @@ def _against_paper_lines(vs_paper: dict, table: dict, paper_table: dict, setting
                     for sign in (1, -1))
     marks = (f"ours {ours.count('bold')} bold ({kept} after Holm) and {ours.count('worse')} {WORSE}; the paper's "
              f"same cells {paper.count('bold')} bold and {paper.count('worse')} {WORSE}")
-    lines += ["", f"Of these {_count(len(tested), 'cell')} tested against their column's baseline: {marks} (the "
-              f"paper's marks by the same test on its SDs). Against the paper's own cells: of our {len(vs_paper)}, "
-              f"{above} significantly higher and {below} significantly lower (two-sided, p < {alpha}, unadjusted)."]
+    counted = (f"Of these {_count(len(tested), 'cell')} tested against their column's baseline: {marks} (the paper's "
+               "marks by the same test on its SDs). ") if tested else ""
+    lines += ["", f"{counted}Against the paper's own cells: of our {len(vs_paper)}, {above} significantly higher and "
+              f"{below} significantly lower (two-sided, p < {alpha}, unadjusted)."]
     return lines
 
 

@@ -576,3 +576,13 @@ def test_our_cells_at_the_papers_budget_are_set_against_the_papers_cells(tmp_pat
     assert ("Of these 1 cell tested against their column's baseline: ours 0 bold (0 after Holm) and 0 †; the "
             "paper's same cells 1 bold and 0 †") in md
     assert "of our 2, 0 significantly higher and 1 significantly lower" in md
+
+
+def test_a_column_without_a_baseline_is_set_against_the_paper_without_a_count_of_marks(tmp_path):
+    (mean, sd) = PAPER_TABLE1[HCD][C1015]
+    authors = ("HalfCheetah-v5", "mujoco_authors_code")
+    synthetic_results(tmp_path / "res", {authors: {C1015: exact_sample(mean, sd, 10)}})
+    assert main(["table", str(tmp_path / "res"), "--out", str(tmp_path / "out"), "--bootstrap-reps", "100"]) == 0
+    md = (tmp_path / "out" / "table1.md").read_text()
+    assert "| BPO (c̄, ρ̄ = 1.0, 1.5) | +0 [" in md and "Of these" not in md
+    assert "Against the paper's own cells: of our 1, 0 significantly higher and 0 significantly lower" in md

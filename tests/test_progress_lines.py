@@ -8,10 +8,13 @@ import subprocess
 import sys
 import threading
 import time
+from io import StringIO
 
 import pytest
 from jax._src import lru_cache
+from rich.console import Console
 
+from bpo.infra import progress
 from bpo.infra.runtime import enable_compile_cache
 
 SHORT = ["train", "short_corridor", "--seeds", "2", "--episodes", "60", "--eval-every", "10"]
@@ -122,3 +125,22 @@ def test_threads_writing_one_compile_cache_entry_each_publish_it_whole(monkeypat
         assert cache.get("entry") == value
         assert [p.name for p in folder.iterdir()] == ["entry-cache"]  # no temporary file left
     assert errors == []
+
+
+def test_a_log_line_gives_the_time_left_at_the_pace_since_the_first_evaluation(monkeypatch):
+    """Two seeds, three evaluations (6 calls): the first evaluation (t = 10 s) starts the clock; after
+    the second (t = 30 s) one evaluation of 2 calls took 20 s, so the last one is 20 s away."""
+    now = [0.0]
+    monkeypatch.setattr(progress.time, "perf_counter", lambda: now[0])
+    bar = progress.EvalProgress("run", total_calls=6, enabled=False, seeds=2)
+    lines = progress.LogLines(bar, Console(file=StringIO()))
+    assert bar.seconds_left() is None
+    now[0] = 10.0
+    bar.update(0, 1.0), bar.update(0, 2.0)
+    assert bar.seconds_left() is None and "eta" not in lines.line()  # no pace yet
+    now[0] = 30.0
+    bar.update(1, 3.0), bar.update(1, 4.0)
+    assert bar.seconds_left() == pytest.approx(20.0)
+    assert lines.line() == "run 4/6 evaluations, elapsed 0:00:30, eval return 4.00, eta 0:00:20"
+    bar.update(2, 5.0), bar.update(2, 6.0)
+    assert bar.seconds_left() is None

@@ -87,6 +87,14 @@ class EvalProgress:
     def calls(self) -> int:
         return self._calls
 
+    def seconds_left(self) -> float | None:
+        """The time the remaining evaluations will take at this segment's pace since its first
+        evaluation (which starts the clock), or None before there is a pace or after the last."""
+        since_first = self._calls - self._calls_before - self.seeds
+        if self._start is None or since_first <= 0 or self._calls >= self.total_calls:
+            return None
+        return (time.perf_counter() - self._start) / since_first * (self.total_calls - self._calls)
+
     def __enter__(self):
         self._progress.__enter__()
         if self._lines is not None:
@@ -118,10 +126,8 @@ class LogLines:
             parts.append(f"eval return {bar.latest:.2f}")
         if bar.rate:
             parts.append(f"{bar.rate:,.0f} steps/s")
-        since_first = bar.calls - bar._calls_before - bar.seeds  # the first evaluation starts the clock
-        if bar._start is not None and since_first > 0 and bar.calls < bar.total_calls:
-            per_call = (time.perf_counter() - bar._start) / since_first
-            parts.append(f"eta {_clock(per_call * (bar.total_calls - bar.calls))}")
+        if (left := bar.seconds_left()) is not None:
+            parts.append(f"eta {_clock(left)}")
         return ", ".join(parts)
 
     def write(self) -> None:

@@ -66,24 +66,15 @@ def test_traced_once_reuses_its_trace_in_a_switch_and_closes_over_tracers():
     assert float(metrics["sum"]) == 6.0
 
 
-def test_the_on_policy_program_traces_its_update_once(monkeypatch):
-    cfg = replace(with_bpo(get_preset("cartpole_ppo"), True), total_timesteps=2048, eval_every=2048,
-                  eval_episodes=1)
+@pytest.mark.parametrize("runner,method,preset,changes", [
+    (onpolicy, "train_on_rollout", "cartpole_ppo", {"total_timesteps": 2048, "eval_every": 2048, "eval_episodes": 1}),
+    (episodic, "train_on_episode", "short_corridor", {"episodes": 20})], ids=["on-policy update", "episodic block"])
+def test_a_program_traces_its_update_once(monkeypatch, runner, method, preset, changes):
+    cfg = replace(with_bpo(get_preset(preset), True), **changes)
+    program = runner.make_program(cfg)
     calls = []
-    monkeypatch.setattr(onpolicy.OnPolicyProgram, "train_on_rollout",
-                        counted(onpolicy.OnPolicyProgram.train_on_rollout, calls))
-    program, hp = onpolicy.make_program(cfg), traced_hyperparams(cfg)
-    carry = jax.eval_shape(program.init, jax.random.PRNGKey(0), hp)
-    jax.make_jaxpr(lambda c, i: program.segment(c, hp, i))(carry, jnp.arange(2))
-    assert len(calls) == 1
-
-
-def test_the_episodic_program_traces_its_block_of_episodes_once(monkeypatch):
-    cfg = replace(with_bpo(get_preset("short_corridor"), True), episodes=20)
-    calls = []
-    monkeypatch.setattr(episodic.EpisodicProgram, "train_on_episode",
-                        counted(episodic.EpisodicProgram.train_on_episode, calls))
-    program, hp = episodic.make_program(cfg), traced_hyperparams(cfg)
+    monkeypatch.setattr(type(program), method, counted(getattr(type(program), method), calls))
+    hp = traced_hyperparams(cfg)
     carry = jax.eval_shape(program.init, jax.random.PRNGKey(0), hp)
     jax.make_jaxpr(lambda c, i: program.segment(c, hp, i))(carry, jnp.arange(2))
     assert len(calls) == 1

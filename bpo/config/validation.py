@@ -325,7 +325,7 @@ def _validate_onpolicy(cfg: OnPolicyTrainConfig) -> OnPolicyTrainConfig:
         _validate_behaviour(cfg.bpo)
         if cfg.bpo.ppo_ent_coef is not None:
             non_negative("bpo.ppo_ent_coef", cfg.bpo.ppo_ent_coef,
-                          note=f" (or None: {method_section(cfg.method)}.ent_coef)")
+                         note=f" (or None: {method_section(cfg.method)}.ent_coef)")
     elif math.isfinite(cfg.returns.trust_region_delta):
         raise ConfigError("returns.trust_region_delta", f"masks segments by pi/mu, which is 1 in {cfg.method} alone; "
                           "run BPO (--bpo) or leave it inf")

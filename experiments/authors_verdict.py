@@ -95,17 +95,22 @@ def welch_row(a: dict | None, b: dict | None, gap: float) -> str:
     return f"{diff:+.0f} [{low:+.0f}, {high:+.0f}] | {format_p(p)} | {power:.2f}"
 
 
+SHORT = ("the paper", "their code", "ours with their departures", "ours in their configuration",
+         "ours as Table 4 states")
+"""``SOURCES`` in the comparisons' labels."""
+
+
 def comparisons(ways: list) -> list[tuple[str, str, dict | None, dict | None]]:
-    """Each source against the one before it, arm by arm where both have the arm: (what, arm, a, b)
+    """Each source against the nearest source before it that has the same arm: (what, arm, a, b)
     for a − b. Their code against the paper; ours with their departures against their code; those
-    departures switched off; their configuration against Table 4's."""
-    (paper, theirs, bugs, authors, table4), out = ways, []
-    for what, a, b in (("their code − the paper", theirs, paper),
-                       ("ours with their departures − their code", bugs, theirs),
-                       ("ours in their configuration − ours with their departures", authors, bugs),
-                       ("ours as Table 4 states − ours in their configuration", table4, authors)):
-        out += [(what, arm, x, y) for arm, x, y in (("BPO", a[0], b[0]), ("PPO", a[1], b[1]))
-                if x is not None and y is not None]
+    departures switched off; their configuration against Table 4's. PPO has no departures to
+    switch, so our PPO in their configuration is set against their code's PPO."""
+    out = []
+    for i, arm in ((i, arm) for i in range(1, len(ways)) for arm in (0, 1)):
+        earlier = [j for j in range(i) if ways[j][arm] is not None]
+        if ways[i][arm] is not None and earlier:
+            j = earlier[-1]
+            out.append((f"{SHORT[i]} − {SHORT[j]}", ("BPO", "PPO")[arm], ways[i][arm], ways[j][arm]))
     return out
 
 

@@ -108,8 +108,12 @@ def test_the_block_tests_each_source_against_its_neighbour_as_scipy_does(tmp_pat
     se = math.sqrt(bugs.var(ddof=1) / 10 + theirs["bpo"].var(ddof=1) / 6)
     normal = stats.norm.sf(1.96 - gain / se) + stats.norm.cdf(-1.96 - gain / se)
     assert float(power) < normal and float(power) == pytest.approx(normal, abs=0.08)  # t's heavier tails
-    # no PPO arm with their departures (the switches are BPO's), so no such comparison
+    # no PPO arm with their departures (the switches are BPO's): our PPO in their configuration is
+    # set against their code's PPO instead
     assert ("ours with their departures − their code", "PPO") not in rows
+    want = stats.ttest_ind(ours[("mujoco_default_authors", PPO)], theirs["ppo"], equal_var=False)
+    assert float(rows[("ours in their configuration − their code", "PPO")][2]) == pytest.approx(want.pvalue, abs=6e-4)
+    assert ("ours in their configuration − their code", "BPO") not in rows  # BPO's neighbour has its arm
     assert f"their code has 6 of {THEIR_SEEDS} seeds of BPO and 10 of {THEIR_SEEDS} of PPO" in block
 
 

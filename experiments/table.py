@@ -457,11 +457,11 @@ def few_seeds_note(ns) -> str | None:
 
 
 def to_markdown(table: dict, settings, rows, baseline: str | dict, alpha: float, alternative: str,
-                runs: list[Run] = (), notes: list[str] = ()) -> str:
+                runs: list[Run] = (), notes: list[str] = (), vs_paper: dict | None = None) -> str:
     """The table with its p-values and the multiple-comparison note; then, where they apply, the
     few-seeds warning, the optimal return of a column's environment, the paper's Table 1 for the
-    same cells and ours against it (the cells at the paper's budget), ``notes`` (the provenance
-    warnings) and ``runs`` (``run_lines``)."""
+    same cells and ours against it (``vs_paper``, ``against_paper``'s cells), ``notes`` (the
+    provenance warnings) and ``runs`` (``run_lines``)."""
     lines = _grid(table, settings, rows, lambda c: _cell_text(c, False))
     side = "one-sided p for a higher mean than" if alternative == "greater" else "two-sided p against"
     lines += ["", legend(baseline, alpha, alternative, mc=multiple_comparisons(table, alpha, alternative)), "",
@@ -487,8 +487,7 @@ def to_markdown(table: dict, settings, rows, baseline: str | dict, alpha: float,
                   "(docs/choices.md). Marks: the same Welch test on these summary statistics (SE = SD / √10), "
                   "which at α = 0.05, one-sided, gives the paper's own marks.", ""]
         lines += _grid(paper_table, paper, paper_rows, lambda c: _cell_text(c, False, paper=True))
-        lines += _against_paper_lines(against_paper(table, at_paper_budget(runs)), table, paper_table, settings, rows,
-                                      alpha)
+        lines += _against_paper_lines(vs_paper or {}, table, paper_table, settings, rows, alpha)
     for note in notes:
         lines += ["", f"**{note}**"]
     if runs:
@@ -587,7 +586,7 @@ def _notes(table, settings, rows, cells, baselines, baseline, skipped) -> list[s
                         not_finite_note(table), skipped_note(skipped)) if n]
 
 
-def _json(table, baselines, alpha, alternative, notes, runs, skipped, paper) -> dict:
+def _json(table, baselines, alpha, alternative, notes, runs, skipped, paper, vs_paper) -> dict:
     primary = main_baseline(baselines)
     return {
         "baseline": primary, "alpha": alpha, "alternative": alternative,
@@ -607,7 +606,7 @@ def _json(table, baselines, alpha, alternative, notes, runs, skipped, paper) -> 
         "cells": _json_cells(table),
         "paper_table1": {"dispersion": f"mean ± SD over {PAPER_RUNS} runs (the paper's ±, read as SD)",
                          "cells": _json_cells(compute_paper_table(paper, primary, alpha, alternative))},
-        **_json_against_paper(against_paper(table, at_paper_budget(runs)))}
+        **_json_against_paper(vs_paper)}
 
 
 def _json_against_paper(vs_paper: dict) -> dict:
@@ -615,8 +614,8 @@ def _json_against_paper(vs_paper: dict) -> dict:
     if not vs_paper:
         return {}
     return {"against_paper": {
-        "test": "Welch, two-sided, from the SDs (the paper's over 10 runs); difference = ours - the paper's, low and "
-                "high its 95 % interval; only our cells at the paper's budget",
+        "test": f"Welch, two-sided, from the SDs (the paper's over {PAPER_RUNS} runs); difference = ours - the "
+                "paper's, low and high its 95 % interval; only our cells at the paper's budget",
         "cells": [{"env": s[0], "preset": s[1], "row": r, **c} for (s, r), c in sorted(vs_paper.items())]}}
 
 
@@ -639,11 +638,12 @@ def write_tables(runs: list[Run], out: Path, baseline: str | None = None, alpha:
     few = few_seeds_note(c["n"] for c in table.values())
     notes = report_provenance([r.summary for r in runs], "bpo table") + _notes(table, settings, rows, cells,
                                                                               baselines, baseline, list(skipped))
+    vs_paper = against_paper(table, at_paper_budget(runs))
     results.atomic_write_text(out / "table1.md", to_markdown(table, settings, rows, baselines, alpha, alternative,
-                                                             runs, notes) + "\n")
+                                                             runs, notes, vs_paper) + "\n")
     results.atomic_write_text(out / "table1.tex", to_latex(table, settings, rows, baselines, alpha, alternative) + "\n")
     data = _json(table, baselines, alpha, alternative, ([few] if few else []) + notes, runs, list(skipped),
-                 paper_columns(settings))
+                 paper_columns(settings), vs_paper)
     results.atomic_write_text(out / "table1.json", strict_json(data))
     paths = [out / "table1.md", out / "table1.tex", out / "table1.json"]
     primary = main_baseline(baselines)

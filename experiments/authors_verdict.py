@@ -29,8 +29,11 @@ SEED_FILE = re.compile(r"seed(\d+)\.json")
 SEED_FORMAT = "bpo-authors-reference-seed/1"
 THEIR_SEEDS = 10
 """The seeds the campaign runs per arm, as the paper's n."""
-SOURCES = ("the paper (Table 1)", "their code, as it is", "ours with their code's departures (`mujoco_authors_code`)",
-           "ours in their configuration (`mujoco_default_authors`)", "ours as Table 4 states (`mujoco_default`)")
+SOURCES = (("the paper (Table 1)", "the paper"), ("their code, as it is", "their code"),
+           ("ours with their code's departures (`mujoco_authors_code`)", "ours with their departures"),
+           ("ours in their configuration (`mujoco_default_authors`)", "ours in their configuration"),
+           ("ours as Table 4 states (`mujoco_default`)", "ours as Table 4 states"))
+"""Each source as the table's row names it and, short, as the comparisons do, in ``five_ways``'s order."""
 
 
 def their_seed(path: Path) -> float:
@@ -95,11 +98,6 @@ def welch_row(a: dict | None, b: dict | None, gap: float) -> str:
     return f"{diff:+.0f} [{low:+.0f}, {high:+.0f}] | {format_p(p)} | {power:.2f}"
 
 
-SHORT = ("the paper", "their code", "ours with their departures", "ours in their configuration",
-         "ours as Table 4 states")
-"""``SOURCES`` in the comparisons' labels."""
-
-
 def comparisons(ways: list) -> list[tuple[str, str, dict | None, dict | None]]:
     """Each source against the nearest source before it that has the same arm: (what, arm, a, b)
     for a − b. Their code against the paper; ours with their departures against their code; those
@@ -110,7 +108,7 @@ def comparisons(ways: list) -> list[tuple[str, str, dict | None, dict | None]]:
         earlier = [j for j in range(i) if ways[j][arm] is not None]
         if ways[i][arm] is not None and earlier:
             j = earlier[-1]
-            out.append((f"{SHORT[i]} − {SHORT[j]}", ("BPO", "PPO")[arm], ways[i][arm], ways[j][arm]))
+            out.append((f"{SOURCES[i][1]} − {SOURCES[j][1]}", ("BPO", "PPO")[arm], ways[i][arm], ways[j][arm]))
     return out
 
 
@@ -121,7 +119,7 @@ def authors_verdict_block(results: Path) -> str:
     lines = ["| source | BPO: mean (SD), n | PPO: mean (SD), n | BPO − PPO, 95 % Welch interval | two-sided p "
              f"| power to detect {gain:+.0f} |", "| --- | --- | --- | --- | --- | --- |"]
     lines += [f"| {label} | {_arm(b)} | {_arm(p)} | {welch_row(b, p, gain)} |"
-              for label, (b, p) in zip(SOURCES, ways, strict=True)]
+              for (label, _), (b, p) in zip(SOURCES, ways, strict=True)]
     lines += ["", f"| comparison | arm | n | difference, 95 % Welch interval | two-sided p | power to detect "
                   f"±{gain:.0f} |", "| --- | --- | --- | --- | --- | --- |"]
     lines += [f"| {what} | {arm} | {a['n']}, {b['n']} | {welch_row(a, b, gain)} |"

@@ -12,6 +12,7 @@ refused, not counted.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import re
@@ -104,7 +105,7 @@ def comparisons(ways: list) -> list[tuple[str, str, dict | None, dict | None]]:
     departures switched off; their configuration against Table 4's. PPO has no departures to
     switch, so our PPO in their configuration is set against their code's PPO."""
     out = []
-    for i, arm in ((i, arm) for i in range(1, len(ways)) for arm in (0, 1)):
+    for i, arm in itertools.product(range(1, len(ways)), (0, 1)):
         earlier = [j for j in range(i) if ways[j][arm] is not None]
         if ways[i][arm] is not None and earlier:
             j = earlier[-1]

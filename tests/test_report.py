@@ -204,8 +204,14 @@ def test_every_committed_run_has_the_current_summary_and_one_code_version_per_fo
     assert {p.name for p in (ROOT / "results").iterdir()} == ({f.name for f in folders} | {"variance",
                                                                                         "authors_reference"}
                                                                 | campaigns)
-    for name in campaigns - {f.name for f in folders}:  # before its first column: the progress page alone
-        assert [p.name for p in (ROOT / "results" / name).iterdir()] == ["PROGRESS.md"], name
+    for name in campaigns - {f.name for f in folders}:  # before its table: the progress page and finished cells
+        cells = [p for p in (ROOT / "results" / name).iterdir() if p.name != "PROGRESS.md"]
+        assert all(p.is_dir() for p in cells), name
+        summaries = [read_summary(p) for p in cells]  # refuses a cell without a readable summary.json
+        for cell, summary in zip(cells, summaries, strict=True):
+            assert SUMMARY_FIELDS <= set(summary), (cell.name, SUMMARY_FIELDS - set(summary))
+            assert len(summary["final_eval_returns"]) == summary["seeds"], cell.name
+        assert provenance_notes(summaries) == [], name  # one code version for the campaign's cells
     reference = ROOT / "results" / "authors_reference"
     for path in (p for p in reference.rglob("*") if p.is_file()):
         name = path.relative_to(reference).as_posix()

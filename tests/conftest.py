@@ -9,6 +9,11 @@ had grown to 928 tests and 42 minutes of CPU.
 ``--record-durations FILE`` writes each test's setup + call + teardown seconds of this session to
 FILE (JSON, test id -> seconds, sorted), merged into what FILE held: run the full suite with
 ``--record-durations tests/durations.json`` to renew the record (docs/testing.md).
+
+The test processes keep compiled programs on disk as the ``bpo`` command does
+(``enable_compile_cache``: ``BPO_COMPILE_CACHE``, empty turns it off), so the many tests that build
+the same small program (a tiny CartPole run, the same row alone and grouped) compile it once per
+suite and load it afterwards; the processes the tests start find the same folder.
 """
 
 from __future__ import annotations
@@ -17,6 +22,8 @@ import json
 from pathlib import Path
 
 import pytest
+
+from bpo.infra.runtime import enable_compile_cache
 
 QUICK = "not slow and not mujoco and not mjx and not slurm"
 """No test that steps MuJoCo or compiles MJX physics, no Slurm cluster, nothing marked slow."""
@@ -34,6 +41,7 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
+    enable_compile_cache()
     if config.getoption("--quick"):
         given = config.option.markexpr
         config.option.markexpr = f"({given}) and ({QUICK})" if given else QUICK

@@ -10,6 +10,7 @@ import threading
 import time
 from io import StringIO
 
+import jax
 import pytest
 from jax._src import lru_cache
 from rich.console import Console
@@ -99,11 +100,14 @@ def test_a_compile_cache_entry_is_whole_or_absent_when_its_writer_is_killed(tmp_
                 and p.stat().st_size == 256 << 20]  # a whole temporary file is always renamed
 
 
-def test_threads_writing_one_compile_cache_entry_each_publish_it_whole(monkeypatch, tmp_path):
+def test_threads_writing_one_compile_cache_entry_each_publish_it_whole(monkeypatch, tmp_path, request):
     """Two threads that compile the same program both write its entry. With one temporary name per
     process they wrote into one file and the second rename found it gone (FileNotFoundError),
     while the first had published a file still being written; each write now has a name of its own."""
     monkeypatch.setenv("BPO_COMPILE_CACHE", str(tmp_path / "cache"))
+    # the suite's own cache folder (tests/conftest.py) back for the tests after this one
+    request.addfinalizer(lambda before=jax.config.jax_compilation_cache_dir:
+                         jax.config.update("jax_compilation_cache_dir", before))
     enable_compile_cache()
     value, errors = os.urandom(16 << 20), []
 

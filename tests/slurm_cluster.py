@@ -173,7 +173,7 @@ MessageTimeout=10
 InactiveLimit=0
 KillWait=5
 MinJobAge=300
-SchedulerParameters=batch_sched_delay=0
+SchedulerParameters=batch_sched_delay=0,sched_interval=1,bf_interval=1
 NodeName={host} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory={max(mem_mb * 9 // 10, 100)} State=UNKNOWN
 PartitionName={PARTITION} Nodes={host} Default=YES MaxTime=INFINITE State=UP
 """

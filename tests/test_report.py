@@ -207,6 +207,7 @@ def test_every_committed_run_has_the_current_summary_and_one_code_version_per_fo
     for name in campaigns - {f.name for f in folders}:  # before its table: the progress page and finished cells
         cells = [p for p in (ROOT / "results" / name).iterdir() if p.name != "PROGRESS.md"]
         assert all(p.is_dir() for p in cells), name
+        assert {p.name for p in cells} <= {spec.run_id for spec in expand(load_sweep(name))}, name  # its own runs
         summaries = [read_summary(p) for p in cells]  # refuses a cell without a readable summary.json
         for cell, summary in zip(cells, summaries, strict=True):
             assert SUMMARY_FIELDS <= set(summary), (cell.name, SUMMARY_FIELDS - set(summary))

@@ -184,18 +184,26 @@ SUMMARY_FIELDS = {"preset", "algo", "env", "seeds", "step_unit", "final_eval_ret
                   "seed_chunk", "threads", "configs_in_program", "backend", "provenance"}
 
 
+def _assert_current_summaries_of_one_code_version(where, run_dirs: list[Path]) -> list[dict]:
+    """Each run's summary.json readable (``read_summary`` refuses one that is not) with today's
+    fields, a BPO run's diagnostics in it, and no provenance warning across the runs (what bpo table
+    and bpo plot would warn about); returns the summaries."""
+    summaries = [read_summary(d) for d in run_dirs]
+    for run_dir, summary in zip(run_dirs, summaries, strict=True):
+        assert SUMMARY_FIELDS <= set(summary), (run_dir.name, SUMMARY_FIELDS - set(summary))
+        if summary["algo"] == "bpo":
+            assert summary["diagnostics"], run_dir.name
+    assert provenance_notes(summaries) == [], where
+    return summaries
+
+
 def test_every_committed_run_has_the_current_summary_and_one_code_version_per_folder():
     folders = sorted(p.parent for p in (ROOT / "results").glob("*/sweep.json"))
     assert {f.name for f in folders} >= {"fig2", "classic", "table1_small", "mujoco_small"}
     for folder in folders:
         runs = [r for r in build_index(folder)["runs"] if r["status"] == "finished"]
         assert runs, folder
-        summaries = [read_summary(folder / r["run_id"]) for r in runs]
-        for run, summary in zip(runs, summaries, strict=True):
-            assert SUMMARY_FIELDS <= set(summary), (run["run_id"], SUMMARY_FIELDS - set(summary))
-            if summary["algo"] == "bpo":
-                assert summary["diagnostics"], run["run_id"]
-        assert provenance_notes(summaries) == [], folder  # what bpo table and bpo plot would warn about
+        _assert_current_summaries_of_one_code_version(folder, [folder / r["run_id"] for r in runs])
     variance = json.loads((ROOT / "results" / "variance" / "summary.json").read_text())
     assert variance["provenance"]["code_version"]
     # Nothing under results/ that no command makes: sweep folders, the variance folder, and the
@@ -208,11 +216,8 @@ def test_every_committed_run_has_the_current_summary_and_one_code_version_per_fo
         cells = [p for p in (ROOT / "results" / name).iterdir() if p.name != "PROGRESS.md"]
         assert all(p.is_dir() for p in cells), name
         assert {p.name for p in cells} <= {spec.run_id for spec in expand(load_sweep(name))}, name  # its own runs
-        summaries = [read_summary(p) for p in cells]  # refuses a cell without a readable summary.json
-        for cell, summary in zip(cells, summaries, strict=True):
-            assert SUMMARY_FIELDS <= set(summary), (cell.name, SUMMARY_FIELDS - set(summary))
+        for cell, summary in zip(cells, _assert_current_summaries_of_one_code_version(name, cells), strict=True):
             assert len(summary["final_eval_returns"]) == summary["seeds"], cell.name
-        assert provenance_notes(summaries) == [], name  # one code version for the campaign's cells
     reference = ROOT / "results" / "authors_reference"
     for path in (p for p in reference.rglob("*") if p.is_file()):
         name = path.relative_to(reference).as_posix()

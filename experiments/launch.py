@@ -503,8 +503,8 @@ def slurm_in_flight(sweep_dir: Path) -> set[str]:
     if not path.exists():
         return set()
     jobs = json.loads(path.read_text())
-    alive = _queued(set(jobs.values())) or set()
-    return {run_id for run_id, job_id in jobs.items() if job_id in alive}
+    states = _queued(set(jobs.values())) or {}
+    return {run_id for run_id, job_id in jobs.items() if states.get(job_id) in _LIVE_STATES}
 
 
 def run_slurm(sweep_dir: Path, specs: list[RunSpec], resources: SlurmResources, wait: bool = True,
@@ -540,7 +540,7 @@ def run_slurm(sweep_dir: Path, specs: list[RunSpec], resources: SlurmResources, 
     out = Outcome()
     if not wait:
         return out
-    missing = {}
+    missing, last_state = {}, {}
     with _progress(show_progress) as bar:
         task = bar.add_task(f"sweep {sweep_dir.name} (slurm)", total=len(jobs))
         pending = dict(zip(jobs, specs, strict=True))
@@ -549,14 +549,19 @@ def run_slurm(sweep_dir: Path, specs: list[RunSpec], resources: SlurmResources, 
             queued = _queued({j.job_id for j in pending})
             for job in list(pending):
                 # A job that left the queue without a result (time limit, preemption, node failure)
-                # would look unfinished forever where sacct is off: two checks 2 s apart decide.
-                missing[job] = missing.get(job, 0) + 1 if queued is not None and job.job_id not in queued else 0
+                # would look unfinished forever where sacct is off: two checks 2 s apart that find it
+                # ended (a final state, or forgotten by the controller) decide.
+                if queued is not None:
+                    last_state[job] = queued.get(job.job_id, "no longer known to the controller")
+                gone = queued is not None and last_state[job] not in _LIVE_STATES
+                missing[job] = missing.get(job, 0) + 1 if gone else 0
                 if not job.done() and missing[job] < 2:
                     continue
                 spec = pending.pop(job)
                 try:
                     if not job.done():
-                        raise RuntimeError(f"left the queue without a result; see {job.paths.stderr}")
+                        raise RuntimeError(f"left the queue without a result (Slurm state: {last_state[job]}); "
+                                           f"see {job.paths.stderr}")
                     summary = job.result()
                     if summary is None:
                         out.elsewhere.append(spec.run_id)
@@ -579,15 +584,26 @@ def _first_line(error: BaseException) -> str:
     return next((line for line in reversed(lines) if "sbatch" in line.lower()), fallback)
 
 
-def _queued(job_ids: set[str]) -> set[str] | None:
-    """The job ids squeue still lists (pending or running), or None when squeue cannot answer."""
+_LIVE_STATES = frozenset({
+    "PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED",
+    "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED", "SPECIAL_EXIT", "RESV_DEL_HOLD"})
+"""Slurm job states from which a job may still run (``squeue`` man page, JOB STATE CODES): a
+requeued job passes through COMPLETING and REQUEUED on its way back to PENDING. Every other state
+(COMPLETED, FAILED, CANCELLED, TIMEOUT, PREEMPTED, NODE_FAIL, ...) is final."""
+
+
+def _queued(job_ids: set[str]) -> dict[str, str] | None:
+    """Each job id the controller still knows, with its state (all states, so a job between a
+    requeue's stop and its next start counts too), or None when squeue cannot answer."""
     try:
-        proc = subprocess.run(["squeue", "-h", "-r", "-o", "%i", "-j", ",".join(sorted(job_ids))],
+        proc = subprocess.run(["squeue", "-h", "-r", "-t", "all", "-o", "%i %T", "-j", ",".join(sorted(job_ids))],
                               capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired):
         return None
     # squeue exits non-zero when none of the ids is known any more: an empty queue, not an error.
-    return set(proc.stdout.split()) if proc.returncode == 0 or "Invalid job id" in proc.stderr else None
+    if proc.returncode != 0 and "Invalid job id" not in proc.stderr:
+        return None
+    return dict(line.split(maxsplit=1) for line in proc.stdout.splitlines() if len(line.split()) == 2)
 
 
 if __name__ == "__main__":

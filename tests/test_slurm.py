@@ -72,6 +72,38 @@ def _iterations_done(checkpoint_info) -> int:
         return 0
 
 
+def _job_logs(out) -> str:
+    """Every job log of a sweep folder, for a failure's message: what the jobs did and when."""
+    paths = sorted((out / ".slurm").glob("*/*_log.*"))
+    return "".join(f"\n--- {p.name}:\n{p.read_text(errors='replace')}" for p in paths)
+
+
+def test_a_cancelled_job_is_reported_with_its_slurm_state_and_keeps_its_checkpoint(slurm_env, tmp_path):  # noqa: F811
+    """``scancel`` of a running job: no result will come, so the sweep reports the run failed with
+    the state Slurm gives it (CANCELLED), rather than waiting on it, and the checkpoint stays."""
+    sweep_file = tmp_path / "slurm_requeue.py"
+    sweep_file.write_text(REQUEUE_SWEEP_FILE.format(partition=slurm_env["partition"]))
+    out, run_id = tmp_path / "slurm", "ShortCorridor-v0-short_corridor-bpo"
+    info = out / ".checkpoints" / run_id / "checkpoint.json"
+    proc = subprocess.Popen([sys.executable, "-m", "experiments.cli", "sweep", str(sweep_file), "--backend", "slurm",
+                             "--out", str(out), "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not info.exists():
+            assert proc.poll() is None and time.monotonic() < deadline, _job_logs(out)
+            time.sleep(0.1)
+        job_id = json.loads((out / ".slurm" / "jobs.json").read_text())[run_id]
+        subprocess.run(["scancel", job_id], check=True, capture_output=True, timeout=60)
+        output, _ = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == 1, output + _job_logs(out)
+    assert f"Slurm job {job_id}: left the queue without a result (Slurm state: CANCELLED)" in " ".join(output.split())
+    assert _iterations_done(info) > 0
+
+
 def test_a_requeued_or_preempted_job_continues_from_its_checkpoint(slurm_env, tmp_path):  # noqa: F811
     """``scontrol requeue`` of the running job, then, once it runs again and has checkpointed further,
     a preemption as submitit simulates one (SIGTERM, then SIGUSR2: submitit calls SlurmRun.checkpoint
@@ -109,7 +141,7 @@ def test_a_requeued_or_preempted_job_continues_from_its_checkpoint(slurm_env, tm
     finally:
         proc.kill()
         proc.wait()
-    assert proc.returncode == 0, output
+    assert proc.returncode == 0, output + _job_logs(out)
     assert f"done {run_id}: final return" in output
     # One job, started three times: stopped with a checkpoint by the requeue's SIGTERM and requeued by
     # Slurm; then requeued by submitit on SIGUSR2 (which may come before the preemption's SIGTERM has

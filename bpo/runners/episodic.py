@@ -20,7 +20,6 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 
 from bpo.agents.bpo import Behaviour, make_behaviour
@@ -31,6 +30,7 @@ from bpo.core.branches import traced_once, zeros_shaped
 from bpo.core.distributions import logits_dist
 from bpo.core.networks import MLP, SHORT_CORRIDOR_FEATURES, LinearSoftmax, two_action_logits
 from bpo.runners.evaluation import run_episodes
+from bpo.runners.program import reported_evaluations
 from envs import ShortCorridorJax, make_jax_env
 from envs.functional import ShortCorridorFunctional
 
@@ -202,8 +202,7 @@ class EpisodicProgram:
     def reported(self, outputs) -> list[tuple[int, float]]:
         """(episode, eval return) of each seed's evaluation in one iteration's outputs (every
         iteration the host runs evaluates), for a progress bar."""
-        evals = outputs[0]
-        return list(zip(np.ravel(evals["eval_episode"]).tolist(), np.ravel(evals["eval_return"]).tolist(), strict=True))
+        return reported_evaluations(outputs[0], "eval_episode")
 
     def evaluations_in(self, iterations: int) -> int:
         """Every iteration ends with one evaluation."""

@@ -26,6 +26,7 @@ from bpo.agents.learner import Learner, LearnerState, Rows, keyed_update, make_l
 from bpo.config.schema import OnPolicyTrainConfig, PPOHyperparams
 from bpo.core.branches import step_or_skip
 from bpo.runners.evaluation import run_episodes
+from bpo.runners.program import reported_evaluations
 from envs import make_env
 from envs.functional import FunctionalEnv, auto_reset_step
 
@@ -152,9 +153,7 @@ class OnPolicyProgram:
     def reported(self, outputs) -> list[tuple[int, float]]:
         """(env steps, eval return) of each seed's evaluation in one iteration's outputs, if it
         evaluated (skipped evaluations have step -1), for a progress bar."""
-        evals = outputs[0]
-        pairs = zip(np.ravel(evals["eval_step"]).tolist(), np.ravel(evals["eval_return"]).tolist(), strict=True)
-        return [(step, ret) for step, ret in pairs if step >= 0]
+        return reported_evaluations(outputs[0], "eval_step")
 
     def evaluations_in(self, iterations: int) -> int:
         """Iteration i evaluates first when scheduled (``evaluations_before``)."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Protocol
 
 import jax.numpy as jnp
+import numpy as np
 
 
 class Program(Protocol):
@@ -51,6 +52,14 @@ class Program(Protocol):
     def evaluations_in(self, iterations: int) -> int: ...
 
     def reported(self, outputs) -> list[tuple[int, float]]: ...
+
+
+def reported_evaluations(evals: dict, unit: str) -> list[tuple[int, float]]:
+    """(``unit``, eval return) of each seed's evaluation in one iteration's ``evals`` on the host,
+    the evaluations not made (``unit`` -1, a skipped on-policy evaluation) left out: what a
+    program's ``reported`` gives its runner's progress bar."""
+    pairs = zip(np.ravel(evals[unit]).tolist(), np.ravel(evals["eval_return"]).tolist(), strict=True)
+    return [(at, ret) for at, ret in pairs if at >= 0]
 
 
 def whole_run(program: Program):

@@ -540,7 +540,7 @@ def run_slurm(sweep_dir: Path, specs: list[RunSpec], resources: SlurmResources, 
     out = Outcome()
     if not wait:
         return out
-    missing, last_state = {}, {}
+    watch = _QueueWatch()
     with _progress(show_progress) as bar:
         task = bar.add_task(f"sweep {sweep_dir.name} (slurm)", total=len(jobs))
         pending = dict(zip(jobs, specs, strict=True))
@@ -548,20 +548,14 @@ def run_slurm(sweep_dir: Path, specs: list[RunSpec], resources: SlurmResources, 
             time.sleep(2.0)
             queued = _queued({j.job_id for j in pending})
             for job in list(pending):
-                # A job that left the queue without a result (time limit, preemption, node failure)
-                # would look unfinished forever where sacct is off: two checks 2 s apart that find it
-                # ended (a final state, or forgotten by the controller) decide.
-                if queued is not None:
-                    last_state[job] = queued.get(job.job_id, "no longer known to the controller")
-                gone = queued is not None and last_state[job] not in _LIVE_STATES
-                missing[job] = missing.get(job, 0) + 1 if gone else 0
-                if not job.done() and missing[job] < 2:
+                ended = watch.ended(job.job_id, queued)
+                if not job.done() and not ended:
                     continue
                 spec = pending.pop(job)
                 try:
                     if not job.done():
-                        raise RuntimeError(f"left the queue without a result (Slurm state: {last_state[job]}); "
-                                           f"see {job.paths.stderr}")
+                        raise RuntimeError(f"left the queue without a result (Slurm state: "
+                                           f"{watch.state[job.job_id]}); see {job.paths.stderr}")
                     summary = job.result()
                     if summary is None:
                         out.elsewhere.append(spec.run_id)
@@ -586,10 +580,36 @@ def _first_line(error: BaseException) -> str:
 
 _LIVE_STATES = frozenset({
     "PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED",
-    "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED", "SPECIAL_EXIT", "RESV_DEL_HOLD"})
+    "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED", "SPECIAL_EXIT", "RESV_DEL_HOLD",
+    "PREEMPTED", "NODE_FAIL", "BOOT_FAIL"})
 """Slurm job states from which a job may still run (``squeue`` man page, JOB STATE CODES): a
-requeued job passes through COMPLETING and REQUEUED on its way back to PENDING. Every other state
-(COMPLETED, FAILED, CANCELLED, TIMEOUT, PREEMPTED, NODE_FAIL, ...) is final."""
+requeued job passes through COMPLETING and REQUEUED on its way back to PENDING, and our jobs are
+requeueable, so a preempted job or one whose node failed may come back too; such a job that does
+not is reported once the controller forgets it (``MinJobAge``), late rather than wrongly. The
+others (COMPLETED, FAILED, CANCELLED, TIMEOUT, OUT_OF_MEMORY, DEADLINE) are final."""
+
+
+class _QueueWatch:
+    """Which jobs have left the queue without a result (time limit, node failure, ``scancel``):
+    where sacct is off, submitit would find such a job unfinished forever. Two checks 2 s apart
+    that find it ended (in a final state, or forgotten by the controller) decide."""
+
+    def __init__(self):
+        self.state: dict[str, str] = {}  # the last state seen, or why there is none
+        self._seen: dict[str, str] = {}
+        self._ended: dict[str, int] = {}
+
+    def ended(self, job_id: str, queued: dict[str, str] | None) -> bool:
+        """Record this check (``_queued``'s answer; None: squeue could not answer, which says nothing)."""
+        if queued is None:
+            self._ended[job_id] = 0
+            return False
+        if job_id in queued:
+            self.state[job_id] = self._seen[job_id] = queued[job_id]
+        else:
+            self.state[job_id] = f"no longer known to the controller, last seen {self._seen.get(job_id, 'never')}"
+        self._ended[job_id] = self._ended.get(job_id, 0) + 1 if self.state[job_id] not in _LIVE_STATES else 0
+        return self._ended[job_id] >= 2
 
 
 def _queued(job_ids: set[str]) -> dict[str, str] | None:

@@ -519,3 +519,23 @@ def test_a_setting_that_changes_no_run_of_the_sweep_is_refused(variants, setting
     name = setting.partition("=")[0]
     assert code == 2 and f"error: {name}: sets the {name.partition('.')[0]} section, which no run of the grid" in \
         capsys.readouterr().err
+
+
+def test_a_slurm_job_counts_as_ended_only_in_a_final_state_or_forgotten_on_two_checks():
+    """``launch._QueueWatch`` on sequences of squeue answers, against what each should decide: a
+    requeue's passage (COMPLETING, REQUEUED, PENDING) and a job that may come back (PREEMPTED) never
+    end it; two final answers in a row do, naming the state; a failed squeue (None) is no evidence."""
+    requeue = ["RUNNING", "COMPLETING", "REQUEUED", "REQUEUED", "PENDING", "PENDING", "RUNNING", "PREEMPTED",
+               "PREEMPTED", "PENDING"]
+    watch = launch._QueueWatch()
+    assert not any(watch.ended("7", {"7": state}) for state in requeue)
+    for answers, ended_at, state in [
+        ([{"7": "RUNNING"}, {"7": "CANCELLED"}, {"7": "CANCELLED"}], 2, "CANCELLED"),
+        ([{"7": "COMPLETED"}, None, {"7": "COMPLETED"}, {"7": "COMPLETED"}], 3, "COMPLETED"),
+        ([{"7": "RUNNING"}, {}, {"7": "PENDING"}, {}, {}], 4, "no longer known to the controller, last seen PENDING"),
+        ([{}, {}], 1, "no longer known to the controller, last seen never"),
+    ]:
+        watch = launch._QueueWatch()
+        decisions = [watch.ended("7", answer) for answer in answers]
+        assert decisions == [i == ended_at for i in range(len(answers))], (answers, decisions)
+        assert watch.state["7"] == state

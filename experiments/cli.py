@@ -29,6 +29,7 @@ import importlib.metadata
 import json
 import os
 import sys
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated
@@ -72,9 +73,11 @@ USAGE = """usage: bpo [--version] {{train,sweep,plot,table,reproduce,evaluate,pr
       Train one configuration; N seeds run vmapped. --method picks the on-policy method (ppo, a2c,
       or one of BPO_PLUGINS: docs/methods.md). Presets run BPO on it; --no-bpo runs it alone.
       --env applies the preset's per-environment overrides (Table 5); --variant applies a Table 1
-      row or ablation: {}.
-      Presets: {}. `bpo train PRESET --help` lists every field. Instead of PRESET, a run's
-      config.json replays that run.
+      row or ablation:
+{}
+      PRESET is one of these (`bpo train PRESET --help` lists every field), or a run's config.json,
+      which replays that run:
+{}
   bpo sweep SWEEP [--backend local|slurm] [--workers N] [--seeds N] [--out DIR] [--dry-run] [--set KEY=VALUE ...]
   bpo sweep --preset P [--envs ...] [--variants ...] [--grid KEY=V1,V2 ...] [--seeds N] [--name NAME]
       A grid of runs (sweep files: experiments/sweeps/{{fig2,classic,mujoco_small,table1_small,headline,
@@ -114,7 +117,8 @@ USAGE = """usage: bpo [--version] {{train,sweep,plot,table,reproduce,evaluate,pr
   bpo report [--results results] [--check]
       Rewrite the results blocks of README.md, docs/results.md and docs/reproduction.md from the
       committed results (--check: only fail when one differs).
-""".format(", ".join(VARIANTS), ", ".join(sorted(PRESETS)))
+""".format(*(textwrap.fill(", ".join(names) + ".", width=100, initial_indent=" " * 8, subsequent_indent=" " * 8,
+                            break_on_hyphens=False) for names in (VARIANTS, sorted(PRESETS))))
 
 
 @dataclass(frozen=True)

@@ -65,20 +65,28 @@ def same_run_directories(a: Path, b: Path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("args", [SHORT_CORRIDOR, CARTPOLE_HOST,
-                                  pytest.param(HOPPER_THREADS, marks=pytest.mark.mujoco)],
-                         ids=["jax-runner", "gymnasium-host-runner", "threads-backend"])
-def test_resume_after_sigkill_equals_the_uninterrupted_run(tmp_path, args):
+@pytest.mark.parametrize("args, whole_only, killed_only", [
+    (SHORT_CORRIDOR, [], []), (CARTPOLE_HOST, [], []),
+    # The threads backend's uninterrupted run on one physics thread, the killed and resumed one on
+    # two: the same files also show that the number of physics threads changes no result.
+    pytest.param(HOPPER_THREADS, ["--physics-threads", "1"], ["--physics-threads", "2"], marks=pytest.mark.mujoco),
+], ids=["jax-runner", "gymnasium-host-runner", "threads-backend"])
+def test_resume_after_sigkill_equals_the_uninterrupted_run(tmp_path, args, whole_only, killed_only):
     whole, killed = tmp_path / "whole", tmp_path / "killed"
-    done = bpo([*args, "--out", str(whole)])
+    done = bpo([*args, *whole_only, "--out", str(whole)])
     assert done.returncode == 0, done.stderr
     assert not (whole / "checkpoint" / ckpt.STATE_FILE).exists()  # removed once the results are written
-    reached = kill_after_checkpoint([*args, "--out", str(killed)], killed)
+    reached = kill_after_checkpoint([*args, *killed_only, "--out", str(killed)], killed)
     assert reached >= 2
     assert_no_partial_results(killed)
     resumed = bpo(["train", "--resume", str(killed), "--no-progress"])
     assert resumed.returncode == 0, resumed.stderr
     same_run_directories(whole, killed)
+    if killed_only:  # each run records what ran it
+        configs = [json.loads((d / "config.json").read_text()) for d in (whole, killed)]
+        summaries = [json.loads((d / "summary.json").read_text()) for d in (whole, killed)]
+        assert [(c["backend"], c["physics_threads"]) for c in configs] == [("threads", 1), ("threads", 2)]
+        assert [s["backend"] for s in summaries] == ["threads+cpu", "threads+cpu"]
 
 
 @pytest.mark.slow

@@ -3,7 +3,6 @@
 The oracle is Gymnasium itself: its environment, stepped with the same actions and reset to the
 same states, must give bit-identical observations, rewards, terminations and truncations."""
 
-import json
 
 import gymnasium as gym
 import jax
@@ -105,18 +104,3 @@ def test_invalid_threads_configs_name_the_field(changes, field, message):
     with pytest.raises(ConfigError) as err:
         validate(replace(get_preset("mujoco_default"), **changes))
     assert err.value.field_name == field and message in str(err.value)
-
-
-@pytest.mark.slow
-def test_a_threads_run_records_its_backend_and_physics_threads_do_not_change_it(tmp_path):
-    from experiments.cli import main
-
-    args = ["train", "mujoco_default", "--env", "Hopper-v5", "--backend", "threads", "--seeds", "2",
-            "--total-timesteps", "512", "--ppo.n-steps", "256", "--eval-every", "256", "--eval-episodes", "2",
-            "--bpo.n-qvf-epochs", "1", "--bpo.n-mu-epochs", "1", "--no-progress"]
-    for threads in (1, 2):
-        assert main([*args, "--physics-threads", str(threads), "--out", str(tmp_path / str(threads))]) == 0
-    a, b = (json.loads((tmp_path / n / "summary.json").read_text()) for n in ("1", "2"))
-    assert a["final_eval_returns"] == b["final_eval_returns"]
-    assert (tmp_path / "1" / "curve.csv").read_text() == (tmp_path / "2" / "curve.csv").read_text()
-    assert "threads" in json.dumps(a)

@@ -65,7 +65,7 @@ from bpo.training.job import OUTPUT_OPTIONS, Job, check_outputs, publish, remove
 from bpo.training.summary import final_return_text
 from experiments import help_text
 
-USAGE = """usage: bpo [--version] {{train,sweep,plot,table,reproduce,evaluate,probe,probe-summary,verify-variance,
+_USAGE = """usage: bpo [--version] {{train,sweep,plot,table,reproduce,evaluate,probe,probe-summary,verify-variance,
                         report}} ...
 
   bpo train PRESET [--env ENV] [--variant NAME] [--method ppo|a2c|...] [--bpo | --no-bpo]
@@ -117,8 +117,15 @@ USAGE = """usage: bpo [--version] {{train,sweep,plot,table,reproduce,evaluate,pr
   bpo report [--results results] [--check]
       Rewrite the results blocks of README.md, docs/results.md and docs/reproduction.md from the
       committed results (--check: only fail when one differs).
-""".format(*(textwrap.fill(", ".join(names) + ".", width=100, initial_indent=" " * 8, subsequent_indent=" " * 8,
-                            break_on_hyphens=False) for names in (VARIANTS, sorted(PRESETS))))
+"""
+
+
+def usage() -> str:
+    """``bpo --help``, with the variant and preset names registered now (a plug-in's too, once
+    loaded), each list wrapped to the text's width."""
+    return _USAGE.format(*(textwrap.fill(", ".join(names) + ".", width=100, initial_indent=" " * 8,
+                                         subsequent_indent=" " * 8, break_on_hyphens=False)
+                           for names in (VARIANTS, sorted(PRESETS))))
 
 
 @dataclass(frozen=True)
@@ -185,7 +192,7 @@ def train_main(argv: list[str]) -> int:
         return resume_main(argv)
     if not argv or argv[0].startswith("-"):
         if argv and argv[0] in ("-h", "--help"):
-            print(USAGE)
+            print(usage())
             tyro.cli(OnPolicyTrainArgs, args=["--help"], prog="bpo train PRESET")
             return 0
         return _fail(f"preset: missing; allowed: {sorted(PRESETS)}")
@@ -405,7 +412,7 @@ def _dispatch(argv: list[str]) -> int:
     if argv and argv[0] in ("train", "verify-variance"):
         enable_compile_cache()  # sweeps (and so reproductions) turn it on in each worker
     if not argv or argv[0] in ("-h", "--help"):
-        print(USAGE)
+        print(usage())
         return 0 if argv else 2
     if argv[0] in ("-V", "--version"):
         print(f"bpo {importlib.metadata.version('bpo')} ({code_version()})")

@@ -78,21 +78,37 @@ def _job_logs(out) -> str:
     return "".join(f"\n--- {p.name}:\n{p.read_text(errors='replace')}" for p in paths)
 
 
-def test_a_cancelled_job_is_reported_with_its_slurm_state_and_keeps_its_checkpoint(slurm_env, tmp_path):  # noqa: F811
-    """``scancel`` of a running job: no result will come, so the sweep reports the run failed with
-    the state Slurm gives it (CANCELLED), rather than waiting on it, and the checkpoint stays."""
+REQUEUE_RUN = "ShortCorridor-v0-short_corridor-bpo"  # 401 loop iterations, a checkpoint every 40
+
+
+def _start_requeue_sweep(partition: str, tmp_path):
+    """``REQUEUE_SWEEP_FILE``'s one run, submitted by a sweep process that follows it (its output a
+    pipe): (the process, the sweep file, the sweep folder, the run's checkpoint.json)."""
     sweep_file = tmp_path / "slurm_requeue.py"
-    sweep_file.write_text(REQUEUE_SWEEP_FILE.format(partition=slurm_env["partition"]))
-    out, run_id = tmp_path / "slurm", "ShortCorridor-v0-short_corridor-bpo"
-    info = out / ".checkpoints" / run_id / "checkpoint.json"
+    sweep_file.write_text(REQUEUE_SWEEP_FILE.format(partition=partition))
+    out = tmp_path / "slurm"
     proc = subprocess.Popen([sys.executable, "-m", "experiments.cli", "sweep", str(sweep_file), "--backend", "slurm",
                              "--out", str(out), "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
+    return proc, sweep_file, out, out / ".checkpoints" / REQUEUE_RUN / "checkpoint.json"
+
+
+def _wait_for(proc, out, condition, what: str) -> None:
+    """Until ``condition()``, while the sweep process lives, for 300 s at most."""
+    deadline = time.monotonic() + 300
+    while not condition():
+        assert proc.poll() is None, proc.stdout.read() + _job_logs(out)
+        assert time.monotonic() < deadline, f"no {what} after 300 s:\n{_job_logs(out)}"
+        time.sleep(0.1)
+
+
+def test_a_cancelled_job_is_reported_with_its_slurm_state_and_keeps_its_checkpoint(slurm_env, tmp_path):  # noqa: F811
+    """``scancel`` of a running job: no result will come, so the sweep reports the run failed with
+    the state Slurm gives it (CANCELLED), rather than waiting on it, and the checkpoint stays."""
+    proc, _, out, info = _start_requeue_sweep(slurm_env["partition"], tmp_path)
+    run_id = REQUEUE_RUN
     try:
-        deadline = time.monotonic() + 300
-        while not info.exists():
-            assert proc.poll() is None and time.monotonic() < deadline, _job_logs(out)
-            time.sleep(0.1)
+        _wait_for(proc, out, info.exists, "checkpoint")
         job_id = json.loads((out / ".slurm" / "jobs.json").read_text())[run_id]
         subprocess.run(["scancel", job_id], check=True, capture_output=True, timeout=60)
         output, _ = proc.communicate(timeout=300)
@@ -108,33 +124,20 @@ def test_a_requeued_or_preempted_job_continues_from_its_checkpoint(slurm_env, tm
     """``scontrol requeue`` of the running job, then, once it runs again and has checkpointed further,
     a preemption as submitit simulates one (SIGTERM, then SIGUSR2: submitit calls SlurmRun.checkpoint
     and requeues the job itself). The job finishes on its own, bit-identical to a local run."""
-    sweep_file = tmp_path / "slurm_requeue.py"
-    sweep_file.write_text(REQUEUE_SWEEP_FILE.format(partition=slurm_env["partition"]))
-    out, run_id = tmp_path / "slurm", "ShortCorridor-v0-short_corridor-bpo"
-    info = out / ".checkpoints" / run_id / "checkpoint.json"  # 401 loop iterations, a checkpoint every 40
+    proc, sweep_file, out, info = _start_requeue_sweep(slurm_env["partition"], tmp_path)
+    run_id = REQUEUE_RUN
 
-    def logs() -> str:
+    def logs() -> str:  # what the job printed (the .out files: submitit's lines and ours, once each)
         return "".join(p.read_text() for p in (out / ".slurm").glob("*/*_log.out"))
 
-    proc = subprocess.Popen([sys.executable, "-m", "experiments.cli", "sweep", str(sweep_file), "--backend", "slurm",
-                             "--out", str(out), "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
-
-    def wait_for(condition, what: str) -> None:
-        deadline = time.monotonic() + 300
-        while not condition():
-            assert proc.poll() is None, proc.stdout.read()
-            assert time.monotonic() < deadline, f"no {what} after 300 s:\n{logs()}"
-            time.sleep(0.1)
-
     try:
-        wait_for(info.exists, "checkpoint")
+        _wait_for(proc, out, info.exists, "checkpoint")
         job_id = json.loads((out / ".slurm" / "jobs.json").read_text())[run_id]
         requeue = subprocess.run(["scontrol", "requeue", job_id], capture_output=True, text=True, timeout=60)
         assert requeue.returncode == 0, requeue.stderr
-        wait_for(lambda: "continuing from checkpoint" in logs(), "second start")
+        _wait_for(proc, out, lambda: "continuing from checkpoint" in logs(), "second start")
         resumed_at = _iterations_done(info)
-        wait_for(lambda: _iterations_done(info) > resumed_at, "checkpoint after the second start")
+        _wait_for(proc, out, lambda: _iterations_done(info) > resumed_at, "checkpoint after the second start")
         for sig in ("SIGTERM", "USR2"):
             subprocess.run(["scancel", "--signal", sig, job_id], check=True, capture_output=True, timeout=60)
         output, _ = proc.communicate(timeout=600)

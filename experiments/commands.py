@@ -30,7 +30,7 @@ import tyro
 from bpo.config.schema import ConfigError
 from bpo.infra.results import ensure_writable_dir
 from bpo.infra.settings import validate_environment
-from experiments import launch, store
+from experiments import launch, progress, store
 from experiments.plotting import DEFAULT_PLOT, PlotOptions, plot_results
 from experiments.probe import probe_folder
 from experiments.reader import BadFile, Run, Skipped
@@ -59,7 +59,8 @@ class SweepArgs:
     out: Path | None = None
     """Results folder; default runs/NAME (git-ignored). The committed results: --out results/NAME."""
     dry_run: bool = False
-    """Print the runs, one line each (with their state: new, finished, redo), and exit."""
+    """Print the runs, one line each, with their state (finished, running, resumes, restarts, redo, new) and progress,
+    then the worker hours spent and an estimate of those left; write nothing, and exit."""
     wait: bool = True
     """slurm: follow the jobs until they end (--no-wait returns after submitting)."""
     progress: bool = True
@@ -124,9 +125,8 @@ def run_sweep(args: SweepArgs) -> tuple[int, Path | None]:
     if planned is None:
         return 2, None
     sweep, sweep_dir, specs = planned
-    states = _run_states(sweep_dir, specs)
     if args.dry_run:
-        _print_dry_run(specs, states, sweep_dir, args.group_rows)
+        _print_dry_run(progress.sweep_progress(sweep_dir, specs), sweep_dir, args.group_rows)
         return 0, sweep_dir
     # Staging leftovers of runs no process holds the lock of; Slurm jobs still queued may not have
     # taken theirs yet (and some cluster file systems keep locks per node), so not while they are.
@@ -134,7 +134,7 @@ def run_sweep(args: SweepArgs) -> tuple[int, Path | None]:
         store.clear_staging(sweep_dir)
     store.write_sweep_file(sweep_dir, sweep.name, specs)
     try:
-        outcome = _launch(args, sweep, sweep_dir, specs, states)
+        outcome = _launch(args, sweep, sweep_dir, specs)
     except ConfigError as e:  # the Slurm cluster refused the jobs: nothing was submitted
         print(f"error: {e}", file=sys.stderr)
         return 2, None
@@ -175,13 +175,6 @@ def _plan_sweep(args: SweepArgs) -> tuple[Sweep, Path, list[RunSpec]] | None:
         return None
 
 
-def _run_states(sweep_dir: Path, specs: list[RunSpec]) -> dict[str, str]:
-    """run id -> finished (kept), redo (its directory is there but holds no finished run of this
-    config: run again) or new."""
-    return {s.run_id: ("finished" if store.is_finished(sweep_dir, s) else
-                       "redo" if (sweep_dir / s.run_id).exists() else "new") for s in specs}
-
-
 def _programs_line(specs: list[RunSpec]) -> str:
     groups = launch.group_specs(specs)
     shared = sum(len(g) > 1 for g in groups)
@@ -189,23 +182,28 @@ def _programs_line(specs: list[RunSpec]) -> str:
             "differ only in traced hyperparameters)")
 
 
-def _print_dry_run(specs: list[RunSpec], states: dict[str, str], sweep_dir: Path, group_rows: bool) -> None:
-    """``--dry-run``: one line per run (state, id, algorithm, seeds, budget, overrides), a total and
-    with ``--group-rows`` the number of programs."""
-    for s in specs:
-        cfg = s.config()
+def _print_dry_run(runs: list[progress.RunProgress], sweep_dir: Path, group_rows: bool) -> None:
+    """``--dry-run``: one line per run (state, id, algorithm, seeds, budget, overrides, progress), a
+    total, the worker time spent and left (``experiments.progress``) and with ``--group-rows`` the
+    number of programs."""
+    for run in runs:
+        cfg = run.spec.config()
         budget = f"{cfg.total_timesteps} steps" if hasattr(cfg, "total_timesteps") else f"{cfg.episodes} episodes"
-        overrides = " ".join(f"{k}={v}" for k, v in s.overrides)
-        print(f"{states[s.run_id]:>8}  {s.run_id}  [{cfg.algo}, {cfg.seeds} seeds, {budget}] {overrides}".rstrip())
-    print(f"{len(specs)} runs, {sum(v == 'finished' for v in states.values())} finished -> {sweep_dir}")
+        overrides = " ".join(f"{k}={v}" for k, v in run.spec.overrides)
+        print(f"{run.state:>8}  {run.spec.run_id}  [{cfg.algo}, {cfg.seeds} seeds, {budget}] {overrides}".rstrip()
+              + (f"  {run.detail()}" if run.detail() else ""))
+    counts = {state: sum(r.state == state for r in runs) for state in ("finished", "running", "resumes")}
+    print(f"{len(runs)} runs, {counts['finished']} finished, {counts['running']} running, {counts['resumes']} to "
+          f"resume from a checkpoint -> {sweep_dir}")
+    print(progress.time_line(runs))
     if group_rows:
-        print(_programs_line(specs))
+        print(_programs_line([r.spec for r in runs]))
 
 
 def _launch(args: SweepArgs, sweep: Sweep, sweep_dir: Path, specs: list[RunSpec],
-            states: dict[str, str]) -> launch.Outcome:
+) -> launch.Outcome:
     """Run the sweep's unfinished runs on the chosen backend; what became of them."""
-    todo = [s for s in specs if states[s.run_id] != "finished"]
+    todo = [s for s in specs if not store.is_finished(sweep_dir, s)]
     if args.backend == "slurm":  # a job of an earlier submission still queued or running will do its run
         in_flight = launch.slurm_in_flight(sweep_dir)
         todo = [s for s in todo if s.run_id not in in_flight]

@@ -6,6 +6,7 @@ its plot and table) with its default output folder under runs/."""
 import csv
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -135,7 +136,9 @@ def test_cli_rejects_bad_sweeps_before_running(tmp_path, capsys):
     assert not any(tmp_path.iterdir())  # nothing was written
     assert main(["sweep", "table1", "--dry-run", "--out", str(tmp_path / "t1")]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
-    assert len(lines) == 26 and lines[-1].startswith("25 runs, 0 finished")
+    assert len(lines) == 27 and lines[-2].startswith("25 runs, 0 finished, 0 running")
+    assert lines[-1] == "worker time: 0.00 h in the finished runs, 0.00 h in the unfinished ones' checkpoints; left: " \
+                        "25 runs, none with a finished run like it to measure by"
     assert "HalfCheetah-v5-mujoco_default-ppo" in lines[0] and "10 seeds, 1500000 steps" in lines[0]
     # Grouped, Table 1 is 15 programs: per column PPO, the three per-decision BPO rows, the traj row.
     assert main(["sweep", "table1", "--set", "backend=threads", "--group-rows", "--dry-run", "--out",
@@ -276,6 +279,12 @@ def _sweep_cmd(out: Path, episodes: str) -> list[str]:
             "--workers", "1", "--no-progress", "--out", str(out)]
 
 
+def _dry_run_line(cmd: list[str], run_id: str) -> str:
+    """The line of ``run_id`` in the dry run of the sweep ``cmd`` starts."""
+    dry = subprocess.run([*cmd, "--dry-run"], capture_output=True, text=True, timeout=120, check=True)
+    return next(line for line in dry.stdout.splitlines() if f"  {run_id}  " in line)
+
+
 def test_a_sweep_killed_with_sigkill_takes_its_worker_with_it(tmp_path):
     out = tmp_path / "sweep"
     proc = subprocess.Popen(_sweep_cmd(out, "3000"), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -305,6 +314,7 @@ def test_a_signal_stops_a_sweep_with_checkpoints_and_a_rerun_completes_it(tmp_pa
     try:
         # The signal comes once the first run has written a checkpoint (201 loop iterations, a checkpoint every 20).
         _wait_for((out / store.CHECKPOINTS / long_run / "checkpoint.json").exists, proc, 180, "checkpoint")
+        assert _dry_run_line(cmd, long_run).startswith(f" running  {long_run}  ")  # its worker holds its lock
         workers = _children(proc.pid)
         assert len(workers) == 1
         start = time.monotonic()
@@ -324,6 +334,10 @@ def test_a_signal_stops_a_sweep_with_checkpoints_and_a_rerun_completes_it(tmp_pa
     assert not (out / long_run).exists() and not (out / short_run).exists()  # the second run never started
     index = json.loads((out / "index.json").read_text())
     assert sorted((e["run_id"], e["status"]) for e in index["runs"]) == [(long_run, "pending"), (short_run, "pending")]
+    assert re.search(r"eval_episodes=2  \d+/201 loop iterations at its last checkpoint \(0\.\d\d h\)$",
+                     _dry_run_line(cmd, long_run))
+    assert _dry_run_line(cmd, long_run).startswith(f" resumes  {long_run}  ")
+    assert _dry_run_line(cmd, short_run).startswith(f"     new  {short_run}  ")
     if sig == signal.SIGINT:
         return  # the rest is the same for both signals
 

@@ -150,7 +150,8 @@ def save(runner: Runner, cfg: TrainConfig, directory: Path, done: int, checkpoin
     ckpt.raise_if_non_finite({}, 0, runner.unit, directory if ckpt.exists(directory) else None, check,
                              state_at=done)
     info = {"iterations_done": done, "iterations": runner.n_iterations, "checkpoint_every": checkpoint_every,
-            "unit": runner.unit, **runner.checkpoint_info, **(extra_info or {})}
+            "unit": runner.unit, "iteration_name": runner.iteration_name, **runner.checkpoint_info,
+            **(extra_info or {})}
     try:
         kept = {POINTS: points or {}, **({CLOCK: np.asarray(clock, np.float64)} if clock is not None else {})}
         ckpt.save(directory, state, {**extra, **kept}, info, cfg)

@@ -1,0 +1,136 @@
+"""Where a sweep stands: each run's state and progress, and the worker time spent and left.
+
+``bpo sweep NAME --out DIR --dry-run`` prints this, so a campaign of many sessions (Table 1 at the
+paper's budget) is followed by one command instead of by reading checkpoint files. Reading it
+writes nothing: a run's lock is only looked at (``store.run_is_locked``, under the folder's lock
+as the index does), and a checkpoint's progress is the one saved with its state.
+
+The remainder is an estimate from measured rates: each unfinished run's budget still to do, at the
+worker wall time per unit of budget of the sweep's finished runs like it (same algorithm, budget
+unit and seeds; the same environment and preset where there are such runs). Wall times depend on
+the machine and on what else it ran, so the estimate is as good as the finished runs are alike.
+The checkpoints of ``--group-rows`` programs (kept per program, not per run) are not read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from bpo.infra import checkpoint as ckpt
+from bpo.training.job import checkpoint_mismatch
+from bpo.training.run_output import default_seed_chunk
+from experiments import reader, store
+from experiments.sweep import RunSpec
+
+
+@dataclass(frozen=True)
+class RunProgress:
+    """One run of a sweep folder.
+
+    state: finished | running (a process holds its lock) | resumes (a checkpoint of this run is
+    there, to continue from) | restarts (a checkpoint is there that cannot continue it: ``why``) |
+    redo (its directory holds no finished run of this config) | new.
+    done, total, iteration: the iterations done at the last checkpoint and the run's total (None
+    without one); ``iteration``: what an iteration is (an update, a loop iteration of the program).
+    wall_s: worker wall time, the whole run's when finished, else up to the last checkpoint."""
+
+    spec: RunSpec
+    state: str
+    done: int | None = None
+    total: int | None = None
+    iteration: str = "iteration"
+    wall_s: float | None = None
+    why: str = ""
+
+    @property
+    def fraction_done(self) -> float:
+        return 1.0 if self.state == "finished" else (self.done / self.total if self.done and self.total else 0.0)
+
+    def detail(self) -> str:
+        """What the dry run prints after the run's id and config."""
+        if self.state == "finished":
+            return f"{self.wall_s / 3600:.2f} h" if self.wall_s is not None else ""
+        if self.state == "restarts":
+            return f"its checkpoint is not used: {self.why}"
+        if self.done is None:
+            return "no checkpoint yet" if self.state == "running" else ""
+        return (f"{self.done}/{self.total} {self.iteration}s at its last checkpoint"
+                + (f" ({self.wall_s / 3600:.2f} h)" if self.wall_s is not None else ""))
+
+
+def _kind(spec: RunSpec) -> tuple[str, str, int, int]:
+    """(algorithm, budget unit, budget, seeds): environment steps, or episodes for episodic presets."""
+    cfg = spec.config()
+    if hasattr(cfg, "total_timesteps"):
+        return cfg.algo, "steps", cfg.total_timesteps, cfg.seeds
+    return cfg.algo, "episodes", cfg.episodes, cfg.seeds
+
+
+def _checkpoint_progress(sweep_dir: Path, spec: RunSpec) -> dict:
+    """The fields of ``RunProgress`` that the run's checkpoint gives, if it has one."""
+    directory = Path(sweep_dir) / store.CHECKPOINTS / spec.run_id
+    if not ckpt.exists(directory):
+        return {}
+    why = checkpoint_mismatch(directory, spec.config(), default_seed_chunk())
+    if why:
+        return {"why": why}
+    info = ckpt.read_info(directory)
+    wall = (info.get("elapsed") or {}).get("wall_time_s")
+    return {"done": info["iterations_done"], "total": info.get("iterations"),
+            "iteration": info.get("iteration_name", "iteration"),
+            "wall_s": float(wall) if isinstance(wall, (int, float)) else None}
+
+
+def run_progress(sweep_dir: Path, spec: RunSpec, locked: bool) -> RunProgress:
+    """The run's state (``RunProgress``); ``locked``: whether a process holds its lock."""
+    if store.is_finished(sweep_dir, spec):
+        return RunProgress(spec, "finished", wall_s=reader.read_summary(Path(sweep_dir) / spec.run_id)["wall_time_s"])
+    found = _checkpoint_progress(sweep_dir, spec)
+    state = ("running" if locked else "restarts" if "why" in found else "resumes" if found else
+             "redo" if (Path(sweep_dir) / spec.run_id).exists() else "new")
+    return RunProgress(spec, state, **found)
+
+
+def sweep_progress(sweep_dir: Path, specs: list[RunSpec]) -> list[RunProgress]:
+    """Every run's ``RunProgress``, in the order of ``specs``; the locks are read under the folder's
+    lock, so that no sweep starting a run takes the look for a holder (``store.try_lock_run``)."""
+    if not Path(sweep_dir).is_dir():
+        return [RunProgress(s, "new") for s in specs]
+    with store.folder_lock(sweep_dir):
+        locked = {s.run_id: store.run_is_locked(sweep_dir, s.run_id) for s in specs}
+    return [run_progress(sweep_dir, s, locked[s.run_id]) for s in specs]
+
+
+def _rate(run: RunProgress, finished: list[RunProgress], kinds: dict[str, tuple]) -> float | None:
+    """Worker seconds per unit of budget of the finished runs like ``run`` (module docstring)."""
+    algo, unit, _, seeds = kinds[run.spec.run_id]
+    like = [f for f in finished if f.wall_s is not None and kinds[f.spec.run_id][:2] == (algo, unit)
+            and kinds[f.spec.run_id][3] == seeds]
+    basis = [f for f in like if (f.spec.env, f.spec.preset) == (run.spec.env, run.spec.preset)] or like
+    if not basis:
+        return None
+    return sum(f.wall_s for f in basis) / sum(kinds[f.spec.run_id][2] for f in basis)
+
+
+def time_line(runs: list[RunProgress]) -> str:
+    """Worker hours spent (finished runs, and unfinished runs up to their checkpoints) and left."""
+    kinds = {r.spec.run_id: _kind(r.spec) for r in runs}
+    finished = [r for r in runs if r.state == "finished"]
+    left = [r for r in runs if r.state != "finished"]
+    spent = sum(r.wall_s or 0.0 for r in finished)
+    partial = sum(r.wall_s or 0.0 for r in left if r.done is not None)
+    rates = {r.spec.run_id: _rate(r, finished, kinds) for r in left}
+    estimate = sum(rates[r.spec.run_id] * kinds[r.spec.run_id][2] * (1 - r.fraction_done)
+                   for r in left if rates[r.spec.run_id] is not None)
+    unmeasured = sum(v is None for v in rates.values())
+    line = f"worker time: {spent / 3600:.2f} h in the finished runs, {partial / 3600:.2f} h in the unfinished " \
+           f"ones' checkpoints"
+    measured = len(left) - unmeasured
+    if measured:
+        line += f"; left, at the finished runs' measured rates: about {estimate / 3600:.1f} h"
+        line += f" for {measured} runs, and {unmeasured} without a finished run like them to measure by" \
+            if unmeasured else ""
+    elif left:
+        line += f"; left: {len(left)} runs, none with a finished run like it to measure by"
+    return line

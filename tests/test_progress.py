@@ -1,0 +1,79 @@
+"""`bpo sweep --dry-run` on a folder in use: each run's state and progress, and the worker time
+spent and left, against a hand computation. The checkpoints are written by the checkpoint writer
+itself (only their progress is read), the lock is a real flock, and the finished runs are published
+by the store, each with a known wall time."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from bpo.infra import checkpoint as ckpt
+from bpo.training.run_output import default_seed_chunk
+from experiments import store
+from experiments.cli import main
+from experiments.sweep import expand, load_sweep
+
+from synthetic_results import fake_run
+
+SWEEP = """from experiments.sweep import Grid, Sweep
+
+FIXED = (("eval_every", 10), ("eval_episodes", 3))
+SWEEP = Sweep(name="progress", grids=(
+    Grid(preset="short_corridor", variants=("reinforce",), grid=(("episodes", (20, 40, 60, 80, 100)),), fixed=FIXED,
+         seeds=2),
+    Grid(preset="short_corridor", variants=("reinforce",), fixed=(("episodes", 20), *FIXED), seeds=3),
+))
+"""
+
+
+def _listing(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+def _checkpoint(sweep_dir: Path, run_id: str, config, done: int, total: int, wall_s: float) -> None:
+    info = {"iterations_done": done, "iterations": total, "checkpoint_every": 1, "unit": "episode",
+            "iteration_name": "loop iteration",
+            "elapsed": {"wall_time_s": wall_s}, "seed_chunk": default_seed_chunk()}
+    ckpt.save(sweep_dir / store.CHECKPOINTS / run_id, {"x": np.zeros(2)}, {}, info, config)
+
+
+def test_a_dry_run_says_where_each_run_stands_and_the_worker_time_spent_and_left(tmp_path, capsys):
+    sweep_file = tmp_path / "progress_sweep.py"
+    sweep_file.write_text(SWEEP)
+    out = tmp_path / "out"
+    out.mkdir()
+    specs = expand(load_sweep(str(sweep_file)))
+    finished, resumes, restarts, running, redo, other_seeds = specs
+    store.write_sweep_file(out, "progress", specs)
+    store.publish(out, finished, lambda d: fake_run(d, finished.config(), [1.0, 2.0]))
+    summary = out / finished.run_id / "summary.json"
+    summary.write_text(json.dumps({**json.loads(summary.read_text()), "wall_time_s": 36000.0}))
+    _checkpoint(out, resumes.run_id, resumes.config(), 3, 4, 7200.0)
+    _checkpoint(out, restarts.run_id, finished.config(), 1, 4, 60.0)  # another run's: not continued
+    (out / redo.run_id).mkdir()  # a directory without a finished run in it
+    lock = store.try_lock_run(out, running.run_id)
+    try:
+        before = _listing(out)
+        assert main(["sweep", str(sweep_file), "--out", str(out), "--dry-run"]) == 0
+        assert _listing(out) == before  # a dry run writes nothing
+    finally:
+        lock.release()
+    lines = capsys.readouterr().out.strip().splitlines()
+    state = {line.split()[1]: line for line in lines[:6]}
+    assert state[finished.run_id].startswith("finished  ")
+    assert state[finished.run_id].endswith("eval_episodes=3  10.00 h")
+    assert state[resumes.run_id].startswith(" resumes  ")
+    assert state[resumes.run_id].endswith("eval_episodes=3  3/4 loop iterations at its last checkpoint (2.00 h)")
+    assert state[restarts.run_id].startswith("restarts  ")
+    assert state[restarts.run_id].endswith("its checkpoint is not used: the checkpoint was written by a different "
+                                           "configuration")
+    assert state[running.run_id].startswith(" running  ")
+    assert state[running.run_id].endswith("eval_episodes=3  no checkpoint yet")
+    assert state[redo.run_id].startswith("    redo  ") and state[other_seeds.run_id].startswith("     new  ")
+    assert lines[6] == f"6 runs, 1 finished, 1 running, 1 to resume from a checkpoint -> {out}"
+    # Left, at the finished run's 36000 s / 20 episodes = 1800 s an episode (the seeds=3 run has no
+    # finished run like it): 40 x 1/4 + 60 + 80 + 100 episodes = 250 episodes, 450000 s = 125.0 h.
+    assert lines[7] == ("worker time: 10.00 h in the finished runs, 2.00 h in the unfinished ones' checkpoints; "
+                        "left, at the finished runs' measured rates: about 125.0 h for 4 runs, and 1 without a "
+                        "finished run like them to measure by")

@@ -197,6 +197,29 @@ def _assert_current_summaries_of_one_code_version(where, run_dirs: list[Path]) -
     return summaries
 
 
+CAMPAIGN_TABLE = {f"{stem}.{ext}" for stem in ("curves", "iqm", "optimality_gap", "performance_profile",
+                                               "probability_of_improvement") for ext in ("png", "pdf")} | {
+    "table1.md", "table1.tex", "table1.json", "aggregates.json"}
+"""What `bpo table` and `bpo plot` write into a campaign's folder once one of its columns is whole."""
+
+
+def _assert_campaign_folder(folder: Path) -> None:
+    """A campaign before its last cell (results/table1/PROGRESS.md): its progress page, its own
+    finished cells of one code version, and either no table or the table and curves of exactly
+    those cells (remade with each finished column, not left from fewer cells)."""
+    cells = [p for p in folder.iterdir() if p.is_dir()]
+    files = {p.name for p in folder.iterdir() if not p.is_dir()}
+    assert files in ({"PROGRESS.md"}, {"PROGRESS.md"} | CAMPAIGN_TABLE), (folder.name, files)
+    assert {p.name for p in cells} <= {spec.run_id for spec in expand(load_sweep(folder.name))}, folder.name
+    for cell, summary in zip(cells, _assert_current_summaries_of_one_code_version(folder.name, cells), strict=True):
+        assert len(summary["final_eval_returns"]) == summary["seeds"], cell.name
+    if "table1.json" in files:
+        cells_in_table = {(c["env"], c["preset"], c["row"]): c["values"]
+                          for c in json.loads((folder / "table1.json").read_text())["cells"]}
+        assert cells_in_table == {(r["env"], r["preset"], r["row"]): r["final_eval_returns"]
+                                  for r in build_index(folder)["runs"]}, folder.name
+
+
 def test_every_committed_run_has_the_current_summary_and_one_code_version_per_folder():
     folders = sorted(p.parent for p in (ROOT / "results").glob("*/sweep.json"))
     assert {f.name for f in folders} >= {"fig2", "classic", "table1_small", "mujoco_small"}
@@ -212,12 +235,8 @@ def test_every_committed_run_has_the_current_summary_and_one_code_version_per_fo
     assert {p.name for p in (ROOT / "results").iterdir()} == ({f.name for f in folders} | {"variance",
                                                                                         "authors_reference"}
                                                                 | campaigns)
-    for name in campaigns - {f.name for f in folders}:  # before its table: the progress page and finished cells
-        cells = [p for p in (ROOT / "results" / name).iterdir() if p.name != "PROGRESS.md"]
-        assert all(p.is_dir() for p in cells), name
-        assert {p.name for p in cells} <= {spec.run_id for spec in expand(load_sweep(name))}, name  # its own runs
-        for cell, summary in zip(cells, _assert_current_summaries_of_one_code_version(name, cells), strict=True):
-            assert len(summary["final_eval_returns"]) == summary["seeds"], cell.name
+    for name in campaigns - {f.name for f in folders}:  # before its last cell: see _assert_campaign_folder
+        _assert_campaign_folder(ROOT / "results" / name)
     reference = ROOT / "results" / "authors_reference"
     for path in (p for p in reference.rglob("*") if p.is_file()):
         name = path.relative_to(reference).as_posix()

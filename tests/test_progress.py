@@ -77,3 +77,9 @@ def test_a_dry_run_says_where_each_run_stands_and_the_worker_time_spent_and_left
     assert lines[7] == ("worker time: 10.00 h in the finished runs, 2.00 h in the unfinished ones' checkpoints; "
                         "left, at the finished runs' measured rates: about 125.0 h for 4 runs, and 1 without a "
                         "finished run like them to measure by")
+    # A damaged checkpoint is not half-read: the run starts over, and the dry run says so and why.
+    (out / store.CHECKPOINTS / resumes.run_id / ckpt.STATE_FILE).write_bytes(b"\x00 not msgpack")
+    assert main(["sweep", str(sweep_file), "--out", str(out), "--dry-run"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if f"  {resumes.run_id}  " in x)
+    assert line.startswith("restarts  ") and "its checkpoint is not used: checkpoint: " in line
+    assert "cannot be used" in line

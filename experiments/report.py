@@ -120,13 +120,22 @@ def variance_block(results: Path) -> str:
             + (folder / "table.md").read_text())
 
 
-def headline_block(results: Path) -> str:
-    """Our headline cells beside the paper's Table 1 cell for the same column: means with SDs on
-    both sides (the paper's ± is an SD over 10 runs), and Welch's two-sided test of ours against
-    the paper's from those summary statistics."""
-    folder = results / "headline"
+VS_PAPER = {"headline": "*Not made yet: `bpo reproduce headline --out results/headline`.*\n",
+            "table1": "*No column finished yet: the campaign's progress is in "
+                      "[results/table1/PROGRESS.md](../results/table1/PROGRESS.md).*\n"}
+"""The folders whose cells are set beside the paper's (block ``NAME-vs-paper``), and what the block
+says before the folder has a table: the headline, and the Table 1 campaign, tabulated column by
+column as its columns finish (``bpo table results/table1``)."""
+
+
+def vs_paper_block(results: Path, name: str) -> str:
+    """A folder's cells beside the paper's Table 1 cells for the same columns: means with SDs on
+    both sides (the paper's ± is an SD over 10 runs), Welch's two-sided test of ours against the
+    paper's from those summary statistics, and each row against the baseline in our runs
+    (``verdict_lines``: n, p, the interval of the difference, the power to see the paper's gap)."""
+    folder = results / name
     if not (folder / "table1.json").is_file():
-        return "*Not made yet: `bpo reproduce headline --out results/headline`.*\n"
+        return VS_PAPER[name]
     cells, data = read_cells(folder)
     # table.against_paper's tests, as the table wrote them: the block reads them, not computes them again
     vs_paper = {((c["env"], c["preset"]), c["row"]): c for c in data.get("against_paper", {}).get("cells", [])}
@@ -346,15 +355,16 @@ def _line(line: str | None, made_by: str) -> str:
 
 def blocks(results: Path) -> dict[str, Callable[[], str]]:
     """Block name -> its text: ``glance`` (every result's line), ``NAME`` (a sweep folder's table),
-    ``line-NAME`` (its line alone), ``headline-vs-paper``, ``NAME-summary`` and ``line-NAME-summary``
-    for each probe of ``PROBES`` (its ratios), ``a2c-reference``, ``authors-verdict`` (the headline
-    cell five ways, ``experiments.authors_verdict``), ``variance`` and ``line-variance``."""
+    ``line-NAME`` (its line alone), ``NAME-vs-paper`` for each folder of ``VS_PAPER``,
+    ``NAME-summary`` and ``line-NAME-summary`` for each probe of ``PROBES`` (its ratios),
+    ``a2c-reference``, ``authors-verdict`` (the headline cell five ways,
+    ``experiments.authors_verdict``), ``variance`` and ``line-variance``."""
     return {
         "glance": lambda: glance_block(results),
         **{name: (lambda n=name: sweep_block(results, n)) for name in SWEEPS},
         **{f"line-{name}": (lambda n=name: _line(_glance_sweep(results, n, link=False),
                                                  f"bpo reproduce {n} --out results/{n}")) for name in SWEEPS},
-        "headline-vs-paper": lambda: headline_block(results),
+        **{f"{name}-vs-paper": (lambda n=name: vs_paper_block(results, n)) for name in VS_PAPER},
         **{f"{name}-summary": (lambda n=name: probe_block(results, n)) for name in PROBES},
         **{f"line-{name}-summary": (lambda n=name: _line(_glance_probe(results, link=False, name=n),
                                                          f"bpo reproduce {PROBE} --out results/{PROBE}"))

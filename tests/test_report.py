@@ -125,6 +125,25 @@ def test_headline_block_puts_ours_beside_the_papers_cell(headline_results):
         assert _row(text, label, "PPO")[3] == "–"
 
 
+def test_the_table1_campaign_block_waits_for_a_column_then_sets_it_beside_the_paper(tmp_path):
+    results = tmp_path / "results"
+    page = "<!-- results:table1-vs-paper -->\n<!-- /results -->\n"
+    assert "No column finished yet" in render(page, results)
+    prov = {(*HC, v): provenance_record("feedc0de") for v in FINALS[HC]}
+    synthetic_results(results / "table1", {HC: FINALS[HC]}, prov)
+    assert main(["table", str(results / "table1"), "--bootstrap-reps", "200"]) == 0
+    text = render(page, results)
+    ppo, bpo = FINALS[HC]["ppo"], FINALS[HC]["bpo_c1.0_rho1.5"]
+    paper = PAPER_TABLE1[HC]["bpo_c1.0_rho1.5"]
+    cells = _row(text, "HalfCheetah-v5 (default)", "BPO (c̄, ρ̄ = 1.0, 1.5)")
+    assert cells[4] == f"{paper[0]} (SD {paper[1]})" and cells[5] == f"{bpo.mean() - paper[0]:+.0f}"
+    # The verdict line: the difference from PPO and its Welch interval, as scipy gives them.
+    diff = bpo.mean() - ppo.mean()
+    interval = stats.ttest_ind(bpo, ppo, equal_var=False).confidence_interval(0.95)
+    verdict = [line for line in text.splitlines() if line.startswith("| HalfCheetah-v5 (default) | BPO")][-1]
+    assert f"| {diff:+.0f} [{interval.low:+.0f}, {interval.high:+.0f}] |" in verdict and "code feedc0de" in text
+
+
 def test_report_rewrites_drifted_blocks_and_check_fails_until_then(headline_results, tmp_path, capsys):
     root = tmp_path / "repo"
     (root / "docs").mkdir(parents=True)

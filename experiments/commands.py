@@ -126,7 +126,7 @@ def run_sweep(args: SweepArgs) -> tuple[int, Path | None]:
         return 2, None
     sweep, sweep_dir, specs = planned
     if args.dry_run:
-        _print_dry_run(progress.sweep_progress(sweep_dir, specs), sweep_dir, args.group_rows)
+        _print_dry_run(progress.sweep_progress(sweep_dir, specs, args.group_rows), sweep_dir, args.group_rows)
         return 0, sweep_dir
     # Staging leftovers of runs no process holds the lock of; Slurm jobs still queued may not have
     # taken theirs yet (and some cluster file systems keep locks per node), so not while they are.

@@ -9,7 +9,8 @@ The remainder is an estimate from measured rates: each unfinished run's budget s
 worker wall time per unit of budget of the sweep's finished runs like it (same algorithm, budget
 unit and seeds; the same environment and preset where there are such runs). Wall times depend on
 the machine and on what else it ran, so the estimate is as good as the finished runs are alike.
-The checkpoints of ``--group-rows`` programs (kept per program, not per run) are not read.
+With ``--group-rows`` a run's progress is its group's checkpoint's, and a finished run of a group
+records its group's wall time, so the estimate made from such runs is an upper bound.
 """
 
 from __future__ import annotations
@@ -17,10 +18,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from bpo.config.schema import replace
 from bpo.infra import checkpoint as ckpt
 from bpo.training.job import checkpoint_mismatch
 from bpo.training.run_output import default_seed_chunk
-from experiments import reader, store
+from experiments import launch, reader, store
 from experiments.sweep import RunSpec
 
 
@@ -33,7 +35,9 @@ class RunProgress:
     redo (its directory holds no finished run of this config) | new.
     done, total, iteration: the iterations done at the last checkpoint and the run's total (None
     without one); ``iteration``: what an iteration is (an update, a loop iteration of the program).
-    wall_s: worker wall time, the whole run's when finished, else up to the last checkpoint."""
+    wall_s: worker wall time, the whole run's when finished, else up to the last checkpoint.
+    checkpoint: the folder the progress was read from; shared: how many runs train in one program
+    with this one and share that checkpoint (``--group-rows``), else 1."""
 
     spec: RunSpec
     state: str
@@ -42,6 +46,8 @@ class RunProgress:
     iteration: str = "iteration"
     wall_s: float | None = None
     why: str = ""
+    checkpoint: Path | None = None
+    shared: int = 1
 
     @property
     def fraction_done(self) -> float:
@@ -55,7 +61,8 @@ class RunProgress:
             return f"its checkpoint is not used: {self.why}"
         if self.done is None:
             return "no checkpoint yet" if self.state == "running" else ""
-        return (f"{self.done}/{self.total} {self.iteration}s at its last checkpoint"
+        whose = "its" if self.shared == 1 else f"its group's ({self.shared} runs in one program)"
+        return (f"{self.done}/{self.total} {self.iteration}s at {whose} last checkpoint"
                 + (f" ({self.wall_s / 3600:.2f} h)" if self.wall_s is not None else ""))
 
 
@@ -67,39 +74,59 @@ def _kind(spec: RunSpec) -> tuple[str, str, int, int]:
     return cfg.algo, "episodes", cfg.episodes, cfg.seeds
 
 
-def _checkpoint_progress(sweep_dir: Path, spec: RunSpec) -> dict:
-    """The fields of ``RunProgress`` that the run's checkpoint gives, if it has one."""
-    directory = Path(sweep_dir) / store.CHECKPOINTS / spec.run_id
+def _checkpoint_progress(directory: Path, config) -> dict:
+    """The fields of ``RunProgress`` that the checkpoint in ``directory`` of a run (or group of
+    runs) of ``config`` gives, if there is one."""
     if not ckpt.exists(directory):
         return {}
-    why = checkpoint_mismatch(directory, spec.config(), default_seed_chunk())
+    why = checkpoint_mismatch(directory, config, default_seed_chunk())
     if why:
         return {"why": why}
     info = ckpt.read_info(directory)
     wall = (info.get("elapsed") or {}).get("wall_time_s")
     return {"done": info["iterations_done"], "total": info.get("iterations"),
-            "iteration": info.get("iteration_name", "iteration"),
+            "iteration": info.get("iteration_name", "iteration"), "checkpoint": directory,
             "wall_s": float(wall) if isinstance(wall, (int, float)) else None}
 
 
-def run_progress(sweep_dir: Path, spec: RunSpec, locked: bool) -> RunProgress:
-    """The run's state (``RunProgress``); ``locked``: whether a process holds its lock."""
-    if store.is_finished(sweep_dir, spec):
-        return RunProgress(spec, "finished", wall_s=reader.read_summary(Path(sweep_dir) / spec.run_id)["wall_time_s"])
-    found = _checkpoint_progress(sweep_dir, spec)
-    state = ("running" if locked else "restarts" if "why" in found else "resumes" if found else
-             "redo" if (Path(sweep_dir) / spec.run_id).exists() else "new")
-    return RunProgress(spec, state, **found)
+def _checkpoints(sweep_dir: Path, unfinished: list[RunSpec], group_rows: bool) -> dict[str, tuple[Path, object, int]]:
+    """run id -> (the checkpoint folder its worker would continue from, the config that folder's
+    checkpoint must hold, the runs sharing it): the run's own, or with ``group_rows`` its group's
+    (``launch.group_checkpoint_dir``: the first row's config with every row's seeds)."""
+    groups = launch.group_specs(unfinished) if group_rows else [[s] for s in unfinished]
+    found = {}
+    for group in groups:
+        config = group[0].config()
+        if len(group) > 1:
+            config = replace(config, seeds=sum(s.seeds for s in group))
+        for spec in group:
+            found[spec.run_id] = (launch.group_checkpoint_dir(sweep_dir, group), config, len(group))
+    return found
 
 
-def sweep_progress(sweep_dir: Path, specs: list[RunSpec]) -> list[RunProgress]:
-    """Every run's ``RunProgress``, in the order of ``specs``; the locks are read under the folder's
-    lock, so that no sweep starting a run takes the look for a holder (``store.try_lock_run``)."""
-    if not Path(sweep_dir).is_dir():
+def sweep_progress(sweep_dir: Path, specs: list[RunSpec], group_rows: bool = False) -> list[RunProgress]:
+    """Every run's ``RunProgress``, in the order of ``specs`` (``group_rows``: as ``bpo sweep
+    --group-rows`` would run them). The locks are read under the folder's lock, so that no sweep
+    starting a run takes the look for a holder (``store.try_lock_run``)."""
+    sweep_dir = Path(sweep_dir)
+    if not sweep_dir.is_dir():
         return [RunProgress(s, "new") for s in specs]
     with store.folder_lock(sweep_dir):
         locked = {s.run_id: store.run_is_locked(sweep_dir, s.run_id) for s in specs}
-    return [run_progress(sweep_dir, s, locked[s.run_id]) for s in specs]
+    finished = {s.run_id: RunProgress(s, "finished", wall_s=reader.read_summary(sweep_dir / s.run_id)["wall_time_s"])
+                for s in specs if store.is_finished(sweep_dir, s)}
+    checkpoints = _checkpoints(sweep_dir, [s for s in specs if s.run_id not in finished], group_rows)
+    runs = []
+    for spec in specs:
+        if spec.run_id in finished:
+            runs.append(finished[spec.run_id])
+            continue
+        folder, config, shared = checkpoints[spec.run_id]
+        found = _checkpoint_progress(folder, config)
+        state = ("running" if locked[spec.run_id] else "restarts" if "why" in found else "resumes" if found else
+                 "redo" if (sweep_dir / spec.run_id).exists() else "new")
+        runs.append(RunProgress(spec, state, shared=shared, **found))
+    return runs
 
 
 def _rate(run: RunProgress, finished: list[RunProgress], kinds: dict[str, tuple]) -> float | None:
@@ -119,7 +146,7 @@ def time_line(runs: list[RunProgress]) -> str:
     finished = [r for r in runs if r.state == "finished"]
     left = [r for r in runs if r.state != "finished"]
     spent = sum(r.wall_s or 0.0 for r in finished)
-    partial = sum(r.wall_s or 0.0 for r in left if r.done is not None)
+    partial = sum({r.checkpoint: r.wall_s or 0.0 for r in left if r.done is not None}.values())  # a group's once
     rates = {r.spec.run_id: _rate(r, finished, kinds) for r in left}
     estimate = sum(rates[r.spec.run_id] * kinds[r.spec.run_id][2] * (1 - r.fraction_done)
                    for r in left if rates[r.spec.run_id] is not None)

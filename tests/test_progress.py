@@ -8,10 +8,12 @@ from pathlib import Path
 
 import numpy as np
 
+from bpo.config.schema import replace
 from bpo.infra import checkpoint as ckpt
 from bpo.training.run_output import default_seed_chunk
-from experiments import store
+from experiments import launch, store
 from experiments.cli import main
+from experiments.commands import SweepArgs, build_sweep
 from experiments.sweep import expand, load_sweep
 
 from synthetic_results import fake_run
@@ -83,3 +85,24 @@ def test_a_dry_run_says_where_each_run_stands_and_the_worker_time_spent_and_left
     line = next(x for x in capsys.readouterr().out.splitlines() if f"  {resumes.run_id}  " in x)
     assert line.startswith("restarts  ") and "its checkpoint is not used: checkpoint: " in line
     assert "cannot be used" in line
+
+
+def test_with_group_rows_a_run_s_progress_is_its_group_s_checkpoint_counted_once(tmp_path, capsys):
+    args = ["sweep", "table1", "--set", "backend=threads", "--group-rows", "--out", str(tmp_path)]
+    specs = expand(build_sweep(SweepArgs(sweep="table1", set=("backend=threads",), group_rows=True)))
+    group = next(g for g in launch.group_specs(specs) if len(g) == 3)  # a column's per-decision BPO rows
+    config = replace(group[0].config(), seeds=sum(s.seeds for s in group))
+    info = {"iterations_done": 100, "iterations": 733, "checkpoint_every": 73, "unit": "update",
+            "iteration_name": "loop iteration", "elapsed": {"wall_time_s": 3600.0}, "seed_chunk": default_seed_chunk()}
+    ckpt.save(launch.group_checkpoint_dir(tmp_path, group), {"x": np.zeros(2)}, {}, info, config)
+    assert main([*args, "--dry-run"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    for spec in group:
+        line = next(x for x in lines if f"  {spec.run_id}  " in x)
+        assert line.startswith(" resumes  ")
+        assert line.endswith("100/733 loop iterations at its group's (3 runs in one program) last checkpoint (1.00 h)")
+    assert sum(x.startswith("     new  ") for x in lines) == 22
+    assert "1.00 h in the unfinished ones' checkpoints" in next(x for x in lines if x.startswith("worker time"))
+    # Without --group-rows the runs would not continue the group's checkpoint, and the dry run says so.
+    assert main([*args[:-3], "--out", str(tmp_path), "--dry-run"]) == 0
+    assert not any(x.startswith(" resumes") for x in capsys.readouterr().out.splitlines())

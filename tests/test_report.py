@@ -16,6 +16,7 @@ from scipy import stats
 
 from bpo.config.presets import PAPER_TABLE1, best_bpo_row, get_preset, paper_setting
 from bpo.infra.results import read_summary
+from experiments import store
 from experiments.cli import main
 from experiments.common import provenance_notes, sort_settings
 from experiments.report import PAGES, render, report
@@ -237,6 +238,22 @@ def _assert_campaign_folder(folder: Path) -> None:
                           for c in json.loads((folder / "table1.json").read_text())["cells"]}
         assert cells_in_table == {(r["env"], r["preset"], r["row"]): r["final_eval_returns"]
                                   for r in build_index(folder)["runs"]}, folder.name
+
+
+def test_the_committed_results_are_finished_runs_of_today_s_sweep_files():
+    """`bpo reproduce NAME --out results/NAME` redoes nothing: every run of today's sweep file is in
+    its folder and holds today's configuration (``store.is_finished``), and so is every cell the
+    Table 1 campaign has committed. A config field added without a default that keeps the old
+    behaviour (``COMPATIBLE_ADDITIONS``) fails here, before it silently turns hours of committed
+    runs into runs to redo."""
+    folders = sorted(p.parent for p in (ROOT / "results").glob("*/sweep.json"))
+    campaigns = sorted(p.parent for p in (ROOT / "results").glob("*/PROGRESS.md") if p.parent not in folders)
+    for folder in folders + campaigns:
+        specs = expand(load_sweep(folder.name))
+        present = [s for s in specs if (folder / s.run_id).is_dir()]
+        assert folder in campaigns or present == specs, (folder.name, sorted({s.run_id for s in specs} - set(present)))
+        stale = [s.run_id for s in present if not store.is_finished(folder, s)]
+        assert not stale, (folder.name, stale)
 
 
 def test_every_committed_run_has_the_current_summary_and_one_code_version_per_folder():

@@ -188,10 +188,10 @@ def _print_dry_run(runs: list[progress.RunProgress], sweep_dir: Path, group_rows
     number of programs."""
     for run in runs:
         cfg = run.spec.config()
-        budget = f"{cfg.total_timesteps} steps" if hasattr(cfg, "total_timesteps") else f"{cfg.episodes} episodes"
+        unit, amount = progress.budget(cfg)
         overrides = " ".join(f"{k}={v}" for k, v in run.spec.overrides)
-        print(f"{run.state:>8}  {run.spec.run_id}  [{cfg.algo}, {cfg.seeds} seeds, {budget}] {overrides}".rstrip()
-              + (f"  {run.detail()}" if run.detail() else ""))
+        line = f"{run.state:>8}  {run.spec.run_id}  [{cfg.algo}, {cfg.seeds} seeds, {amount} {unit}] {overrides}"
+        print(line.rstrip() + (f"  {run.detail()}" if run.detail() else ""))
     counts = {state: sum(r.state == state for r in runs) for state in ("finished", "running", "resumes")}
     print(f"{len(runs)} runs, {counts['finished']} finished, {counts['running']} running, {counts['resumes']} to "
           f"resume from a checkpoint -> {sweep_dir}")

@@ -66,12 +66,15 @@ class RunProgress:
                 + (f" ({self.wall_s / 3600:.2f} h)" if self.wall_s is not None else ""))
 
 
+def budget(cfg) -> tuple[str, int]:
+    """(unit, amount) of a run's budget: environment steps, or episodes for episodic presets."""
+    return ("steps", cfg.total_timesteps) if hasattr(cfg, "total_timesteps") else ("episodes", cfg.episodes)
+
+
 def _kind(spec: RunSpec) -> tuple[str, str, int, int]:
-    """(algorithm, budget unit, budget, seeds): environment steps, or episodes for episodic presets."""
+    """(algorithm, budget unit, budget, seeds)."""
     cfg = spec.config()
-    if hasattr(cfg, "total_timesteps"):
-        return cfg.algo, "steps", cfg.total_timesteps, cfg.seeds
-    return cfg.algo, "episodes", cfg.episodes, cfg.seeds
+    return cfg.algo, *budget(cfg), cfg.seeds
 
 
 def _checkpoint_progress(directory: Path, config) -> dict:
@@ -106,8 +109,9 @@ def _checkpoints(sweep_dir: Path, unfinished: list[RunSpec], group_rows: bool) -
 
 def sweep_progress(sweep_dir: Path, specs: list[RunSpec], group_rows: bool = False) -> list[RunProgress]:
     """Every run's ``RunProgress``, in the order of ``specs`` (``group_rows``: as ``bpo sweep
-    --group-rows`` would run them). The locks are read under the folder's lock, so that no sweep
-    starting a run takes the look for a holder (``store.try_lock_run``)."""
+    --group-rows`` would run them). The locks are read under the folder's lock: a sweep starting a
+    run at that moment would otherwise find its lock held for an instant and leave the run to a
+    holder that does not exist (``store.try_lock_run``)."""
     sweep_dir = Path(sweep_dir)
     if not sweep_dir.is_dir():
         return [RunProgress(s, "new") for s in specs]

@@ -44,7 +44,7 @@ from typing import IO
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from bpo.config.schema import ConfigError
+from bpo.config.schema import ConfigError, replace
 from bpo.infra import checkpoint as ckpt
 from bpo.infra import processes, results
 from bpo.infra.plugins import load_plugins
@@ -147,7 +147,9 @@ def execute_group(sweep_dir: Path, specs: list[RunSpec]) -> tuple[dict[str, dict
     """Train the runs of one group as one program and publish each run's directory, as ``execute``
     does for one run: (summaries by run id, runs left to another process that holds their lock).
     The group is checkpointed in a folder of its own (``group_checkpoint_dir``), so a stopped
-    group continues where it stopped when the same runs are grouped again."""
+    group continues where it stopped when the same runs are grouped again; a checkpoint there that
+    cannot continue it (another configuration, a damaged file) is removed and the group starts
+    over, as ``execute`` does for one run."""
     with contextlib.ExitStack() as held:
         todo, elsewhere = [], []
         for spec in specs:
@@ -163,6 +165,10 @@ def execute_group(sweep_dir: Path, specs: list[RunSpec]) -> tuple[dict[str, dict
         enable_compile_cache()
         cfgs = [spec.build() for spec in todo]
         folder = group_checkpoint_dir(sweep_dir, todo)
+        group = cfgs[0] if len(cfgs) == 1 else replace(cfgs[0], seeds=sum(c.seeds for c in cfgs))  # as run_rows
+        done = continue_or_restart(folder, group, default_seed_chunk())  # a foreign checkpoint: start over
+        if done is not None:
+            print(f"{', '.join(s.run_id for s in todo)}: {done}", flush=True)
         every = default_checkpoint_every(cfgs[0])
         outputs = (run_rows(cfgs, checkpoint_dir=folder, checkpoint_every=every) if len(cfgs) > 1 else
                    [run_validated(cfgs[0], checkpoint_dir=folder, checkpoint_every=every)])

@@ -2,15 +2,16 @@
 
 ``bpo sweep NAME --out DIR --dry-run`` prints this, so a campaign of many sessions (Table 1 at the
 paper's budget) is followed by one command instead of by reading checkpoint files. Reading it
-writes nothing: a run's lock is only looked at (``store.run_is_locked``, under the folder's lock
-as the index does), and a checkpoint's progress is the one saved with its state.
+changes nothing: a run's lock is only looked at (``store.run_is_locked``, under the folder's lock
+as the index does, whose file exists for that instant), and a checkpoint's progress is the one
+saved with its state.
 
 The remainder is an estimate from measured rates: each unfinished run's budget still to do, at the
 worker wall time per unit of budget of the sweep's finished runs like it (same algorithm, budget
 unit and seeds; the same environment and preset where there are such runs). Wall times depend on
 the machine and on what else it ran, so the estimate is as good as the finished runs are alike.
-With ``--group-rows`` a run's progress is its group's checkpoint's, and a finished run of a group
-records its group's wall time, so the estimate made from such runs is an upper bound.
+With ``--group-rows`` a run's progress is its group's checkpoint's (counted once in the hours), and
+a finished run of a group counts as its share of the group's wall time.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from pathlib import Path
 
 from bpo.config.schema import replace
 from bpo.infra import checkpoint as ckpt
-from bpo.training.job import checkpoint_mismatch
 from bpo.training.run_output import default_seed_chunk
 from experiments import launch, reader, store
 from experiments.sweep import RunSpec
@@ -30,12 +30,14 @@ from experiments.sweep import RunSpec
 class RunProgress:
     """One run of a sweep folder.
 
-    state: finished | running (a process holds its lock) | resumes (a checkpoint of this run is
-    there, to continue from) | restarts (a checkpoint is there that cannot continue it: ``why``) |
-    redo (its directory holds no finished run of this config) | new.
+    state: finished | running (a process holds its lock) | queued (a Slurm job of an earlier
+    submission will run it) | resumes (a checkpoint of this run is there, to continue from) |
+    restarts (a checkpoint is there that cannot continue it: ``why``) | redo (its directory holds
+    no finished run of this config) | new.
     done, total, iteration: the iterations done at the last checkpoint and the run's total (None
     without one); ``iteration``: what an iteration is (an update, a loop iteration of the program).
-    wall_s: worker wall time, the whole run's when finished, else up to the last checkpoint.
+    wall_s: worker wall time, the whole run's when finished (a grouped run's share of its program's),
+    else up to the last checkpoint.
     checkpoint: the folder the progress was read from; shared: how many runs train in one program
     with this one and share that checkpoint (``--group-rows``), else 1."""
 
@@ -57,12 +59,13 @@ class RunProgress:
         """What the dry run prints after the run's id and config."""
         if self.state == "finished":
             return f"{self.wall_s / 3600:.2f} h" if self.wall_s is not None else ""
-        if self.state == "restarts":
+        if self.why:
             return f"its checkpoint is not used: {self.why}"
         if self.done is None:
             return "no checkpoint yet" if self.state == "running" else ""
         whose = "its" if self.shared == 1 else f"its group's ({self.shared} runs in one program)"
-        return (f"{self.done}/{self.total} {self.iteration}s at {whose} last checkpoint"
+        count = f"{self.done}/{self.total} {self.iteration}s" if self.total else f"{self.done} {self.iteration}s done"
+        return (f"{count} at {whose} last checkpoint"
                 + (f" ({self.wall_s / 3600:.2f} h)" if self.wall_s is not None else ""))
 
 
@@ -79,17 +82,23 @@ def _kind(spec: RunSpec) -> tuple[str, str, int, int]:
 
 def _checkpoint_progress(directory: Path, config) -> dict:
     """The fields of ``RunProgress`` that the checkpoint in ``directory`` of a run (or group of
-    runs) of ``config`` gives, if there is one."""
+    runs) of ``config`` gives, if there is one. Its state file is read once: a worker may replace
+    or remove it meanwhile (a file gone by then is no checkpoint)."""
     if not ckpt.exists(directory):
         return {}
-    why = checkpoint_mismatch(directory, config, default_seed_chunk())
+    try:
+        info = ckpt.read_info(directory)
+    except ckpt.UnreadableCheckpoint as e:
+        return {"why": str(e)} if ckpt.exists(directory) else {}
+    why = ckpt.info_mismatch(info, config, default_seed_chunk())
     if why:
         return {"why": why}
-    info = ckpt.read_info(directory)
-    wall = (info.get("elapsed") or {}).get("wall_time_s")
-    return {"done": info["iterations_done"], "total": info.get("iterations"),
-            "iteration": info.get("iteration_name", "iteration"), "checkpoint": directory,
-            "wall_s": float(wall) if isinstance(wall, (int, float)) else None}
+    done, total, wall = info["iterations_done"], info.get("iterations"), (info.get("elapsed") or {})
+    wall = wall.get("wall_time_s") if isinstance(wall, dict) else None
+    if not isinstance(done, int) or not isinstance(total, (int, type(None))):
+        return {"why": f"its progress in {str(directory)!r} is not a count of iterations"}
+    return {"done": done, "total": total, "iteration": str(info.get("iteration_name", "iteration")),
+            "checkpoint": directory, "wall_s": float(wall) if isinstance(wall, (int, float)) else None}
 
 
 def _checkpoints(sweep_dir: Path, unfinished: list[RunSpec], group_rows: bool) -> dict[str, tuple[Path, object, int]]:
@@ -107,6 +116,14 @@ def _checkpoints(sweep_dir: Path, unfinished: list[RunSpec], group_rows: bool) -
     return found
 
 
+def _own_wall_time(run_dir: Path) -> float:
+    """A finished run's worker wall time: its share of its program's when it was trained in a group
+    of runs (``--group-rows``: every run of the group records the group's)."""
+    summary = reader.read_summary(run_dir)
+    shared = summary.get("configs_in_program", 1)
+    return summary["wall_time_s"] / (shared if isinstance(shared, int) and shared > 0 else 1)
+
+
 def sweep_progress(sweep_dir: Path, specs: list[RunSpec], group_rows: bool = False) -> list[RunProgress]:
     """Every run's ``RunProgress``, in the order of ``specs`` (``group_rows``: as ``bpo sweep
     --group-rows`` would run them). The locks are read under the folder's lock: a sweep starting a
@@ -117,8 +134,9 @@ def sweep_progress(sweep_dir: Path, specs: list[RunSpec], group_rows: bool = Fal
         return [RunProgress(s, "new") for s in specs]
     with store.folder_lock(sweep_dir):
         locked = {s.run_id: store.run_is_locked(sweep_dir, s.run_id) for s in specs}
-    finished = {s.run_id: RunProgress(s, "finished", wall_s=reader.read_summary(sweep_dir / s.run_id)["wall_time_s"])
+    finished = {s.run_id: RunProgress(s, "finished", wall_s=_own_wall_time(sweep_dir / s.run_id))
                 for s in specs if store.is_finished(sweep_dir, s)}
+    queued = launch.slurm_in_flight(sweep_dir)
     checkpoints = _checkpoints(sweep_dir, [s for s in specs if s.run_id not in finished], group_rows)
     runs = []
     for spec in specs:
@@ -127,7 +145,8 @@ def sweep_progress(sweep_dir: Path, specs: list[RunSpec], group_rows: bool = Fal
             continue
         folder, config, shared = checkpoints[spec.run_id]
         found = _checkpoint_progress(folder, config)
-        state = ("running" if locked[spec.run_id] else "restarts" if "why" in found else "resumes" if found else
+        state = ("running" if locked[spec.run_id] else "queued" if spec.run_id in queued else
+                 "restarts" if "why" in found else "resumes" if found else
                  "redo" if (sweep_dir / spec.run_id).exists() else "new")
         runs.append(RunProgress(spec, state, shared=shared, **found))
     return runs

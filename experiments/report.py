@@ -121,11 +121,11 @@ def variance_block(results: Path) -> str:
 
 
 VS_PAPER = {"headline": "*Not made yet: `bpo reproduce headline --out results/headline`.*\n",
-            "table1": "*No column finished yet: the campaign's progress is in "
+            "table1": "*No cell tabulated yet: the campaign's progress is in "
                       "[results/table1/PROGRESS.md](../results/table1/PROGRESS.md).*\n"}
 """The folders whose cells are set beside the paper's (block ``NAME-vs-paper``), and what the block
-says before the folder has a table: the headline, and the Table 1 campaign, tabulated column by
-column as its columns finish (``bpo table results/table1``)."""
+says before the folder has a table: the headline, and the Table 1 campaign, whose committed cells
+are tabulated again as each one comes in (``bpo table results/table1``)."""
 
 
 def vs_paper_block(results: Path, name: str) -> str:

@@ -41,8 +41,7 @@ def _checkpoint(sweep_dir: Path, run_id: str, config, done: int, total: int, wal
 
 
 def test_a_dry_run_says_where_each_run_stands_and_the_worker_time_spent_and_left(tmp_path, capsys):
-    sweep_file = tmp_path / "progress_sweep.py"
-    sweep_file.write_text(SWEEP)
+    sweep_file = _write(tmp_path, SWEEP)
     out = tmp_path / "out"
     out.mkdir()
     specs = expand(load_sweep(str(sweep_file)))
@@ -85,6 +84,12 @@ def test_a_dry_run_says_where_each_run_stands_and_the_worker_time_spent_and_left
     line = next(x for x in capsys.readouterr().out.splitlines() if f"  {resumes.run_id}  " in x)
     assert line.startswith("restarts  ") and "its checkpoint is not used: checkpoint: " in line
     assert "cannot be used" in line
+    # A checkpoint whose progress is not a count is not used either, and the dry run does not crash on it.
+    info = {"iterations_done": "x", "iterations": 4, "elapsed": [1], "seed_chunk": default_seed_chunk()}
+    ckpt.save(out / store.CHECKPOINTS / resumes.run_id, {"x": np.zeros(2)}, {}, info, resumes.config())
+    assert main(["sweep", str(sweep_file), "--out", str(out), "--dry-run"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if f"  {resumes.run_id}  " in x)
+    assert line.startswith("restarts  ") and line.endswith("is not a count of iterations")
 
 
 def test_with_group_rows_a_run_s_progress_is_its_group_s_checkpoint_counted_once(tmp_path, capsys):
@@ -95,14 +100,44 @@ def test_with_group_rows_a_run_s_progress_is_its_group_s_checkpoint_counted_once
     info = {"iterations_done": 100, "iterations": 733, "checkpoint_every": 73, "unit": "update",
             "iteration_name": "loop iteration", "elapsed": {"wall_time_s": 3600.0}, "seed_chunk": default_seed_chunk()}
     ckpt.save(launch.group_checkpoint_dir(tmp_path, group), {"x": np.zeros(2)}, {}, info, config)
+    done = next(g for g in launch.group_specs(specs) if len(g) == 3 and g != group)  # another column's, finished
+    for spec in done:  # each run of a group records the group's wall time: 3 h for the three
+        store.publish(tmp_path, spec, lambda d, spec=spec: fake_run(d, spec.config(), [1.0, 2.0]))
+        summary = tmp_path / spec.run_id / "summary.json"
+        summary.write_text(json.dumps({**json.loads(summary.read_text()), "wall_time_s": 10800.0,
+                                       "configs_in_program": 3}))
     assert main([*args, "--dry-run"]) == 0
     lines = capsys.readouterr().out.splitlines()
     for spec in group:
         line = next(x for x in lines if f"  {spec.run_id}  " in x)
         assert line.startswith(" resumes  ")
         assert line.endswith("100/733 loop iterations at its group's (3 runs in one program) last checkpoint (1.00 h)")
-    assert sum(x.startswith("     new  ") for x in lines) == 22
-    assert "1.00 h in the unfinished ones' checkpoints" in next(x for x in lines if x.startswith("worker time"))
+    for spec in done:
+        assert next(x for x in lines if f"  {spec.run_id}  " in x).endswith("  1.00 h")  # its share
+    assert sum(x.startswith("     new  ") for x in lines) == 19
+    assert next(x for x in lines if x.startswith("worker time")).startswith(
+        "worker time: 3.00 h in the finished runs, 1.00 h in the unfinished ones' checkpoints")
     # Without --group-rows the runs would not continue the group's checkpoint, and the dry run says so.
     assert main([*args[:-3], "--out", str(tmp_path), "--dry-run"]) == 0
     assert not any(x.startswith(" resumes") for x in capsys.readouterr().out.splitlines())
+
+
+def test_a_grouped_sweep_starts_over_from_a_checkpoint_the_dry_run_says_it_cannot_continue(tmp_path, capsys):
+    out = tmp_path / "out"
+    args = ["sweep", "--preset", "short_corridor", "--variants", "bpo", "--set", "episodes=20", "eval_every=10",
+            "eval_episodes=2", "--seeds", "2", "--group-rows", "--no-progress", "--out", str(out)]
+    assert main([*args, "--dry-run"]) == 0
+    run_id = capsys.readouterr().out.split()[1]
+    other = expand(load_sweep(str(_write(tmp_path, SWEEP))))[0]  # another run's configuration
+    _checkpoint(out, run_id, other.config(), 1, 4, 60.0)
+    assert main([*args, "--dry-run"]) == 0
+    assert capsys.readouterr().out.startswith(f"restarts  {run_id}  ")
+    assert main(args) == 0  # it used to fail here for good: the group's runner refused the foreign checkpoint
+    assert "the checkpoint was written by a different configuration" in capsys.readouterr().out
+    assert store.is_finished(out, next(s for s in store.read_specs(out) if s.run_id == run_id))
+
+
+def _write(folder: Path, text: str) -> Path:
+    path = folder / "progress_sweep.py"
+    path.write_text(text)
+    return path

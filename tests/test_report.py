@@ -129,7 +129,7 @@ def test_headline_block_puts_ours_beside_the_papers_cell(headline_results):
 def test_the_table1_campaign_block_waits_for_a_column_then_sets_it_beside_the_paper(tmp_path):
     results = tmp_path / "results"
     page = "<!-- results:table1-vs-paper -->\n<!-- /results -->\n"
-    assert "No column finished yet" in render(page, results)
+    assert "No cell tabulated yet" in render(page, results)
     prov = {(*HC, v): provenance_record("feedc0de") for v in FINALS[HC]}
     synthetic_results(results / "table1", {HC: FINALS[HC]}, prov)
     assert main(["table", str(results / "table1"), "--bootstrap-reps", "200"]) == 0
@@ -226,7 +226,7 @@ CAMPAIGN_TABLE = {f"{stem}.{ext}" for stem in ("curves", "iqm", "optimality_gap"
 def _assert_campaign_folder(folder: Path) -> None:
     """A campaign before its last cell (results/table1/PROGRESS.md): its progress page, its own
     finished cells of one code version, and either no table or the table and curves of exactly
-    those cells (remade with each finished column, not left from fewer cells)."""
+    those cells (remade with each committed cell, not left from fewer cells)."""
     cells = [p for p in folder.iterdir() if p.is_dir()]
     files = {p.name for p in folder.iterdir() if not p.is_dir()}
     assert files in ({"PROGRESS.md"}, {"PROGRESS.md"} | CAMPAIGN_TABLE), (folder.name, files)

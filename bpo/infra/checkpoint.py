@@ -92,7 +92,11 @@ def read_info(directory: Path) -> dict:
 def mismatch(directory: Path, config, seed_chunk: int | None = None) -> str | None:
     """Why the checkpoint in ``directory`` cannot continue a run of ``config`` (written by another
     configuration, or with another seed chunk, which is part of the compiled program); None if it can."""
-    info = read_info(directory)
+    return info_mismatch(read_info(directory), config, seed_chunk)
+
+
+def info_mismatch(info: dict, config, seed_chunk: int | None = None) -> str | None:
+    """``mismatch`` for a checkpoint's info already read (``read_info``)."""
     try:  # read as today's layout (an older version's names: bpo.config.schema.from_dict)
         recorded = current_config(info["config"])
     except (TypeError, ValueError, AttributeError):

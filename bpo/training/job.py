@@ -141,22 +141,16 @@ def check_no_unfinished_run(job: Job) -> None:
                                    f"{str(directory)!r} to start a new run there")
 
 
-def checkpoint_mismatch(directory: Path, cfg, seed_chunk: int | None) -> str | None:
-    """Why the checkpoint in ``directory`` cannot continue a sweep's run of ``cfg`` (another
-    configuration or seed chunk, or a file that cannot be read); None when it can."""
-    try:
-        return ckpt.mismatch(directory, cfg, seed_chunk)
-    except ckpt.UnreadableCheckpoint as e:
-        return str(e)
-
-
 def continue_or_restart(directory: Path, cfg, seed_chunk: int | None) -> str | None:
     """A sweep's run: its checkpoint in ``directory`` is continued when it is this run's, else
     removed (the spec, the code or the backend changed since). Returns what was done, for the log,
     or None when there is no checkpoint."""
     if not ckpt.exists(directory):
         return None
-    why = checkpoint_mismatch(directory, cfg, seed_chunk)
+    try:
+        why = ckpt.mismatch(directory, cfg, seed_chunk)
+    except ckpt.UnreadableCheckpoint as e:
+        why = str(e)
     if why:
         ckpt.remove(directory)
         return f"{why} ({directory}): starting over"

@@ -36,6 +36,7 @@ from experiments.common import (
 from experiments.probe_summary import ratio_text
 from experiments.probe_summary import stem as summary_stem
 from experiments.store import build_index
+from experiments.sweep import expand, load_sweep
 from experiments.table import format_number, multiple_comparisons, read_cells
 
 PAGES = ("README.md", "docs/results.md", "docs/reproduction.md", "docs/backends.md", "docs/a2c.md")
@@ -43,6 +44,7 @@ BLOCK = re.compile(r"(<!-- results:(?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /re
 # Sweep folders under results/, each made by ``bpo reproduce NAME --out results/NAME``; titles for the README.
 SWEEPS = {"fig2": "Figure 2", "classic": "Classic control", "table1_small": "Table 1 at 100k steps",
           "mujoco_small": "HalfCheetah and Hopper at 300k steps", "headline": "The headline cell at 1.5M steps",
+          "table1": "Table 1 at the paper's budget",
           "authors_code": "Our BPO with the authors' code's bugs, headline cell",
           "backend_check": "The threads backend against the Gymnasium host runner", "a2c": "A2C vs BPO-A2C",
           "probe": "The estimator probe's runs: BPO with and without Q̂"}
@@ -253,7 +255,11 @@ def _glance_sweep(results: Path, name: str, link: bool = True) -> str | None:
     test = (f"p: {'two-sided' if data.get('alternative') == 'two-sided' else 'one-sided'} Welch test against "
             f"{row_label(data['baseline'])}, {_marks_text(cells, data)}" if data.get("baseline")
             else "no baseline row in the folder, so no test")
-    return (f"* **{SWEEPS[name]}** ({', '.join(budgets)}; {'/'.join(map(str, seeds))} seeds per cell; made on "
+    planned = len(expand(load_sweep(name)))
+    progress = f" ([progress](results/{name}/PROGRESS.md))" if link else ""
+    so_far = (f", a campaign at {len(cells)} of {planned} cells{progress}"
+              if (folder / "PROGRESS.md").is_file() and len(cells) < planned else "")
+    return (f"* **{SWEEPS[name]}**{so_far} ({', '.join(budgets)}; {'/'.join(map(str, seeds))} seeds per cell; made on "
             f"{devices}; mean ± SE; {test}): "
             + "; ".join(parts) + "." + (f" [`results/{name}`](results/{name})" if link else ""))
 

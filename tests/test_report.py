@@ -143,6 +143,12 @@ def test_the_table1_campaign_block_waits_for_a_column_then_sets_it_beside_the_pa
     interval = stats.ttest_ind(bpo, ppo, equal_var=False).confidence_interval(0.95)
     verdict = [line for line in text.splitlines() if line.startswith("| HalfCheetah-v5 (default) | BPO")][-1]
     assert f"| {diff:+.0f} [{interval.low:+.0f}, {interval.high:+.0f}] |" in verdict and "code feedc0de" in text
+    # The README's line says how far the campaign is while it runs.
+    glance = "<!-- results:glance -->\n<!-- /results -->\n"
+    assert "**Table 1 at the paper's budget** (" in render(glance, results)
+    (results / "table1" / "PROGRESS.md").write_text("in progress\n")
+    assert ("**Table 1 at the paper's budget**, a campaign at 2 of 25 cells ([progress](results/table1/PROGRESS.md)) ("
+            in render(glance, results))
 
 
 def test_report_rewrites_drifted_blocks_and_check_fails_until_then(headline_results, tmp_path, capsys):

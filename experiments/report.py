@@ -95,9 +95,13 @@ def provenance_line(records: list[dict]) -> str:
 
 
 def _wall_line(summaries: list[dict]) -> str:
+    """The runs' wall time added up. A run stopped and continued from its checkpoint records every
+    segment's time since commit e4d231c (``bpo.training.driver.elapsed``), only its last segment's
+    before it; the work redone after an interruption (since the last checkpoint) counts in neither."""
     wall = sum(s.get("wall_time_s", 0.0) for s in summaries)
     return (f"{len(summaries)} run{'s' if len(summaries) != 1 else ''}, {wall / 60:.1f} min of wall time in all "
-            "(a resumed run counts from its last start).")
+            "(a run continued from its checkpoint: every segment, as recorded since commit e4d231c; only its "
+            "last segment before it).")
 
 
 def sweep_block(results: Path, name: str) -> str:

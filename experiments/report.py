@@ -215,8 +215,9 @@ def verdict_lines(cells: dict, settings: list, baseline: str) -> list[str]:
     for setting in settings:
         base = cells.get((setting, baseline))
         paper = PAPER_TABLE1.get(paper_setting(*setting), {})
-        for (s, row), c in sorted(cells.items()):
-            if s != setting or row == baseline or base is None:
+        for row in sort_rows({r for s, r in cells if s == setting}):  # the paper's row order, as in the tables
+            c = cells[(setting, row)]
+            if row == baseline or base is None:
                 continue
             diff, low, high = welch_interval(c["mean"], c["sd"], c["n"], base["mean"], base["sd"], base["n"])
             gap = paper[row][0] - paper[baseline][0] if row in paper and baseline in paper else None

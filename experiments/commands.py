@@ -60,8 +60,8 @@ class SweepArgs:
     out: Path | None = None
     """Results folder; default runs/NAME (git-ignored). The committed results: --out results/NAME."""
     dry_run: bool = False
-    """Print the runs, one line each, with their state (finished, running, resumes, restarts, redo, new) and progress,
-    then the worker hours spent and an estimate of those left; write nothing, and exit."""
+    """Print the runs, one line each, with their state (finished, running, queued, resumes, restarts, redo, new) and
+    progress, then the worker hours spent and an estimate of those left; change nothing, and exit."""
     wait: bool = True
     """slurm: follow the jobs until they end (--no-wait returns after submitting)."""
     progress: bool = True
@@ -204,8 +204,7 @@ def _print_dry_run(runs: list[progress.RunProgress], sweep_dir: Path, group_rows
         print(_programs_line([r.spec for r in runs]))
 
 
-def _launch(args: SweepArgs, sweep: Sweep, sweep_dir: Path, specs: list[RunSpec],
-) -> launch.Outcome:
+def _launch(args: SweepArgs, sweep: Sweep, sweep_dir: Path, specs: list[RunSpec]) -> launch.Outcome:
     """Run the sweep's unfinished runs on the chosen backend; what became of them."""
     todo = [s for s in specs if not store.is_finished(sweep_dir, s)]
     if args.backend == "slurm":  # a job of an earlier submission still queued or running will do its run

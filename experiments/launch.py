@@ -44,7 +44,7 @@ from typing import IO
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from bpo.config.schema import ConfigError, replace
+from bpo.config.schema import ConfigError
 from bpo.infra import checkpoint as ckpt
 from bpo.infra import processes, results
 from bpo.infra.plugins import load_plugins
@@ -53,7 +53,7 @@ from bpo.infra.runtime import enable_compile_cache, report_crashes
 from bpo.infra.stall import EXIT_STALLED
 from bpo.training import default_checkpoint_every, program_key, run_rows, run_validated, write
 from bpo.training.job import Job, continue_or_restart, train
-from bpo.training.rows import can_share
+from bpo.training.rows import can_share, group_config
 from bpo.training.run_output import default_seed_chunk
 from bpo.training.summary import final_return_text
 from experiments import store
@@ -165,8 +165,7 @@ def execute_group(sweep_dir: Path, specs: list[RunSpec]) -> tuple[dict[str, dict
         enable_compile_cache()
         cfgs = [spec.build() for spec in todo]
         folder = group_checkpoint_dir(sweep_dir, todo)
-        group = cfgs[0] if len(cfgs) == 1 else replace(cfgs[0], seeds=sum(c.seeds for c in cfgs))  # as run_rows
-        done = continue_or_restart(folder, group, default_seed_chunk())  # a foreign checkpoint: start over
+        done = continue_or_restart(folder, group_config(cfgs), default_seed_chunk())  # a foreign one: start over
         if done is not None:
             print(f"{', '.join(s.run_id for s in todo)}: {done}", flush=True)
         every = default_checkpoint_every(cfgs[0])

@@ -19,8 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from bpo.config.schema import replace
 from bpo.infra import checkpoint as ckpt
+from bpo.training.rows import group_config
 from bpo.training.run_output import default_seed_chunk
 from experiments import launch, reader, store
 from experiments.sweep import RunSpec
@@ -104,13 +104,11 @@ def _checkpoint_progress(directory: Path, config) -> dict:
 def _checkpoints(sweep_dir: Path, unfinished: list[RunSpec], group_rows: bool) -> dict[str, tuple[Path, object, int]]:
     """run id -> (the checkpoint folder its worker would continue from, the config that folder's
     checkpoint must hold, the runs sharing it): the run's own, or with ``group_rows`` its group's
-    (``launch.group_checkpoint_dir``: the first row's config with every row's seeds)."""
+    (``launch.group_checkpoint_dir``, holding ``group_config``)."""
     groups = launch.group_specs(unfinished) if group_rows else [[s] for s in unfinished]
     found = {}
     for group in groups:
-        config = group[0].config()
-        if len(group) > 1:
-            config = replace(config, seeds=sum(s.seeds for s in group))
+        config = group_config([s.config() for s in group])
         for spec in group:
             found[spec.run_id] = (launch.group_checkpoint_dir(sweep_dir, group), config, len(group))
     return found

@@ -77,6 +77,12 @@ def check_rows(cfgs: list[TrainConfig]) -> None:
                               f"{list(ROW_FIELDS[type(cfg)])}")
 
 
+def group_config(cfgs: list[TrainConfig]) -> TrainConfig:
+    """The config a group of rows trains and checkpoints as: the first row's with every row's seeds
+    (a single config as it is)."""
+    return cfgs[0] if len(cfgs) == 1 else dataclasses.replace(cfgs[0], seeds=sum(cfg.seeds for cfg in cfgs))
+
+
 def run_rows(cfgs: list[TrainConfig], progress=None, seed_chunk: int | None = None,
              checkpoint_dir: Path | None = None, checkpoint_every: int = 0) -> list[RunOutput]:
     """Train validated configs that differ only in ``ROW_FIELDS`` as one program, all rows' seeds
@@ -92,7 +98,7 @@ def run_rows(cfgs: list[TrainConfig], progress=None, seed_chunk: int | None = No
     hp = jax.tree.map(lambda *xs: jnp.concatenate(xs), *hps)
     keys = jnp.concatenate([seed_keys(cfg.seed, cfg.seeds) for cfg in cfgs])
     seed_chunk = default_seed_chunk() if seed_chunk is None else seed_chunk
-    group = dataclasses.replace(cfgs[0], seeds=sum(sizes))
+    group = group_config(cfgs)
     runner = JaxRunner(group, onpolicy.make_program(group), hp, keys, seed_chunk, progress,
                        hp_per_seed=True)
     out = drive(runner, group, checkpoint_dir, checkpoint_every)

@@ -413,7 +413,8 @@ def test_reproduce_is_sweep_then_plot_and_table_and_writes_under_runs(tmp_path, 
     run_id = "ShortCorridor-v0-short_corridor-reinforce"
     # Without --out: runs/NAME under the working directory (git-ignored), never results/.
     assert main(["sweep", str(sweep_file), "--dry-run"]) == 0
-    assert capsys.readouterr().out.strip().endswith(f"-> {Path('runs') / 'tiny'}")
+    summary, worker_time = capsys.readouterr().out.strip().splitlines()[-2:]
+    assert summary.endswith(f"-> {Path('runs') / 'tiny'}") and worker_time.startswith("worker time: ")
     assert VerifyVarianceArgs().out == Path("runs/variance")
     assert main(["reproduce", str(sweep_file), "--no-progress"]) == 0
     assert "| REINFORCE |" in capsys.readouterr().out

@@ -93,18 +93,30 @@ def equal_runs(full: dict[str, list[np.ndarray]]) -> dict[str, np.ndarray]:
             for row, per_task in full.items()}
 
 
-def runs_used_note(tasks, full: dict[str, list[np.ndarray]]) -> str | None:
-    """Which runs the cross-task aggregates leave out and why; None when every run is in them."""
+def runs_used_note(cells: dict, baseline: str, rows: list[str]) -> str | None:
+    """Which runs and rows the cross-task aggregates leave out and why (``normalised_runs``: a row
+    must be on every task that has the baseline, with as many runs on each); None when every run
+    is in them."""
+    tasks, full = normalised_runs(cells, baseline, rows)
+    notes = []
     parts = []
     for row, per_task in full.items():
         counts = [len(v) for v in per_task]
         if len(set(counts)) > 1:
             by_task = ", ".join(f"{t[0]} {t[1]}: {c}" for t, c in zip(tasks, counts, strict=True))
             parts.append(f"{row} uses the first {min(counts)} runs of each task ({by_task})")
-    if not parts:
-        return None
-    return ("rliable's IQM and overall probability of improvement need equal runs per task: " + "; ".join(parts)
-            + ". Each task's own probability of improvement uses every run.")
+    if parts:
+        notes.append("rliable's IQM and overall probability of improvement need equal runs per task: "
+                     + "; ".join(parts) + ". Each task's own probability of improvement uses every run.")
+    lacking = {}  # the tasks a row lacks -> the rows lacking just those
+    for row in (r for r in rows if r not in full):
+        if 0 < len(ts := tuple(f"{t[0]} {t[1]}" for t in tasks if row not in cells[t])) < len(tasks):
+            lacking.setdefault(ts, []).append(row)
+    missing = [f"{', '.join(rs)} (no finite final return on {', '.join(ts)})" for ts, rs in lacking.items()]
+    if missing:
+        notes.append(f"Left out of the cross-task aggregates, which need every row on all {len(tasks)} tasks that "
+                     f"have the baseline: {'; '.join(missing)}.")
+    return " ".join(notes) or None
 
 
 def normalised_scores(cells: dict, baseline: str, rows: list[str]) -> tuple[list, dict[str, np.ndarray]]:
@@ -207,10 +219,11 @@ def write_aggregates(cells: dict, baseline: str, out: Path, reps: int = 2000, se
                      gamma: float = GAMMA) -> list[Path]:
     """aggregates.json, iqm.{png,pdf}, optimality_gap.{png,pdf}, performance_profile.{png,pdf} and
     probability_of_improvement.{png,pdf} in ``out``; ``gamma``: the optimality gap's threshold."""
-    tasks, full = normalised_runs(cells, baseline, sort_rows({r for by_row in cells.values() for r in by_row}))
+    rows = sort_rows({r for by_row in cells.values() for r in by_row})
+    tasks, full = normalised_runs(cells, baseline, rows)
     if not tasks:
         return []
-    summary = aggregate_summary(tasks, full, baseline, reps, seed, gamma)
+    summary = aggregate_summary(tasks, full, baseline, reps, seed, gamma, runs_used_note(cells, baseline, rows))
     out = Path(out)
     results.atomic_write_text(out / "aggregates.json", strict_json(summary))
     paths = [out / "aggregates.json"]
@@ -223,8 +236,9 @@ def write_aggregates(cells: dict, baseline: str, out: Path, reps: int = 2000, se
 
 
 def aggregate_summary(tasks, full: dict[str, list[np.ndarray]], baseline: str, reps: int, seed: int,
-                      gamma: float) -> dict:
-    """What aggregates.json holds, from the normalised runs ``full`` (``normalised_runs``)."""
+                      gamma: float, used: str | None) -> dict:
+    """What aggregates.json holds, from the normalised runs ``full`` (``normalised_runs``);
+    ``used``: ``runs_used_note``."""
     scores = equal_runs(full)
     rows = list(scores)
     np.random.seed(seed)  # rliable's bootstrap draws from numpy's global generator: the IQM, then P(improvement)
@@ -232,7 +246,7 @@ def aggregate_summary(tasks, full: dict[str, list[np.ndarray]], baseline: str, r
     point, interval = rly.get_interval_estimates(scores, iqm, reps=reps, confidence_interval_size=CONFIDENCE)
     improvement = improvement_estimates(scores, full, tasks, baseline, reps)
     runs = {r: int(scores[r].shape[0]) for r in rows}
-    notes = [n for n in (runs_per_task_note(list(runs.values())), runs_used_note(tasks, full)) if n]
+    notes = [n for n in (runs_per_task_note(list(runs.values())), used) if n]
     return {
         "tasks": [list(t) for t in tasks], "normalisation": "per-task min-max over all final returns",
         "bootstrap_reps": reps, "confidence": CONFIDENCE, "runs_per_task": runs,

@@ -288,6 +288,28 @@ def test_aggregates_use_every_seed_per_task_and_say_which_runs_the_cross_task_on
     assert note in (tmp_path / "res" / "table1.md").read_text()
 
 
+def test_a_row_missing_from_a_task_is_named_as_left_out_of_the_cross_task_aggregates(tmp_path):
+    """A campaign part-way: the BPO rows on the first column only. The aggregates are PPO's alone,
+    and aggregates.json and the table say which rows are left out and which tasks they lack."""
+    rng = np.random.default_rng(3)
+    cells = {ANT: {"ppo": rng.normal(0, 1, 4), "bpo_c1.0_rho1.5": rng.normal(0.5, 1, 4),
+                   "bpo_c1.5_rho1.5": rng.normal(0.5, 1, 4)},
+             HOPPER: {"ppo": rng.normal(0, 1, 4)}}
+    synthetic_results(tmp_path / "res", cells)
+    assert main(["table", str(tmp_path / "res"), "--bootstrap-reps", "200"]) == 0
+    agg = json.loads((tmp_path / "res" / "aggregates.json").read_text())
+    assert list(agg["iqm"]) == ["ppo"]
+    note = ("Left out of the cross-task aggregates, which need every row on all 2 tasks that have the baseline: "
+            "bpo_c1.5_rho1.5, bpo_c1.0_rho1.5 (no finite final return on Hopper-v5 mujoco_default).")
+    assert any(note in n for n in agg["notes"])
+    assert note in (tmp_path / "res" / "table1.md").read_text()
+    for row in ("bpo_c1.0_rho1.5", "bpo_c1.5_rho1.5"):  # once they are on every task, no note
+        cells[HOPPER][row] = rng.normal(0.5, 1, 4)
+    synthetic_results(tmp_path / "whole", cells)
+    assert main(["table", str(tmp_path / "whole"), "--bootstrap-reps", "200"]) == 0
+    assert "Left out" not in (tmp_path / "whole" / "aggregates.json").read_text()
+
+
 def test_episodic_table_notes_the_optimum_and_each_run(tmp_path):
     base = get_preset("short_corridor")
     for algo, finals in (("reinforce", [-13.0, -13.2, -12.8]), ("bpo", [-11.0, -11.2, -11.4])):

@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import json
 import math
+import textwrap
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -291,10 +293,17 @@ def _save(fig: Figure, out: Path, stem: str) -> list[Path]:
     return save_figure(fig, out, stem, dpi=150, bbox_inches="tight")
 
 
+def _notes_under(fig: Figure, notes: Sequence[str]) -> None:
+    """aggregates.json's ``notes`` in red under the figure's axes, each wrapped so that a long one
+    (the rows a campaign part-way leaves out) keeps the figure its width."""
+    if notes:
+        fig.supxlabel("\n".join(textwrap.fill(n, 120) for n in notes), color="firebrick", fontsize=9)
+
+
 def _interval_plot(entries: list[tuple[str, float, float, float]], xlabel: str, title: str, reference=None,
-                   reference_label: str | None = None, colours: list[str] | None = None, note: str | None = None):
+                   reference_label: str | None = None, colours: list[str] | None = None, notes: Sequence[str] = ()):
     """Horizontal 95% intervals with the point estimate marked, on an x axis from 0 to 1 (the range
-    of the normalised scores and of probabilities), with a dashed line at ``reference``; ``note``
+    of the normalised scores and of probabilities), with a dashed line at ``reference``; ``notes``
     in red under the axis; ``colours`` match the curves' rows."""
     fig = Figure(figsize=(7.5, 0.55 * len(entries) + 1.6), layout="constrained")
     ax = fig.subplots()
@@ -309,19 +318,18 @@ def _interval_plot(entries: list[tuple[str, float, float, float]], xlabel: str, 
         ax.axvline(reference, color="gray", linestyle="--", linewidth=1, label=reference_label)
     ax.set_xlabel(xlabel)
     ax.set_title(title)
-    if note:
-        fig.supxlabel(note, color="firebrick", fontsize=9)
+    _notes_under(fig, notes)
     return fig, ax
 
 
 def iqm_figure(summary: dict, baseline: str) -> Figure:
     """IQM intervals of every row, the baseline's IQM marked across them."""
     entries = [(row_label(r), v["point"], v["low"], v["high"]) for r, v in summary["iqm"].items()]
-    notes, tasks = summary.get("notes") or [None], len(summary["tasks"])
+    notes, tasks = summary.get("notes") or [], len(summary["tasks"])
     fig, ax = _interval_plot(entries, "IQM of min-max normalised final return (0 = worst run, 1 = best run)",
                              f"IQM over {tasks} task{'' if tasks == 1 else 's'}, 95% stratified-bootstrap CI",
                              reference=summary["iqm"].get(baseline, {}).get("point"),
-                             reference_label=f"{row_label(baseline)} IQM", note=notes[0])
+                             reference_label=f"{row_label(baseline)} IQM", notes=notes)
     fig.legend(fontsize=8, loc="outside right upper")
     return fig
 
@@ -333,12 +341,12 @@ def improvement_figure(summary: dict, baseline: str) -> Figure:
     others = list(poi)
     entries = [(row_label(r), poi[r]["point"], poi[r]["low"], poi[r]["high"]) for r in others]
     rows = list(summary["iqm"])  # every row, in the curves' order: colours match the learning curves
-    notes = summary.get("notes") or [None]
+    notes = summary.get("notes") or []
     fig, ax = _interval_plot(entries, f"P(row > {row_label(baseline)}) across tasks\n(bar: 95% CI, the stratified "
                              "bootstrap's widened to per-task score intervals; markers: each task alone)",
                              f"Probability of improvement over {row_label(baseline)}",
                              reference=0.5, reference_label="0.5: no improvement",
-                             colours=[f"C{rows.index(r)}" for r in others], note=notes[0])
+                             colours=[f"C{rows.index(r)}" for r in others], notes=notes)
     tasks = [tuple(t) for t in summary["tasks"]]
     for k, task in enumerate(tasks):
         points = [poi[r]["per_task"][k]["point"] for r in others]
@@ -352,12 +360,12 @@ def optimality_gap_figure(summary: dict, baseline: str) -> Figure:
     """Optimality-gap intervals of every row (lower is better), the baseline's gap marked across them."""
     gaps, gamma = summary["optimality_gap"], summary["optimality_gap_gamma"]
     entries = [(row_label(r), v["point"], v["low"], v["high"]) for r, v in gaps.items()]
-    notes, tasks = summary.get("notes") or [None], len(summary["tasks"])
+    notes, tasks = summary.get("notes") or [], len(summary["tasks"])
     fig, _ = _interval_plot(entries, f"Optimality gap: mean of max(0, {gamma:g} - min-max normalised final return)\n"
                             "(1 = best run on the task; lower is better)",
                             f"Optimality gap over {tasks} task{'' if tasks == 1 else 's'}, 95% stratified-bootstrap CI",
                             reference=gaps.get(baseline, {}).get("point"),
-                            reference_label=f"{row_label(baseline)} gap", note=notes[0])
+                            reference_label=f"{row_label(baseline)} gap", notes=notes)
     fig.legend(fontsize=8, loc="outside right upper")
     return fig
 
@@ -379,6 +387,5 @@ def profile_figure(summary: dict) -> Figure:
     ax.set_title(f"Performance profiles over {tasks} task{'' if tasks == 1 else 's'} (run-score distributions), "
                  "95% stratified-bootstrap bands", fontsize=10)
     ax.legend(fontsize=8)
-    if note := (summary.get("notes") or [None])[0]:
-        fig.supxlabel(note, color="firebrick", fontsize=9)
+    _notes_under(fig, summary.get("notes") or [])
     return fig

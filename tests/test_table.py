@@ -303,6 +303,8 @@ def test_a_row_missing_from_a_task_is_named_as_left_out_of_the_cross_task_aggreg
             "bpo_c1.5_rho1.5, bpo_c1.0_rho1.5 (no finite final return on Hopper-v5 mujoco_default).")
     assert any(note in n for n in agg["notes"])
     assert note in (tmp_path / "res" / "table1.md").read_text()
+    text = figure_text(iqm_figure(agg, "ppo"))  # under the figure, wrapped to keep its width
+    assert note in " ".join(text.split()) and max(map(len, text.splitlines())) <= 120
     for row in ("bpo_c1.0_rho1.5", "bpo_c1.5_rho1.5"):  # once they are on every task, no note
         cells[HOPPER][row] = rng.normal(0.5, 1, 4)
     synthetic_results(tmp_path / "whole", cells)

@@ -95,11 +95,10 @@ def equal_runs(full: dict[str, list[np.ndarray]]) -> dict[str, np.ndarray]:
             for row, per_task in full.items()}
 
 
-def runs_used_note(cells: dict, baseline: str, rows: list[str]) -> str | None:
-    """Which runs and rows the cross-task aggregates leave out and why (``normalised_runs``: a row
-    must be on every task that has the baseline, with as many runs on each); None when every run
-    is in them."""
-    tasks, full = normalised_runs(cells, baseline, rows)
+def runs_used_note(cells: dict, rows: list[str], tasks, full: dict[str, list[np.ndarray]]) -> str | None:
+    """Which runs and rows of ``cells`` the cross-task aggregates leave out and why; ``tasks`` and
+    ``full``: ``normalised_runs(cells, baseline, rows)`` (a row must be on every task that has the
+    baseline, with as many runs on each). None when every run is in them."""
     notes = []
     parts = []
     for row, per_task in full.items():
@@ -225,7 +224,7 @@ def write_aggregates(cells: dict, baseline: str, out: Path, reps: int = 2000, se
     tasks, full = normalised_runs(cells, baseline, rows)
     if not tasks:
         return []
-    summary = aggregate_summary(tasks, full, baseline, reps, seed, gamma, runs_used_note(cells, baseline, rows))
+    summary = aggregate_summary(tasks, full, baseline, reps, seed, gamma, runs_used_note(cells, rows, tasks, full))
     out = Path(out)
     results.atomic_write_text(out / "aggregates.json", strict_json(summary))
     paths = [out / "aggregates.json"]

@@ -38,7 +38,7 @@ from bpo.config.presets import PAPER_TABLE1, PRESETS, paper_setting
 from bpo.config.schema import to_dict
 from bpo.infra import results
 from bpo.instruments.stats import describe
-from experiments.aggregates import GAMMA, runs_used_note, strict_json, write_aggregates
+from experiments.aggregates import GAMMA, normalised_runs, runs_used_note, strict_json, write_aggregates
 from experiments.common import (
     OPTIMAL_RETURNS,
     SETTING_NAMES,
@@ -581,7 +581,8 @@ def aggregate_cells(cells: dict, baselines: dict, primary: str | None) -> dict:
 def _notes(table, settings, rows, cells, baselines, baseline, skipped) -> list[str]:
     """The notes under the table beside the provenance warnings, in the order they are printed."""
     primary = main_baseline(baselines)
-    used = runs_used_note(aggregate_cells(cells, baselines, primary), primary, rows)
+    used_cells = aggregate_cells(cells, baselines, primary)
+    used = runs_used_note(used_cells, rows, *normalised_runs(used_cells, primary, rows))
     return [n for n in (used, untested_note(settings, baselines, baseline), left_out_note(settings, baselines, primary),
                         not_finite_note(table), skipped_note(skipped)) if n]
 

@@ -51,7 +51,8 @@ class SweepArgs:
 
     sweep: Annotated[tyro.conf.Positional[str | None], tyro.conf.arg(metavar="SWEEP")] = None
     """Sweep file: a name in experiments/sweeps (fig2, classic, mujoco_small, table1_small, headline, table1, ablations,
-    backend_check, probe) or a path. Without it, the grid comes from --preset, --envs, --variants and --grid."""
+    backend_check, probe, a2c, authors_code) or a path. Without it, the grid comes from --preset, --envs, --variants
+    and --grid."""
     backend: Literal["local", "slurm"] = "local"
     """local: worker processes on this machine. slurm: a submitit job array, resources from the sweep
     file (and the --slurm-* flags)."""

@@ -116,3 +116,18 @@ def test_bpo_help_lists_every_preset_and_variant_within_its_width(capsys):
     assert max(len(line) for line in text.splitlines()) <= 113
     listed = [name.strip(".") for name in re.findall(r"[a-z0-9_.]+", text)]  # a list ends with a full stop
     assert set(PRESETS) <= set(listed) and set(VARIANTS) <= set(listed)
+
+
+def test_every_sweep_file_is_named_in_the_readme_and_in_bpo_sweep_s_help():
+    """The README's list of sweep files and ``bpo sweep --help`` are typed by hand; a sweep file
+    added to ``experiments/sweeps`` without them (``a2c`` and ``authors_code`` were, until
+    session 52) is one a newcomer cannot find."""
+    files = {p.stem for p in (ROOT / "experiments" / "sweeps").glob("*.py") if p.stem != "__init__"}
+    readme = (ROOT / "README.md").read_text()
+    listed = re.search(r"Sweep files live in `experiments/sweeps/`: (.*?)\. A sweep", readme, re.S)
+    assert listed, "README.md no longer lists the sweep files in the sentence this test reads"
+    assert files - set(re.findall(r"`(\w+)`", listed.group(1))) == set()
+    commands = (ROOT / "experiments" / "commands.py").read_text()
+    doc = re.search(r"Sweep file: a name in experiments/sweeps \((.*?)\)", commands, re.S)
+    assert doc, "experiments/commands.py no longer lists the sweep files in the help text this test reads"
+    assert files - {w.strip() for w in doc.group(1).replace("\n", " ").split(",")} == set()

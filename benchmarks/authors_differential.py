@@ -3,16 +3,16 @@
 Two halves, run in two environments, exchanging one ``.npz`` file:
 
 1. ``record`` runs in the authors' environment (the recipe of ``benchmarks/authors_reference.py``).
-   It builds their BPO-PPO agent for HalfCheetah-v5 (``--configs mujoco_ppo ppo_bpo_zero1.0_1.5``,
-   their seed), trains it with their own code for ``--update - 1`` updates, collects the rollout of
-   update ``--update``, and then runs that update with their ``optimize`` while recording, without
-   changing any of their code (their jitted step functions and buffer samplers are wrapped, not
-   edited): every minibatch's row indices, the standard normal draws behind every sampled action
-   (a' ~ pi in the FQE targets, a ~ mu in eq. (16)), each step's loss and outputs, the state of
-   every network (parameters, Polyak targets, Adam moments) at the start of each stage and after
-   its first step, r-hat, and the state after the update. The FQE targets before and after
-   clipping are recomputed from their networks by their formula (``bpo.py``'s
-   ``_update_q_vf_fqe_cont``), since their step does not return them.
+   It builds their BPO-PPO agent for HalfCheetah-v5, or the task ``--env`` names (``--configs
+   mujoco_ppo ppo_bpo_zero1.0_1.5``, their seed), trains it with their own code for ``--update - 1``
+   updates, collects the rollout of update ``--update``, and then runs that update with their
+   ``optimize`` while recording, without changing any of their code (their jitted step functions and
+   buffer samplers are wrapped, not edited): every minibatch's row indices, the standard normal
+   draws behind every sampled action (a' ~ pi in the FQE targets, a ~ mu in eq. (16)), each step's
+   loss and outputs, the state of every network (parameters, Polyak targets, Adam moments) at the
+   start of each stage and after its first step, r-hat, and the state after the update. The FQE
+   targets before and after clipping are recomputed from their networks by their formula
+   (``bpo.py``'s ``_update_q_vf_fqe_cont``), since their step does not return them.
 2. ``compare`` runs here. It maps their parameter trees onto ours and, for each of our presets
    (``mujoco_authors_code``: their configuration with their bugs; ``mujoco_default_authors``:
    without them), replays each stage of the update with our functions
@@ -132,7 +132,11 @@ def _snapshot(states: dict, prefix: str, out: dict) -> None:
         out[f"{prefix}/{name}/count"] = np.asarray(adam.count)
 
 
-def _their_agent(checkout: Path, seed: int):
+# Their env ids (their run.py's make_env) -> the Gymnasium task their wrapper makes and ours runs.
+ENVS = {"half_cheetah": "HalfCheetah-v5", "hopper": "Hopper-v5", "walker_2d": "Walker2d-v5", "ant": "Ant-v5"}
+
+
+def _their_agent(checkout: Path, seed: int, env_id: str = "half_cheetah"):
     """Their BPO-PPO agent as their ``run.main`` builds it (without its training loop)."""
     sys.path.insert(0, str(checkout))
     os.chdir(checkout)
@@ -142,7 +146,7 @@ def _their_agent(checkout: Path, seed: int):
 
     from bpo import BPO_PPO  # noqa: PLC0415 - their bpo.py, first on the path
 
-    argv = ["--configs", "mujoco_ppo", "ppo_bpo_zero1.0_1.5", "--env.env_id", "half_cheetah", "--run.seed",
+    argv = ["--configs", "mujoco_ppo", "ppo_bpo_zero1.0_1.5", "--env.env_id", env_id, "--run.seed",
             str(seed), "--run.logdir", tempfile.mkdtemp(prefix="authors-differential-")]
     parsed, other = Flags(configs=["defaults"]).parse_known(argv)
     configs = yaml.YAML(typ="safe").load((checkout / "configs.yaml").read_text())
@@ -257,7 +261,7 @@ def record(args) -> None:
     checkout = Path(args.checkout).resolve()
     commit = subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True,
                             check=True).stdout.strip()
-    algo, argv = _their_agent(checkout, args.seed)
+    algo, argv = _their_agent(checkout, args.seed, args.env)
     algo._last_obs, _ = algo.env.reset(seed=algo.seed)
     algo._last_episode_start = [True] * algo.n_envs
     steps = 0
@@ -283,7 +287,7 @@ def record(args) -> None:
     out.update(recorder.stacked())
     _snapshot(_their_states(algo.policy), "S1", out)
     out["S1/r_hat_max"] = np.asarray(algo.r_hat_max, np.float64)
-    meta = {"their_commit": commit, "their_argv": argv, "update": args.update, "seed": args.seed,
+    meta = {"their_commit": commit, "their_argv": argv, "update": args.update, "seed": args.seed, "env": args.env,
             "python": platform.python_version(), "gamma": algo.gamma, "n_steps": algo.n_steps,
             "versions": _versions(("jax", "jaxlib", "flax", "optax", "numpy", "gymnasium", "mujoco",
                                    "tensorflow-probability"))}
@@ -307,6 +311,8 @@ class Recorded:
     def __init__(self, path: str):
         self.d = np.load(path)
         self.meta = json.loads(str(self.d["meta"]))
+        # recordings made before --env existed are HalfCheetah's
+        self.env = ENVS[self.meta.get("env", "half_cheetah")]
 
     def __getitem__(self, key):
         return self.d[key]
@@ -398,7 +404,7 @@ class Ours:
     """Our learner for one preset, and the recorded update's inputs in our layout."""
 
     def __init__(self, rec: Recorded, preset: str):
-        self.rec, self.cfg = rec, validate(get_preset(preset, "HalfCheetah-v5"))
+        self.rec, self.cfg = rec, validate(get_preset(preset, rec.env))
         self.spec = gym_spec(self.cfg.env)
         self.learner = make_learner(self.cfg, self.spec)
         self.beh, self.hp = self.learner.behaviour, traced_hyperparams(self.cfg)
@@ -680,9 +686,10 @@ def compare(args) -> None:
         "# Our BPO-PPO update beside the authors' code, on the same inputs", "",
         f"Made by `python benchmarks/authors_differential.py compare --recorded FILE --out THIS` at commit {ours} "
         f"({_versions(('jax', 'jaxlib', 'flax', 'optax'))}), from FILE made by `benchmarks/authors_differential.py "
-        f"record --checkout CHECKOUT --update {rec.meta['update']} --seed {rec.meta['seed']}` in the authors' "
+        f"record --checkout CHECKOUT --update {rec.meta['update']} --seed {rec.meta['seed']} "
+        f"--env {rec.meta.get('env', 'half_cheetah')}` in the authors' "
         f"environment: update {rec.meta['update']} of their code (commit {rec.meta['their_commit'][:7]}, "
-        f"{rec.meta['versions']}), HalfCheetah-v5, `{' '.join(rec.meta['their_argv'][:-2])}`; D held "
+        f"{rec.meta['versions']}), {rec.env}, `{' '.join(rec.meta['their_argv'][:-2])}`; D held "
         f"{int(rec['replay/size'])} rows. Machine: {platform.processor() or platform.machine()}, "
         f"{_cpu_model()}.", "",
         "Each stage starts from their state at its start and runs our functions on their minibatches and "
@@ -716,6 +723,7 @@ def main(argv=None) -> None:
     r.add_argument("--checkout", required=True)
     r.add_argument("--update", type=int, default=3, help="which update to record (1: mu = pi, D a quarter full)")
     r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--env", choices=sorted(ENVS), default="half_cheetah", help="their env id (run.py's make_env)")
     r.add_argument("--out", required=True)
     c = sub.add_parser("compare", help="here: replay the recorded update with our functions and tabulate")
     c.add_argument("--recorded", required=True)

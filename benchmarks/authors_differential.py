@@ -350,7 +350,7 @@ class Table:
     """Rows of (quantity, max |diff|, max relative diff, n compared, explained by)."""
 
     def __init__(self):
-        self.rows = []
+        self.rows, self.notes = [], []
 
     def add(self, quantity, ours, theirs, explained="", rel_floor=1e-3, baseline=None):
         """``baseline``: the same quantity from our run started one float32 ulp away from their
@@ -366,7 +366,7 @@ class Table:
         lines = [f"### {title}", "", "| quantity | max abs diff | max rel diff | values | rounding baseline | "
                  "explained by |", "| --- | --- | --- | --- | --- | --- |"]
         lines += [f"| {q} | {d:.3g} | {r:.3g} | {n:,} | {b} | {e} |" for q, d, r, n, b, e in self.rows]
-        return "\n".join(lines)
+        return "\n".join(lines + [f"\n{note}" for note in self.notes])
 
 
 def _flat64(x) -> np.ndarray:
@@ -653,28 +653,50 @@ def compare_mu(o: Ours, t: Table) -> None:
         return optax.apply_updates(p, updates), opt, value
 
     @jax.jit
-    def q_hat_min(p, rows, eps):
+    def q_hat_lowest(p, rows, eps):
+        """The two smallest values of the minibatch's clipped Q-hat(s, a ~ mu), the first of them
+        the minimum that eq. (16)'s batch-minimum form reads."""
         a = distributions.reparameterised(beh.mu_apply(p, data["obs"][rows]), eps)
         unclipped = beh.cfg.mu_q_hat_unclipped_actions
         v = beh.q_value(q_hat, data["obs"][rows], a, hat=True, clip=not unclipped)
-        return jnp.min(jnp.clip(v, beh.cfg.q_hat_floor, cap))
+        return jnp.sort(jnp.clip(v, beh.cfg.q_hat_floor, cap).ravel())[:2]
 
     g = jax.grad(loss)(params, idx[0], noise[0])
     t.add("mu: gradient, first step (clipped)", _clipped_grads(g, beh.cfg.mu_max_grad_norm),
           _their_grads(rec, "mu", "mu", params), expl)
     def loop(params, opt):
-        losses, mins = [], []
+        losses, lowest = [], []
         for i in range(len(idx)):
-            mins.append(q_hat_min(params, idx[i], noise[i]))
+            lowest.append(np.asarray(q_hat_lowest(params, idx[i], noise[i])))
             params, opt, value = step(params, opt, idx[i], noise[i])
             losses.append(value)
-        return params, losses, mins
+        return params, losses, np.stack(lowest)
 
-    (final, losses, mins), (moved, losses_b, mins_b) = loop(params, opt), loop(_ulp(params, 4), opt)
+    (final, losses, lowest), (moved, losses_b, lowest_b) = loop(params, opt), loop(_ulp(params, 4), opt)
+    mins, mins_b = lowest[:, 0], lowest_b[:, 0]
     t.add("mu: min over the minibatch of Q-hat(s, a ~ mu), every step", mins, rec["steps/mu/q_hat"],
           "" if beh.cfg.mu_q_hat_unclipped_actions else "row 17: ours reads clipped actions", baseline=mins_b)
     t.add("mu: loss (eq. 16 and entropy term), every step", losses, rec["steps/mu/loss"], expl, baseline=losses_b)
     t.add("mu: parameters after the update", final, o.params("S1", "mu"), expl, baseline=moved)
+    t.notes.append(_mu_drift_note(o, rec, final, lowest, np.abs(np.asarray(mins) - _flat64(rec["steps/mu/q_hat"]))))
+
+
+def _mu_drift_note(o: Ours, rec: Recorded, final, lowest: np.ndarray, min_diff: np.ndarray) -> str:
+    """Two causes that would let rounding grow in mu's loop, measured: a near tie between the two
+    smallest Q-hat values of a minibatch (the batch minimum would switch sample), and Adam steps on
+    parameters whose second moment is near zero (a step of about the learning rate whatever the
+    gradient's size)."""
+    gaps = lowest[:, 1] - lowest[:, 0]
+    first = int(np.argmax(min_diff > 1e-5)) if (min_diff > 1e-5).any() else None
+    diff = _flat64(final) - _flat64(o.params("S1", "mu"))
+    nu = _flat64(rec.tree("S1/mu/adam_nu", "mu", final))
+    top = np.argsort(-np.abs(diff))[:8]
+    where = "never" if first is None else f"first at step {first} (gap there {gaps[first]:.3g})"
+    return (f"mu's loop, drift checks: the batch minimum of Q-hat differs from theirs by more than 1e-5 {where}; "
+            f"the two smallest Q-hat values of a minibatch are never closer than {gaps.min():.3g} "
+            f"(step {int(gaps.argmin())}); the 8 parameters that differ most from theirs after the update have "
+            f"Adam second moments (theirs) of median {np.median(nu[top]):.3g}, against {np.median(nu):.3g} over all "
+            f"{nu.size:,}; {np.mean(np.abs(diff) > 1e-5):.1%} of the parameters differ by more than 1e-5.")
 
 
 def compare(args) -> None:

@@ -1,7 +1,7 @@
 """The documentation names real code: every dotted name of a first-party module in backticks in
 ``docs/*.md`` and ``README.md`` (``bpo.core.fqe.fqe_step``, ``bpo.agents.learner.Learner.update``) resolves to
 a module or an attribute, every ``tests/FILE.py::test_name`` is a test of that file, and every
-relative Markdown link points to a file of the repository."""
+relative Markdown link points to a file of the repository, and to a heading of it when it names one."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ import ast
 import importlib
 import importlib.util
 import re
+import unicodedata
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,6 +22,7 @@ PAGES = sorted((ROOT / "docs").glob("*.md")) + [ROOT / "README.md"]
 DOTTED = re.compile(r"`((?:bpo|envs|experiments)(?:\.[A-Za-z_][A-Za-z0-9_]*)+)")
 TEST_REF = re.compile(r"(tests/test_[a-z0-9_]+\.py)::([A-Za-z0-9_]+)")
 LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
+ANCHOR_LINK = re.compile(r"\]\(([^)#\s]*)#([^)\s]+)\)")
 
 
 CONFIG_FIELDS = set(field_names(EpisodicTrainConfig())) | set(field_names(OnPolicyTrainConfig()))
@@ -86,6 +89,43 @@ def test_relative_links_point_to_files(page):
     broken = [target for target in LINK.findall(page.read_text())
               if "://" not in target and not (page.parent / target).exists()]
     assert not broken, f"{page.name} links to missing files: {broken}"
+
+
+def heading_anchors(page: Path) -> Iterator[str]:
+    """The anchors GitHub gives a page's headings: lower case, every character but a letter, a mark,
+    a digit, ``-``, ``_`` or a space dropped, spaces made hyphens, a repeated heading numbered
+    ``-1``, ``-2``; headings inside code fences are not headings."""
+    seen: dict[str, int] = {}
+    fenced = False
+    for line in page.read_text().splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        heading = re.match(r"#{1,6} (.*)", line)
+        if heading and not fenced:
+            text = heading.group(1).strip().lower()
+            slug = "".join(c for c in text if c in "-_ " or unicodedata.category(c)[0] in "LMN").replace(" ", "-")
+            count = seen.get(slug, 0)
+            seen[slug] = count + 1
+            yield slug if count == 0 else f"{slug}-{count}"
+
+
+def test_heading_anchors_follow_github():
+    page = ROOT / "docs" / "reproduction.md"
+    assert "the-headline-cell-halfcheetah-v5-ppo-against-bpo-c̄--10-ρ̄--15-15m-steps" in set(heading_anchors(page))
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_links_to_a_section_name_a_heading_of_its_page(page):
+    """A link ``page.md#anchor`` (or ``#anchor`` on the same page) names a heading that exists:
+    a renamed heading leaves the link pointing at the page's top."""
+    broken = []
+    for target, anchor in ANCHOR_LINK.findall(page.read_text()):
+        linked = page if not target else page.parent / target
+        if "://" in target or linked.suffix != ".md" or not linked.exists():
+            continue
+        if anchor not in set(heading_anchors(linked)):
+            broken.append(f"{target}#{anchor}")
+    assert not broken, f"{page.name} links to headings that are not there: {broken}"
 
 
 def test_help_texts_are_paragraphs_not_the_source_s_lines():

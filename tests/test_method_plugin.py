@@ -59,6 +59,9 @@ class VPG:
     def validate(self, cfg: OnPolicyTrainConfig) -> None:
         if cfg.ppo.kl_coef > 0:
             raise ConfigError("ppo.kl_coef", "is PPO's KL penalty; method vpg has none (leave it 0)")
+        if cfg.returns.weight_on_advantage:  # the batch would already carry min(rho_bar, pi_old/mu)
+            raise ConfigError("returns.weight_on_advantage", "chooses the form of PPO's ratio; BPO on VPG "
+                              "weights the advantage in behaviour_batch (leave it False)")
 
     def init(self, ctx, actor_params, critic_params, hp) -> VPGState:
         tx = ctx.optimizer(hp.learning_rate)
@@ -194,6 +197,9 @@ def test_bad_methods_and_plugins_are_refused_with_the_name(monkeypatch, tmp_path
                  "--out", str(tmp_path / "x")]) == 2
     assert "method: must be one of" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
+    with pytest.raises(ConfigError, match="returns.weight_on_advantage"):  # BPO's weight would be applied twice
+        validate(replace(with_bpo(PRESETS["cartpole_vpg"], True), returns=replace(
+            PRESETS["cartpole_vpg"].returns, weight_on_advantage=True)))
     with pytest.raises(ConfigError, match="method: 'ppo' is already registered"):
         register_method(type("PPO", (VPG,), {"name": "ppo"})())
     with pytest.raises(ConfigError, match="other than"):

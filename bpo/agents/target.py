@@ -5,8 +5,8 @@ Algorithm 1 is method-agnostic: a rollout is collected (by pi, or by the behavio
 BPO), returns and advantages are computed (GAE, or the truncated IS-TD(lambda) returns of eq. (6)
 with BPO), the target policy is updated by the method, and, with BPO, the behaviour step follows.
 Only the third part differs between PPO (Listing 1), A2C and any method a researcher adds, so a
-method is an object with the four members of ``TargetUpdate``; ``bpo.agents.methods`` holds the
-registry that ``cfg.method`` names.
+method is an object with the members of ``TargetUpdate`` (a name, a label and four methods);
+``bpo.agents.methods`` holds the registry that ``cfg.method`` names.
 
 A method module needs nothing else from the package: it receives the networks, the optimiser and
 the configuration through ``UpdateContext`` and returns its state and a dict of scalar metrics.

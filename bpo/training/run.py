@@ -35,7 +35,8 @@ def make_program(cfg: TrainConfig) -> Program:
 
 def make_train(cfg: TrainConfig) -> Callable:
     """``train(key, hparams) -> metrics`` for one seed of ``cfg``, the whole run one program
-    (PureJaxRL's shape: ``jax.jit(jax.vmap(make_train(cfg)))(keys, hp)`` trains many seeds)."""
+    (PureJaxRL's shape: ``jax.jit(jax.vmap(make_train(cfg), in_axes=(0, None)))(keys, hp)``
+    trains many seeds; ``hp``'s leaves are scalars, so they are not mapped)."""
     return whole_run(make_program(cfg))
 
 

@@ -19,7 +19,8 @@ from bpo.training import run, summarize, write
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--seeds", type=int, default=100)
-    parser.add_argument("--seed-chunk", type=int, default=None, help="default: 20 on CPU, 0 on GPU")
+    parser.add_argument("--seed-chunk", type=int, default=None,
+                        help="default: 10 on CPU (the runs' own), all seeds at once on a GPU")
     args = parser.parse_args()
     base = replace(get_preset("short_corridor"), seeds=args.seeds)
     start = time.perf_counter()

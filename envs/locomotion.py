@@ -128,8 +128,8 @@ class HalfCheetah(LocomotionTask):
 class Ant(HealthyTask):
     """Ant-v5: reward = healthy bonus + forward (x) velocity of the torso - 0.5 |a|^2
     - 5e-4 |clip(cfrc_ext, -1, 1)|^2; the observation ends with the clipped external contact
-    forces of every body but the world (84 numbers); terminates when the torso height leaves
-    [0.2, 1.0] or the state is not finite."""
+    forces of every body but the world (13 bodies, 78 numbers; 105 in all); terminates when the
+    torso height leaves [0.2, 1.0] or the state is not finite."""
 
     env_id, xml_file, frame_skip, reset_noise_scale, qvel_noise = "Ant-v5", "ant.xml", 5, 0.1, "normal"
     forward_reward_weight, ctrl_cost_weight, contact_cost_weight, healthy_reward = 1.0, 0.5, 5e-4, 1.0

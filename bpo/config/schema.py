@@ -152,9 +152,9 @@ class BehaviourConfig:
     Q-hat in mu's loss (eqs. 15, 16). The authors' code reads the Polyak target networks when
     symlog targets are off (the ``bpo_no_symlog_target`` ablation)."""
     q_hat_head: Literal["linear", "softplus"] = "linear"
-    """Q-hat's output layer: 'linear', with Q-hat floored at ``q_hat_floor`` where mu reads it (the
-    paper, Section 5.3); 'softplus', softplus(output) + 1e-6, positive by construction (the
-    authors' code)."""
+    """Q-hat's output layer: 'linear', with Q-hat floored at ``q_hat_floor`` where mu reads it
+    (eq. (16) takes its log; the paper states no head or floor); 'softplus', softplus(output) +
+    1e-6, positive by construction (the authors' code)."""
     fqe_loss: Literal["paper", "authors"] = "paper"
     """Form of the FQE loss: 'paper', 0.5 mean(w (p - y)^2) + c mean((p - p_target)^2) (eq. 13's one-half; the
     regulariser unweighted); 'authors', mean(w (p - y)^2) + c mean(w (p - p_target)^2) (their public code: the TD term

@@ -699,6 +699,16 @@ def _mu_drift_note(o: Ours, rec: Recorded, final, lowest: np.ndarray, min_diff: 
             f"{nu.size:,}; {np.mean(np.abs(diff) > 1e-5):.1%} of the parameters differ by more than 1e-5.")
 
 
+def _replay_text(rec: Recorded) -> str:
+    """D's size, how many of its rows end an episode by termination, and how many episodes the
+    rollout began: what says whether the update was compared through terminal rows at all."""
+    size = int(rec["replay/size"])
+    terminal, truncated = rec["replay/terminal"][:size, 0], rec["replay/truncated"][:size, 0]
+    ended = int(np.sum(terminal * (1.0 - truncated)))
+    begun = int(np.sum(rec["rollout/episode_starts"]))
+    return f"{size} rows, {ended} of them terminal; the rollout began {begun} episodes"
+
+
 def compare(args) -> None:
     rec = Recorded(args.recorded)
     here = Path(__file__).resolve().parent.parent
@@ -712,7 +722,7 @@ def compare(args) -> None:
         f"--env {rec.meta.get('env', 'half_cheetah')}` in the authors' "
         f"environment: update {rec.meta['update']} of their code (commit {rec.meta['their_commit'][:7]}, "
         f"{rec.meta['versions']}), {rec.env}, `{' '.join(rec.meta['their_argv'][:-2])}`; D held "
-        f"{int(rec['replay/size'])} rows. Machine: {platform.processor() or platform.machine()}, "
+        f"{_replay_text(rec)}. Machine: {platform.processor() or platform.machine()}, "
         f"{_cpu_model()}.", "",
         "Each stage starts from their state at its start and runs our functions on their minibatches and "
         "their draws. Differences are ours minus theirs over every value compared: max |diff| and max "

@@ -64,6 +64,7 @@ from bpo.training import (
 from bpo.training.job import OUTPUT_OPTIONS, Job, check_outputs, publish, remove_made, resume_job, train
 from bpo.training.summary import final_return_text
 from experiments import help_text
+from experiments.sweep import sweep_names
 
 _USAGE = """usage: bpo [--version] {{train,sweep,plot,table,reproduce,evaluate,probe,probe-summary,verify-variance,
                         report}} ...
@@ -80,9 +81,9 @@ _USAGE = """usage: bpo [--version] {{train,sweep,plot,table,reproduce,evaluate,p
 {}
   bpo sweep SWEEP [--backend local|slurm] [--workers N] [--seeds N] [--out DIR] [--dry-run] [--set KEY=VALUE ...]
   bpo sweep --preset P [--envs ...] [--variants ...] [--grid KEY=V1,V2 ...] [--seeds N] [--name NAME]
-      A grid of runs (sweep files: experiments/sweeps/{{fig2,classic,mujoco_small,table1_small,headline,
-      table1,ablations,backend_check,probe,a2c}}.py, or a path), locally or as a Slurm job array; re-running
-      resumes it.
+      A grid of runs (a sweep file, experiments/sweeps/NAME.py, or a path), locally or as a Slurm job
+      array; re-running resumes it. NAME is one of:
+{}
       Results: OUT/RUN-ID/ + index.json; default OUT: runs/NAME (git-ignored).
   bpo plot RESULTS_DIR [--out DIR] [--metric COLUMN] [--per-seed] [--smooth N] [--x step|time]
       Learning curves (mean ± SE over seeds), one panel per environment and preset: PNG and PDF;
@@ -122,10 +123,10 @@ _USAGE = """usage: bpo [--version] {{train,sweep,plot,table,reproduce,evaluate,p
 
 def usage() -> str:
     """``bpo --help``, with the variant and preset names registered now (a plug-in's too, once
-    loaded), each list wrapped to the text's width."""
+    loaded) and the sweep files there are, each list wrapped to the text's width."""
     return _USAGE.format(*(textwrap.fill(", ".join(names) + ".", width=100, initial_indent=" " * 8,
                                          subsequent_indent=" " * 8, break_on_hyphens=False)
-                           for names in (VARIANTS, sorted(PRESETS))))
+                           for names in (VARIANTS, sorted(PRESETS), sweep_names())))
 
 
 @dataclass(frozen=True)

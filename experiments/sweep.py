@@ -349,14 +349,19 @@ def check_probe_plan(plan: ProbePlan, cfg) -> None:
         with_truncation(cfg, v.rho_bar, v.c_bar)
 
 
+def sweep_names() -> list[str]:
+    """The sweep files' names, ``experiments/sweeps/NAME.py``, sorted."""
+    return sorted(p.stem for p in SWEEPS_DIR.glob("*.py") if not p.stem.startswith("_"))
+
+
 def load_sweep(name_or_path: str) -> Sweep:
     """A sweep file by name (experiments/sweeps/NAME.py) or path."""
     path = Path(name_or_path)
     if not path.suffix:
         path = SWEEPS_DIR / f"{name_or_path}.py"
     if not path.exists():
-        known = sorted(p.stem for p in SWEEPS_DIR.glob("*.py") if not p.stem.startswith("_"))
-        raise ConfigError("sweep", f"no sweep file {str(path)!r}; allowed names: {known} or a path to a .py file")
+        raise ConfigError("sweep", f"no sweep file {str(path)!r}; allowed names: {sweep_names()} or a path to a .py "
+                          "file")
     module_spec = importlib.util.spec_from_file_location(f"bpo_sweep_{path.stem}", path)
     module = importlib.util.module_from_spec(module_spec)
     try:

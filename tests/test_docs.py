@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from bpo.config.schema import EpisodicTrainConfig, OnPolicyTrainConfig, field_names
+from experiments.cli import usage
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = sorted((ROOT / "docs").glob("*.md")) + [ROOT / "README.md"]
@@ -171,3 +172,5 @@ def test_every_sweep_file_is_named_in_the_readme_and_in_bpo_sweep_s_help():
     doc = re.search(r"Sweep file: a name in experiments/sweeps \((.*?)\)", commands, re.S)
     assert doc, "experiments/commands.py no longer lists the sweep files in the help text this test reads"
     assert files - {w.strip() for w in doc.group(1).replace("\n", " ").split(",")} == set()
+    # bpo --help's list is made from the folder (it had been typed, without authors_code)
+    assert files - set(re.findall(r"[a-z0-9_]+", usage().split("NAME is one of:")[1].split("Results:")[0])) == set()

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import subprocess
 import sys
 from pathlib import Path
@@ -45,9 +44,8 @@ def child(preset: str, env_id: str, row: str, seeds: int, repeats: int) -> None:
     call = jax.jit(jax.vmap(fn, in_axes=(0, 0, None)))
     args = (states, jax.random.split(key, seeds), rows)
     seconds = F.timed(lambda: call(*args), repeats) / seeds
-    rollout = cfg.ppo.n_steps * cfg.ppo.n_envs
-    print(json.dumps({"s_per_seed": seconds, "updates": math.ceil(cfg.total_timesteps / rollout),
-                      "rollout": rollout, "hidden": list(cfg.ppo.pi_hidden)}), flush=True)
+    print(json.dumps({"s_per_seed": seconds, "updates": cfg.n_updates, "rollout": cfg.rollout_size,
+                      "hidden": list(cfg.ppo.pi_hidden)}), flush=True)
 
 
 def measure(preset: str, env_id: str, row: str, args) -> dict:

@@ -67,7 +67,9 @@ def test_actor_loss_normalises_weights_and_adds_entropy():
 
 def test_normalize_advantages_and_schedules():
     a = normalize_advantages(jnp.array([1.0, 2.0, 3.0]))
-    np.testing.assert_allclose(a, np.array([-1.0, 0.0, 1.0]) / np.sqrt(2 / 3), rtol=1e-5)
+    np.testing.assert_allclose(a, np.array([-1.0, 0.0, 1.0]) / np.sqrt(2 / 3), rtol=1e-5)  # population std
+    # One row is left as it is (SB3 and the authors' code skip it), not standardised to 0.
+    np.testing.assert_array_equal(normalize_advantages(jnp.array([2.5])), np.array([2.5]))
     assert float(linear_schedule(1e-3, 0.25, "linear")) == pytest.approx(2.5e-4)
     assert linear_schedule(1e-3, 0.25, "constant") == 1e-3
 

@@ -23,7 +23,7 @@ def float64():
 def reference_returns(r, v, nv, term, done, log_ratio, gamma, lam, rho_bar, c_bar, mode="per_decision"):
     """Double loop over (t, k) of  G_t = v_t + sum_k (gamma lam)^(k-t) w_{t,k} dtilde_k  for one column."""
     steps = len(r)
-    ratio = [math.exp(x) for x in log_ratio]
+    ratio = [math.exp(x) if x < 700 else math.inf for x in log_ratio]  # float64's overflow
     out = []
     for t in range(steps):
         g = v[t]
@@ -79,6 +79,36 @@ def test_tis_matches_double_loop(mode, rho_bar, c_bar, batch):
         want = reference_returns(*(a[j] for a in args), gamma, lam, rho_bar, c_bar, mode)
         np.testing.assert_allclose(got_col, want, rtol=1e-9, atol=1e-9)
     assert (done.sum() > 0) and (term.sum() > 0) and ((done - term).sum() > 0)  # both kinds of episode end
+
+
+@pytest.mark.parametrize("mode", ["per_decision", "traj", "traj_shifted"])
+def test_a_ratio_of_zero_cuts_only_its_own_episode(mode):
+    """pi(a|s) = 0 (log-ratio -inf) zeroes the weights through that step in its episode and no
+    others: the trajectory forms once turned every later entry of the column into NaN."""
+    rng = np.random.default_rng(7)
+    r, v, nv, term, done, lr = random_batch(rng, batch=(2,))
+    first_end = int(np.flatnonzero(done[:, 0])[0])
+    lr[first_end - 1 if first_end > 0 else 0, 0] = -np.inf  # in the first episode of column 0
+    lr[-1, 1] = -np.inf
+    got = np.asarray(tis_lambda_returns(r, v, nv, term, done, lr, gamma=0.97, lam=0.85, rho_bar=1.5, c_bar=1.0,
+                                        traj=mode))
+    assert np.isfinite(got).all()
+    args = [columns(a) for a in (r, v, nv, term, done, lr)]
+    for j, got_col in enumerate(columns(got)):
+        want = reference_returns(*(a[j] for a in args), 0.97, 0.85, 1.5, 1.0, mode)
+        np.testing.assert_allclose(got_col, want, rtol=1e-9, atol=1e-9)
+
+
+def test_an_overflowing_ratio_at_an_episode_end_does_not_make_nan_with_untruncated_traces():
+    """c_bar = inf (Theorem 1's setting): a ratio that overflows to inf on a step that ends its
+    episode must cut the trace there (the old product inf * (1 - done) was NaN)."""
+    rng = np.random.default_rng(3)
+    r, v, nv, term, done, lr = random_batch(rng, batch=(1,))
+    end = int(np.flatnonzero(done[:, 0])[0])
+    lr[end, 0] = 1000.0  # exp overflows in float64
+    got = np.asarray(tis_lambda_returns(r, v, nv, term, done, lr, gamma=0.97, lam=0.85, rho_bar=1.0, c_bar=INF))
+    want = reference_returns(*(columns(a)[0] for a in (r, v, nv, term, done, lr)), 0.97, 0.85, 1.0, INF)
+    np.testing.assert_allclose(got[:, 0], want, rtol=1e-9, atol=1e-9)
 
 
 def test_traj_true_is_traj_mode_and_jit_vmap():

@@ -58,7 +58,13 @@ def value_loss(values, returns):
 
 
 def normalize_advantages(advantages):
-    """Per-minibatch standardisation (SB3: (A - mean) / (std + 1e-8))."""
+    """Per-minibatch standardisation (A - mean) / (std + 1e-8), as SB3 and the authors' JAX code.
+
+    The std is the population one (n in the denominator), as ``jnp.std`` in the authors' code and in
+    PureJaxRL; SB3's torch ``std`` divides by n - 1 (docs/choices.md, "PPO"). A minibatch of one row
+    is returned as it is, as both do, rather than standardised to 0."""
+    if advantages.shape[0] < 2:
+        return advantages
     return (advantages - jnp.mean(advantages)) / (jnp.std(advantages) + 1e-8)
 
 

@@ -75,7 +75,9 @@ def _traj_mode(traj) -> TrajMode:
 def _per_decision_corrections(dtilde, done, log_ratio, discount, rho_bar, c_bar):
     """Backward scan of  D_t = rho_t*dtilde_t + discount*c_t*(1-done_t)*D_{t+1},  D_T = 0."""
     rho = truncated_ratios(log_ratio, rho_bar)
-    trace = discount * truncated_ratios(log_ratio, c_bar) * (1.0 - done)
+    # A where, not a product with (1 - done): with c_bar = inf an overflowing ratio at an episode's
+    # end would make inf * 0 = NaN instead of cutting the trace.
+    trace = jnp.where(done > 0, 0.0, discount * truncated_ratios(log_ratio, c_bar))
 
     def step(next_correction, xs):
         delta, trace_t = xs
@@ -96,8 +98,13 @@ def _trajectory_corrections(dtilde, done, log_ratio, discount, rho_bar, c_bar, m
     batch_ndim = dtilde.ndim - 1
     # Segment id of each step: steps t <= k share an episode iff no done in [t, k-1].
     segment = jnp.cumsum(done, axis=0) - done
-    log_cum = jnp.cumsum(log_ratio, axis=0)  # sum_{i<=k} log r_i
-    log_cum_before = log_cum - log_ratio  # sum_{i<t} log r_i
+    # A ratio of 0 (log -inf: pi gives the action no mass) zeroes the products through it. It is
+    # counted apart, so that the cumulative sums stay finite and later episodes keep their weights
+    # (-inf - -inf would be NaN); with no such ratio the sums are exactly those of log_ratio.
+    vanishing = jnp.isneginf(log_ratio)
+    log_cum = jnp.cumsum(jnp.where(vanishing, 0.0, log_ratio), axis=0)  # sum_{i<=k} log r_i
+    log_cum_before = log_cum - jnp.where(vanishing, 0.0, log_ratio)  # sum_{i<t} log r_i
+    zeros_cum = jnp.cumsum(vanishing, axis=0)  # ratios of 0 among i <= k
     t_idx = jnp.arange(steps).reshape((steps, 1) + (1,) * batch_ndim)
     k_idx = jnp.arange(steps).reshape((1, steps) + (1,) * batch_ndim)
     ahead = k_idx >= t_idx
@@ -105,9 +112,11 @@ def _trajectory_corrections(dtilde, done, log_ratio, discount, rho_bar, c_bar, m
     valid = ahead & same_episode
     if mode == "traj":
         log_prod = log_cum[None, :] - log_cum_before[:, None]  # sum_{i=t}^{k}
+        log_prod = jnp.where(zeros_cum[None, :] - zeros_cum[:, None] + vanishing[:, None] > 0, -jnp.inf, log_prod)
         log_w = jnp.minimum(jnp.log(c_bar), log_prod)
     else:
         log_prod = log_cum[None, :] - log_cum[:, None]  # sum_{i=t+1}^{k}
+        log_prod = jnp.where(zeros_cum[None, :] - zeros_cum[:, None] > 0, -jnp.inf, log_prod)
         log_rho = jnp.minimum(jnp.log(rho_bar), log_ratio)[:, None]
         log_w = log_rho + jnp.minimum(jnp.log(c_bar), log_prod)
     powers = jnp.power(discount, jnp.maximum(k_idx - t_idx, 0))

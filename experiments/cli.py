@@ -64,6 +64,7 @@ from bpo.training import (
 from bpo.training.job import OUTPUT_OPTIONS, Job, check_outputs, publish, remove_made, resume_job, train
 from bpo.training.summary import final_return_text
 from experiments import help_text
+from experiments.arguments import parse
 from experiments.sweep import sweep_names
 
 _USAGE = """usage: bpo [--version] {{train,sweep,plot,table,reproduce,evaluate,probe,probe-summary,verify-variance,
@@ -233,7 +234,7 @@ def _parse_train_args(argv: list[str]):
     if isinstance(shown, OnPolicyTrainConfig):
         shown = _method_shown(argv, shown)
     args_cls = _SHOWING[method_section(shown.method)][1] if isinstance(shown, OnPolicyTrainConfig) else TrainArgs
-    args = tyro.cli(args_cls, default=args_cls(config=shown), args=argv[1:], prog=f"bpo train {argv[0]}")
+    args = parse(args_cls, argv[1:], default=args_cls(config=shown), prog=f"bpo train {argv[0]}")
     if isinstance(shown, OnPolicyTrainConfig):  # back to the classes the library knows
         args = OnPolicyTrainArgs(**{f.name: getattr(args, f.name) for f in dataclasses.fields(OnPolicyTrainArgs)
                                     if f.name != "config"}, config=_plain(args.config))

@@ -32,6 +32,7 @@ from bpo.config.schema import ConfigError
 from bpo.infra.results import ensure_writable_dir
 from bpo.infra.settings import validate_environment
 from experiments import launch, progress, store
+from experiments.arguments import parse
 from experiments.plotting import DEFAULT_PLOT, PlotOptions, plot_results
 from experiments.probe import probe_folder
 from experiments.reader import BadFile, Run, Skipped
@@ -117,7 +118,7 @@ def build_sweep(args: SweepArgs) -> Sweep:
 
 
 def sweep_main(argv: list[str]) -> int:
-    return run_sweep(tyro.cli(SweepArgs, args=argv, prog="bpo sweep"))[0]
+    return run_sweep(parse(SweepArgs, argv, prog="bpo sweep"))[0]
 
 
 def run_sweep(args: SweepArgs) -> tuple[int, Path | None]:
@@ -323,7 +324,7 @@ def _plot(runs: list[Run], results_dir: Path, out: Path, command: str,
 
 
 def reproduce_main(argv: list[str]) -> int:
-    args = tyro.cli(ReproduceArgs, args=argv, prog="bpo reproduce")
+    args = parse(ReproduceArgs, argv, prog="bpo reproduce")
     code, sweep_dir = run_sweep(SweepArgs(sweep=args.name, backend=args.backend, workers=args.workers,
                                           out=args.out, progress=args.progress, set=args.set, seeds=args.seeds))
     if code != 0:
@@ -409,7 +410,7 @@ def _check_results_dir(path: Path) -> None:
 
 
 def table_main(argv: list[str]) -> int:
-    args = tyro.cli(TableArgs, args=argv, prog="bpo table")
+    args = parse(TableArgs, argv, prog="bpo table")
     try:
         _check_results_dir(args.results_dir)
         if not 0 < args.alpha < 1:
@@ -433,7 +434,7 @@ def table_main(argv: list[str]) -> int:
 
 
 def plot_main(argv: list[str]) -> int:
-    args = tyro.cli(PlotArgs, args=argv, prog="bpo plot")
+    args = parse(PlotArgs, argv, prog="bpo plot")
     try:
         _check_results_dir(args.results_dir)
         ensure_writable_dir(args.out or args.results_dir, "--out")

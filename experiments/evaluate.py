@@ -19,6 +19,7 @@ from bpo.infra.results import atomic_write_json, ensure_writable_dir
 from bpo.infra.settings import validate_environment
 from bpo.training.evaluate import EvalRequest, evaluate_saved
 from bpo.training.policies import load_policies
+from experiments.arguments import parse
 from experiments.video import check_video, record_video
 
 
@@ -79,7 +80,7 @@ def check_args(args: EvaluateArgs) -> Path:
 
 
 def evaluate_main(argv: list[str]) -> int:
-    args = tyro.cli(EvaluateArgs, args=argv, prog="bpo evaluate")
+    args = parse(EvaluateArgs, argv, prog="bpo evaluate")
     try:
         validate_environment()  # the write after the work reads BPO_WRITE_*: checked first
         out_dir = check_args(args)

@@ -21,6 +21,7 @@ from bpo.infra.settings import validate_environment
 from bpo.instruments.probe import ProbeSettings, format_cost, probe_cost
 from bpo.training.probe_run import check_probe, check_probe_name, probe_run, probed_points
 from experiments import store
+from experiments.arguments import parse
 from experiments.common import save_figure
 from experiments.probe_summary import find_probes, markdown, read_probe, summarise, write_summary
 from experiments.reader import BadFile, Run
@@ -157,7 +158,7 @@ def probe_and_write(run: Path, settings: ProbeSettings, points, seeds, backend, 
 
 
 def probe_main(argv: list[str]) -> int:
-    args = tyro.cli(ProbeArgs, args=argv, prog="bpo probe")
+    args = parse(ProbeArgs, argv, prog="bpo probe")
     try:
         validate_environment()  # the write after the work reads BPO_WRITE_*: checked first
         path = probe_and_write(args.run, settings_of(args), args.points, args.seeds, args.backend,

@@ -25,6 +25,7 @@ from bpo.config.schema import ConfigError
 from bpo.infra.provenance import code_version
 from bpo.infra.results import atomic_write_json, atomic_write_text, ensure_writable_dir
 from bpo.instruments.stats import describe
+from experiments.arguments import parse
 from experiments.common import (
     format_p,
     one_sample_t,
@@ -505,7 +506,7 @@ def write_summary(runs: list[ProbedRun], summary: dict, out: Path, name: str = "
 def probe_summary_main(argv: list[str]) -> int:
     """``bpo probe-summary``: 0 when written, 2 when refused (a bad argument, a damaged or foreign
     probe.json or run file, no probe results)."""
-    args = tyro.cli(ProbeSummaryArgs, args=argv, prog="bpo probe-summary")
+    args = parse(ProbeSummaryArgs, argv, prog="bpo probe-summary")
     try:
         runs, skipped = find_probes(args.folder, args.name)
         out = ensure_writable_dir(args.out or args.folder, "--out")

@@ -17,11 +17,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import tyro
-
 from bpo.config.presets import PAPER_TABLE1, paper_setting
 from bpo.infra.results import atomic_write_text, read_curve, read_summary
 from bpo.instruments.stats import describe
+from experiments.arguments import parse
 from experiments.authors_verdict import authors_verdict_block
 from experiments.common import (
     format_p,
@@ -427,7 +426,7 @@ def report(results: Path, root: Path, check: bool) -> list[Path]:
 
 
 def report_main(argv: list[str]) -> int:
-    args = tyro.cli(ReportArgs, args=argv, prog="bpo report")
+    args = parse(ReportArgs, argv, prog="bpo report")
     if not args.results.is_dir():
         print(f"error: results: {str(args.results)!r} is not a folder", file=sys.stderr)
         return 2

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import tyro
 from matplotlib.figure import Figure
 
 from bpo.config.presets import get_preset
@@ -31,6 +30,7 @@ from bpo.infra.settings import validate_environment
 from bpo.instruments import variance as V
 from bpo.instruments.stats import describe
 from bpo.training import run
+from experiments.arguments import parse
 from experiments.common import save_figure
 
 Z_AGREE = 4.0  # |MC - exact| / SE below this counts as agreement
@@ -261,7 +261,7 @@ def run_verification(a: VerifyVarianceArgs, gamma: float) -> tuple[dict, list[di
 
 
 def verify_variance_main(argv: list[str]) -> int:
-    args = tyro.cli(VerifyVarianceArgs, args=argv, prog="bpo verify-variance")
+    args = parse(VerifyVarianceArgs, argv, prog="bpo verify-variance")
     preset = get_preset("short_corridor")
     try:
         validate_args(args, preset.eval_every)

@@ -20,7 +20,9 @@ import experiments.commands  # noqa: F401
 from bpo.agents.methods import validate
 from bpo.config.presets import get_preset
 from bpo.config.schema import ConfigError, EpisodicBehaviourConfig, replace, with_bpo
+from experiments.arguments import list_options, repeated_list_options
 from experiments.cli import main
+from experiments.commands import SweepArgs
 
 # Validating a config builds its environment once to read its spec; gymnax turns a few constants
 # into arrays then (tiny jits, cached per process). Done here, so a compile seen below is the run's.
@@ -321,6 +323,11 @@ def test_a_field_of_the_bpo_section_of_a_run_without_it_is_refused_by_name():
     (["train", "cartpole_ppo", "--returns.lam", "0.5"], "Unrecognized options: --returns.lam"),
     (["train", "short_corridor", "--returns.trust-region-delta", "0.1"], "Unrecognized options: --returns.trust"),
     (["reproduce", "fig2", "--backend", "pbs"], "slurm"),
+    # tyro would keep only the last of a repeated list option: refused instead, naming it.
+    (["sweep", "--preset", "cartpole_ppo", "--grid", "returns.c_bar=1.0,2.0", "--grid", "returns.rho_bar=1.0,1.5",
+      "--dry-run"], "--grid given more than once"),
+    (["reproduce", "fig2", "--set", "episodes=20", "--set=eval_every=10"], "--set given more than once"),
+    (["sweep", "fig2", "--set", "episodes=20", "--dry_run", "--set", "seed=3"], "--set given more than once"),
 ])
 def test_bad_choice_or_type_is_rejected_by_the_parser(argv, allowed, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
@@ -330,6 +337,14 @@ def test_bad_choice_or_type_is_rejected_by_the_parser(argv, allowed, capsys, tmp
     assert allowed in capsys.readouterr().err
     assert not any(tmp_path.iterdir())
 
+
+
+def test_the_list_options_are_the_variable_length_fields_in_both_spellings():
+    options = list_options(SweepArgs)
+    assert set(options.values()) == {"envs", "variants", "grid", "set"}
+    assert options["--variants"] == "variants" and "--dry-run" not in options and "--seeds" not in options
+    assert repeated_list_options(SweepArgs, ["--grid", "a=1", "--set", "b=2", "--grid=c=3"]) == ["grid"]
+    assert repeated_list_options(SweepArgs, ["--grid", "a=1", "c=3", "--set", "b=2"]) == []
 
 
 def test_output_cut_off_by_its_reader_ends_quietly():

@@ -284,14 +284,15 @@ def remove_empty_staging(sweep_dir: Path) -> None:
 
 def publish(sweep_dir: Path, spec: RunSpec, write_run) -> dict:
     """Write a run with ``write_run(staging_dir) -> summary`` and move it into place whole
-    (``bpo.infra.publish.replace_dir``: an older run under the same id is replaced, never mixed with it).
-    The caller holds the run's lock (``try_lock_run``)."""
+    (``bpo.infra.publish.replace_dir``: an older run under the same id is replaced, never mixed with
+    it; the user's own files in its folder are kept, as ``bpo train --out`` keeps them). The caller
+    holds the run's lock (``try_lock_run``)."""
     sweep_dir = Path(sweep_dir)
     staging = sweep_dir / STAGING / spec.run_id / f"{socket.gethostname()}.{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
     summary = write_run(staging)
     results.atomic_write_json(staging / "spec.json", spec.to_json())
-    replace_dir(staging, sweep_dir / spec.run_id, trash=staging.with_name(staging.name + ".replaced"))
+    replace_dir(staging, sweep_dir / spec.run_id, trash=staging.with_name(staging.name + ".replaced"), keep_others=True)
     with contextlib.suppress(OSError):
         staging.parent.rmdir()
     return summary

@@ -147,6 +147,23 @@ def test_cli_rejects_bad_sweeps_before_running(tmp_path, capsys):
         "--group-rows: 25 runs in 15 programs (5 of them shared by rows that differ only in traced hyperparameters)")
 
 
+def test_a_redone_run_replaces_the_run_files_and_keeps_the_users_own(tmp_path):
+    """A sweep's redo goes through the same swap as ``bpo train --out`` (docs/runs.md): the old run's
+    files go together, the user's notes and folders beside them stay."""
+    spec = expand(Sweep(name="s", grids=(Grid(preset="short_corridor", variants=("bpo",), fixed=TINY_SC,
+                                                seeds=2),)))[0]
+    store.write_sweep_file(tmp_path, "s", [spec])
+    store.publish(tmp_path, spec, lambda d: fake_run(d, spec.config(), [1.0, 2.0]))
+    run = tmp_path / spec.run_id
+    (run / "notes.txt").write_text("mine")
+    (run / "my_analysis").mkdir()
+    (run / "my_analysis" / "fit.csv").write_text("a,b")
+    store.publish(tmp_path, spec, lambda d: fake_run(d, spec.config(), [3.0, 4.0]))
+    assert (run / "notes.txt").read_text() == "mine" and (run / "my_analysis" / "fit.csv").read_text() == "a,b"
+    assert json.loads((run / "summary.json").read_text())["final_eval_returns"] == [3.0, 4.0]
+    assert store.is_finished(tmp_path, spec)
+
+
 def test_publish_is_all_or_nothing_and_finished_means_same_config(tmp_path, monkeypatch):
     spec = expand(Sweep(name="s", grids=(Grid(preset="short_corridor", variants=("bpo",), fixed=TINY_SC,
                                                 seeds=2),)))[0]

@@ -244,6 +244,18 @@ def test_a_new_run_may_not_start_over_an_unfinished_run_s_checkpoint(tmp_path):
     assert not (out / "summary.json").exists() and ckpt.exists(out / "checkpoint")
 
 
+def test_a_checkpoint_of_another_seed_chunk_is_refused_before_the_run_starts(tmp_path):
+    """The seed chunk is part of the compiled program: the same config with another chunk cannot
+    continue the checkpoint, and says so before it continues or compiles anything."""
+    out, _ = _unfinished_run(tmp_path)  # written with this machine's default chunk (10 on a CPU)
+    done = bpo(["train", "short_corridor", "--bpo", "--episodes", "40", "--eval-every", "10", "--eval-episodes", "2",
+                "--seeds", "2", "--checkpoint-every", "2", "--seed-chunk", "1", "--no-progress", "--out", str(out)])
+    assert done.returncode == 2, done.stderr
+    assert "holds the checkpoint of an unfinished run (the checkpoint was written with seed_chunk=10, this run " \
+           "uses 1)" in done.stderr, done.stderr
+    assert "continuing" not in done.stderr and ckpt.exists(out / "checkpoint")
+
+
 def event_records(folder: Path) -> int:
     """Records in a folder's TensorBoard event files (TFRecord: length, its CRC, data, its CRC),
     read without TensorBoard: one per file is the file-version header, every other one is data."""

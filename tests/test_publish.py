@@ -18,6 +18,7 @@ import pytest
 
 from bpo.config.presets import get_preset
 from bpo.infra import publish, results
+from bpo.training.job import Job
 from experiments.cli import main
 
 TRAIN = ["train", "cartpole_ppo", "--bpo", "--total-timesteps", "8192", "--no-progress"]
@@ -182,6 +183,21 @@ def test_a_long_named_run_is_rescued_under_a_name_that_fits(tmp_path, monkeypatc
                                              lambda f: (Path(f).mkdir(exist_ok=True), (Path(f) / "x").write_text("1")))
     assert folder is not None and folder.parent == tmp_path / "rescue" and (folder / "x").read_text() == "1"
     assert len(folder.name.encode()) <= 255 and folder.name.startswith("bpo-rescued-rrr")
+
+
+def test_an_out_folder_named_dot_is_the_folder_it_stands_for(tmp_path):
+    """``--out .`` (and a path ending in ``..``) names no folder that can be staged beside and
+    renamed: the run goes to the folder it stands for, checked before the work, not after it."""
+    here = tmp_path / "here"
+    here.mkdir()
+    (here / "mine.txt").write_text("the user's")
+    done = subprocess.run([sys.executable, "-m", "experiments.cli", "train", "short_corridor", "--episodes", "20",
+                           "--eval-every", "10", "--eval-episodes", "2", "--no-progress", "--out", "."], cwd=here,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert json.loads((here / "summary.json").read_text())["seeds"] == get_preset("short_corridor").seeds
+    assert (here / "mine.txt").read_text() == "the user's" and sorted(p.name for p in tmp_path.iterdir()) == ["here"]
+    assert Job(get_preset("short_corridor"), here / "sub" / "..", 0).out_dir == here
 
 
 @pytest.mark.parametrize("where", ["beside", "another file system"])

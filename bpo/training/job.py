@@ -27,7 +27,7 @@ from bpo.infra.publish import check_publishable, publish_run_dir, save_or_rescue
 from bpo.infra.results import ensure_writable_dir
 from bpo.infra.settings import validate_environment
 from bpo.infra.tensorboard import Loggers, TensorBoardLogger, WandbLogger
-from bpo.training.run import run_validated
+from bpo.training.run import run_validated, runner_seed_chunk
 from bpo.training.run_output import RunOutput
 from bpo.training.summary import summarize, write
 
@@ -57,7 +57,8 @@ class Job:
         # the target and renamed into it, so the link stays a link and no file moves out of it.
         out_dir = Path(self.out_dir)
         with contextlib.suppress(OSError):  # a name too long to stat: check_outputs refuses it by name
-            if out_dir.is_symlink():
+            # '.' or '..' names no folder to stage beside and rename: the folder it stands for does.
+            if out_dir.is_symlink() or out_dir.name in ("", ".."):
                 out_dir = out_dir.resolve()
         object.__setattr__(self, "out_dir", out_dir)
 
@@ -134,7 +135,10 @@ def check_no_unfinished_run(job: Job) -> None:
     directory = job.out_dir / "checkpoint"
     if not ckpt.exists(directory):
         return
-    why = "this run does not checkpoint" if job.checkpoint_every == 0 else ckpt.mismatch(directory, job.cfg)
+    # The seed chunk is part of the compiled program: a checkpoint of another chunk is refused here,
+    # not by the driver after the compile.
+    why = ("this run does not checkpoint" if job.checkpoint_every == 0
+           else ckpt.mismatch(directory, job.cfg, runner_seed_chunk(job.cfg, job.seed_chunk)))
     if why:
         raise ConfigError("--out", f"{str(job.out_dir)!r} holds the checkpoint of an unfinished run ({why}): "
                                    f"continue it with `bpo train --resume {job.out_dir}`, or remove "

@@ -43,10 +43,17 @@ def make_train(cfg: TrainConfig) -> Callable:
 def make_runner(cfg: TrainConfig, hp, progress: Callable | None = None, logger=None,
                 seed_chunk: int | None = None) -> Runner:
     """The runner of ``cfg``: the host runner for Gymnasium environments, else the JAX runner."""
-    if isinstance(cfg, OnPolicyTrainConfig) and cfg.backend == "gymnasium":
+    if (seed_chunk := runner_seed_chunk(cfg, seed_chunk)) is None:
         return HostRunner(cfg, hp, progress=progress, logger=logger)
-    seed_chunk = default_seed_chunk() if seed_chunk is None else seed_chunk
     return JaxRunner(cfg, make_program(cfg), hp, seed_keys(cfg.seed, cfg.seeds), seed_chunk, progress)
+
+
+def runner_seed_chunk(cfg: TrainConfig, seed_chunk: int | None) -> int | None:
+    """The seed chunk ``cfg``'s runner compiles for (``seed_chunk``, or the default of this machine
+    when None), or None for the host runner of Gymnasium environments, which has none."""
+    if isinstance(cfg, OnPolicyTrainConfig) and cfg.backend == "gymnasium":
+        return None
+    return default_seed_chunk() if seed_chunk is None else seed_chunk
 
 
 def run(cfg: TrainConfig, progress: Callable | None = None, seed_chunk: int | None = None, logger=None,

@@ -172,8 +172,9 @@ def _plan_sweep(args: SweepArgs) -> tuple[Sweep, Path, list[RunSpec]] | None:
         if not args.dry_run:  # a dry run writes nothing
             created = [p for p in (sweep_dir, *sweep_dir.parents) if not p.exists()]
             ensure_writable_dir(sweep_dir, "--out")
+        launch.recorded_jobs(sweep_dir)  # a damaged record of earlier Slurm jobs: refused here, by name
         return sweep, sweep_dir, expand(sweep)
-    except ConfigError as e:
+    except (ConfigError, BadFile) as e:
         for folder in created:  # made just now for the check: leave no empty folder behind
             with contextlib.suppress(OSError):
                 folder.rmdir()

@@ -30,7 +30,6 @@ if __name__ == "__main__":
 
 import contextlib
 import hashlib
-import json
 import os
 import socket
 import subprocess
@@ -56,7 +55,8 @@ from bpo.training.job import Job, continue_or_restart, train
 from bpo.training.rows import can_share, group_config
 from bpo.training.run_output import default_seed_chunk
 from bpo.training.summary import final_return_text
-from experiments import store
+from experiments import reader, store
+from experiments.reader import BadFile
 from experiments.sweep import RunSpec, SlurmResources
 
 LOCK_FD_ENV = "BPO_RUN_LOCK_FD"
@@ -502,12 +502,24 @@ def _jobs_file(sweep_dir: Path) -> Path:
 
 
 
-def slurm_in_flight(sweep_dir: Path) -> set[str]:
-    """Runs whose Slurm job from an earlier submission is still queued or running: not resubmitted."""
+def recorded_jobs(sweep_dir: Path) -> dict[str, str]:
+    """{run id: Slurm job id} of the sweep's earlier submissions ({} before any); a damaged record
+    is a ``BadFile`` naming it (a job id is a string, '123_4' in an array)."""
     path = _jobs_file(sweep_dir)
     if not path.exists():
+        return {}
+    jobs = reader.read_json_object(path)
+    if not all(isinstance(v, str) for v in jobs.values()):
+        raise BadFile(path, "holds a job id that is not a string; remove the file if no job of this sweep is "
+                            "queued or running (`squeue --me`)")
+    return jobs
+
+
+def slurm_in_flight(sweep_dir: Path) -> set[str]:
+    """Runs whose Slurm job from an earlier submission is still queued or running: not resubmitted."""
+    jobs = recorded_jobs(sweep_dir)
+    if not jobs:
         return set()
-    jobs = json.loads(path.read_text())
     states = _queued(set(jobs.values())) or {}
     return {run_id for run_id, job_id in jobs.items() if states.get(job_id) in _LIVE_STATES}
 
@@ -538,7 +550,7 @@ def run_slurm(sweep_dir: Path, specs: list[RunSpec], resources: SlurmResources, 
         raise ConfigError("backend", f"Slurm refused the jobs ({_first_line(e)}); allowed: --backend slurm on a "
                                      "machine whose sbatch reaches a Slurm controller, or --backend local") from None
     with store.folder_lock(sweep_dir):  # another submission may be recording its jobs too
-        recorded = json.loads(_jobs_file(sweep_dir).read_text()) if _jobs_file(sweep_dir).exists() else {}
+        recorded = recorded_jobs(sweep_dir)
         recorded.update({s.run_id: j.job_id for s, j in zip(specs, jobs, strict=True)})
         results.atomic_write_json(_jobs_file(sweep_dir), recorded)
     print(f"submitted {len(jobs)} Slurm jobs (array {jobs[0].job_id.split('_')[0]}); logs in {sweep_dir / '.slurm'}")

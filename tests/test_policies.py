@@ -14,6 +14,7 @@ import imageio.v3 as iio
 import jax
 import numpy as np
 import pytest
+from flax import serialization
 
 from bpo.agents.learner import make_learner
 from bpo.config.presets import get_preset
@@ -80,6 +81,12 @@ def test_missing_or_damaged_policies_are_refused_naming_the_file(cartpole_run, t
         load_policy(copy)
     with pytest.raises(ValueError, match="seed: must be in"):
         load_policy(out_dir, seed=2)
+    payload = serialization.msgpack_restore((out_dir / FILE).read_bytes())
+    for damaged in ({k: v for k, v in payload.items() if k != "kind"}, {**payload, "kind": "ppo"},
+                    {**payload, "during": {"after": payload["final"]}}, {**payload, "during": [1]}):
+        (copy / FILE).write_bytes(serialization.msgpack_serialize(damaged))
+        with pytest.raises(NoPolicies, match=f"{FILE}.*not a bpo-policies"):
+            load_policy(copy)
     parts = tmp_path / "rescued"  # a run rescued in parts over a file-size limit (bpo.infra.results)
     parts.mkdir()
     (parts / "config.json").write_text((out_dir / "config.json").read_text())

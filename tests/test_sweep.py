@@ -147,6 +147,20 @@ def test_cli_rejects_bad_sweeps_before_running(tmp_path, capsys):
         "--group-rows: 25 runs in 15 programs (5 of them shared by rows that differ only in traced hyperparameters)")
 
 
+@pytest.mark.parametrize("content,why", [('{"a": ', "not valid JSON"), ("[1, 2]", "holds a JSON array"),
+                                         ('{"run": 5}', "holds a job id that is not a string")])
+@pytest.mark.parametrize("dry_run", [True, False])
+def test_a_damaged_record_of_slurm_jobs_is_refused_by_name(tmp_path, capsys, content, why, dry_run):
+    jobs = tmp_path / ".slurm" / "jobs.json"
+    jobs.parent.mkdir()
+    jobs.write_text(content)
+    argv = ["sweep", "--preset", "short_corridor", "--variants", "reinforce", "--out", str(tmp_path)]
+    assert main(argv + ["--dry-run"] * dry_run) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: {jobs}: {why}" + err.split(why, 1)[1] and len(err.strip().splitlines()) == 1, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".slurm"]  # nothing started
+
+
 def test_a_redone_run_replaces_the_run_files_and_keeps_the_users_own(tmp_path):
     """A sweep's redo goes through the same swap as ``bpo train --out`` (docs/runs.md): the old run's
     files go together, the user's notes and folders beside them stay."""

@@ -110,7 +110,9 @@ def load_policies(run_dir: Path) -> SavedPolicies:
         config = from_dict(json.loads((run_dir / "config.json").read_text()))
     except Exception as e:  # noqa: BLE001 -- whatever a damaged file makes a parser raise
         raise NoPolicies(path, f"cannot be read ({type(e).__name__}: {e})") from None
-    if not isinstance(payload, dict) or payload.get("format") != FORMAT or not isinstance(payload.get("final"), dict):
+    if (not isinstance(payload, dict) or payload.get("format") != FORMAT or not isinstance(payload.get("final"), dict)
+            or payload.get("kind") not in ("onpolicy", "episodic") or not isinstance(payload.get("during") or {}, dict)
+            or not all(str(k).isdigit() for k in payload.get("during") or {})):
         raise NoPolicies(path, f"not a {FORMAT} file")
     during = {int(k): v for k, v in (payload.get("during") or {}).items()}
     saved = SavedPolicies(config, payload["kind"], payload["final"], during)

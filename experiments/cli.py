@@ -46,6 +46,7 @@ from bpo.config.schema import (
     check_run_config,
     from_dict,
     method_section,
+    unknown_fields,
     with_bpo,
     with_method,
 )
@@ -321,6 +322,11 @@ def starting_config(argv: list[str]):
             raise ConfigError("config", f"{argv[0]!r} cannot be read as a run's config.json ({type(e).__name__}: "
                                         f"{e})") from None
         check_run_config(data, argv[0])
+        if unknown := unknown_fields(data):  # from_dict would drop them: a misspelt field would not count
+            raise ConfigError(unknown[0], f"in {argv[0]!r} is no field of today's config (nor of an older "
+                                          f"one's); allowed: the fields `bpo train {data.get('preset', 'PRESET')} "
+                                          "--help` lists" + (f" ({len(unknown)} such keys: {unknown})"
+                                                             if len(unknown) > 1 else ""))
         try:
             return from_dict(data), None
         except (ValueError, TypeError, AttributeError) as e:

@@ -202,12 +202,13 @@ def read_specs(sweep_dir: Path) -> list[RunSpec]:
 
 
 def is_finished(sweep_dir: Path, spec: RunSpec) -> bool:
-    """A complete run directory (a summary.json that ``reader.read_summary`` accepts: a damaged
-    one would be skipped by every table, so the run is done again) holding the same configuration,
-    recorded by code that had every field of today's config (or only lacked ``COMPATIBLE_ADDITIONS``)."""
+    """A complete run directory (one that ``reader.read_run`` accepts, as every table and plot reads
+    it: a damaged file, or files of different runs, would be skipped by all of them, so the run is
+    done again) holding the same configuration, recorded by code that had every field of today's
+    config (or only lacked ``COMPATIBLE_ADDITIONS``)."""
     run_dir = Path(sweep_dir) / spec.run_id
     try:
-        reader.read_summary(run_dir)
+        reader.read_run(run_dir, Path(sweep_dir))
         recorded = current_config(json.loads((run_dir / "config.json").read_text()))
         if recorded is None:
             return False  # stale: recorded before a field existed whose default may change the results
@@ -302,7 +303,9 @@ def _index(root: Path, sweep: tuple[str, list[RunSpec]] | None, runs: list[reade
            skipped: list[reader.Skipped], failed: dict[str, str] | None) -> dict:
     """The index: the finished runs, the run directories skipped (status ``skipped``, with the file
     and the reason), then the sweep's runs not finished yet: running (a process holds its lock),
-    failed (in ``failed``) or pending."""
+    failed (in ``failed``), pending, or unbuildable (an earlier sweep's run this code cannot build,
+    such as a plug-in's preset without its plug-in loaded: listed with the reason, never fatal to
+    the sweep that rebuilds the index)."""
     entries = [r.entry() for r in runs]
     entries += [{"run_id": s.run_id, "status": "skipped", "file": s.file, "error": s.reason} for s in skipped]
     done = {e["run_id"] for e in entries}
@@ -310,9 +313,12 @@ def _index(root: Path, sweep: tuple[str, list[RunSpec]] | None, runs: list[reade
         if spec.run_id not in done:
             status = ("running" if run_is_locked(root, spec.run_id) else
                       "failed" if failed and spec.run_id in failed else "pending")
-            entries.append({"run_id": spec.run_id, "status": status, "preset": spec.preset,
-                            "row": reader.spec_row(spec, root / "sweep.json"),
-                            **({"error": failed[spec.run_id]} if status == "failed" else {})})
+            try:
+                row, error = reader.spec_row(spec, root / "sweep.json"), failed.get(spec.run_id) if failed else None
+            except reader.BadFile as e:
+                status, row, error = "unbuildable", None, e.reason
+            entries.append({"run_id": spec.run_id, "status": status, "preset": spec.preset, "row": row,
+                            **({"error": error} if status in ("failed", "unbuildable") else {})})
     return {"sweep": sweep[0] if sweep is not None else root.name, "runs": entries}
 
 

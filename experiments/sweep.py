@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from bpo.agents.methods import validate
-from bpo.config.presets import VARIANTS, apply_variant, get_preset
+from bpo.config.presets import VARIANTS, apply_variant, get_preset, variant_changes
 from bpo.config.schema import EXECUTION_ONLY, ConfigError, EpisodicTrainConfig, get_dotted, replace, with_bpo
 from bpo.instruments.probe import ProbeSettings
 from bpo.training.probe_run import check_probe_name, with_truncation
@@ -265,6 +265,21 @@ def check_settable(pairs, option: str) -> None:
             raise ConfigError(option, f"{name} cannot be set this way; use {NOT_SETTABLE[name]}")
 
 
+def _check_not_the_variants(spec: RunSpec, pairs) -> None:
+    """A fixed or ``--set`` value may not change a field the run's variant sets: the variant is the
+    run's row in every table and plot (``RunSpec.row``), and ``bpo_c1.0_rho1.5`` run with c̄ = 2
+    would be labelled with the c̄ it did not use. A grid value is in the row's name, so it may."""
+    cfg = get_preset(spec.preset, spec.env)
+    if spec.variant is None or isinstance(cfg, EpisodicTrainConfig) or spec.variant not in VARIANTS:
+        return
+    fields = variant_changes(cfg, spec.variant)
+    for name, value in pairs:
+        if name in fields and value != fields[name]:
+            raise ConfigError(name, f"is set by the variant {spec.variant!r} (to {fields[name]!r}), whose name "
+                                    "labels the run's row; allowed: another variant, or a grid of the field "
+                                    "(--grid, which names its value in the row)")
+
+
 def _run_id(cfg, grid: Grid, variant, label, without_set) -> str:
     """ENV-PRESET-VARIANT, the grid values, then the ``--set`` values that change the run."""
     changed = [(k, get_dotted(cfg, k)) for k, _ in grid.set_values
@@ -306,6 +321,7 @@ def expand(sweep: Sweep) -> list[RunSpec]:
             spec = RunSpec(run_id="", preset=grid.preset, env=env, variant=variant,
                            overrides=label + tuple(grid.fixed), label_overrides=label, seeds=grid.seeds)
             without_set = spec.build()
+            _check_not_the_variants(spec, (*grid.fixed, *grid.set_values))
             spec = dataclasses.replace(spec, overrides=spec.overrides + tuple(grid.set_values))
             cfg = spec.config()
             applied |= {k for k, _ in spec.overrides if _has_section_of(cfg, k)}

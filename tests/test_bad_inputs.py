@@ -3,6 +3,7 @@ written: ``experiments.cli.main`` returns 2 with one ``error: FIELD: ...`` line 
 argument) and what is allowed; ``bpo.agents.methods.validate`` raises ``ConfigError`` with that field.
 """
 
+import json
 import logging
 import math
 import os
@@ -104,6 +105,11 @@ CLI_BAD_INPUTS = [
     (["sweep", "--preset", "cartpole_ppo", "--set", "total_timesteps=many"], "total_timesteps",
      "must be of type int, got 'many'"),
     (["sweep", "table1", "--workers", "0"], "workers", "must be an integer >= 1, got 0"),
+    # The variant names the row: a --set of what it sets would label the run with a c-bar it did not use.
+    (["sweep", "table1_small", "--set", "returns.c_bar=2.0"], "returns.c_bar",
+     "is set by the variant 'bpo_c1.5_rho1.5' (to 1.5), whose name labels the run's row"),
+    (["sweep", "--preset", "mujoco_default", "--variants", "bpo_no_qhat", "--set", "bpo.use_q_hat=true"],
+     "bpo.use_q_hat", "is set by the variant 'bpo_no_qhat' (to False)"),
     (["sweep", "--preset", "cartpole_ppo", "--set", "bpo.q_lr=1" + "0" * 400], "bpo.q_lr",
      "must be a number within float range"),
     (["sweep", "table1", "--group-rows", "--backend", "slurm"], "group_rows", "allowed with --backend local"),
@@ -381,6 +387,13 @@ def test_a_run_is_replayed_from_its_own_config_json(tmp_path, capsys):
     (tmp_path / "bad.json").write_text("{")
     assert main(["train", str(tmp_path / "bad.json")]) == 2
     assert "error: config: " in capsys.readouterr().err
+    # A key that no field has (misspelt, or edited in by hand) is refused, not silently dropped.
+    recorded = json.loads((first / "config.json").read_text())
+    for edit, name in (({"eval_episodez": 1000}, "eval_episodez"),
+                       ({"reinforce": {**recorded["reinforce"], "lr_strat": 0.5}}, "reinforce.lr_strat")):
+        (tmp_path / "edited.json").write_text(json.dumps({**recorded, **edit}))
+        assert main(["train", str(tmp_path / "edited.json"), "--out", str(tmp_path / "y")]) == 2
+        assert capsys.readouterr().err.startswith(f"error: {name}: in ") and not (tmp_path / "y").exists()
 
 
 def test_progress_written_to_a_log_is_one_whole_line(tmp_path):

@@ -161,6 +161,24 @@ def test_a_damaged_record_of_slurm_jobs_is_refused_by_name(tmp_path, capsys, con
     assert sorted(p.name for p in tmp_path.iterdir()) == [".slurm"]  # nothing started
 
 
+def test_an_earlier_sweeps_run_this_code_cannot_build_is_listed_not_fatal(tmp_path):
+    """sweep.json keeps an earlier sweep's runs; one of a plug-in's preset, run now without the
+    plug-in, cannot be built. Rebuilding the index (after every run a sweep reaps) lists it with
+    the reason instead of raising, which once stopped the sweep and killed its other workers."""
+    spec = expand(Sweep(name="s", grids=(Grid(preset="short_corridor", variants=("bpo",), fixed=TINY_SC,
+                                                seeds=2),)))[0]
+    foreign = RunSpec(run_id="CartPole-v1-my_plugin_preset-ppo", preset="my_plugin_preset", env="CartPole-v1",
+                      variant=None, overrides=(), label_overrides=(), seeds=1)  # its row is its method's
+    store.write_sweep_file(tmp_path, "s", [foreign])
+    store.write_sweep_file(tmp_path, "s", [spec])
+    store.publish(tmp_path, spec, lambda d: fake_run(d, spec.config(), [1.0, 2.0]))
+    entries = {e["run_id"]: e for e in store.refresh_index(tmp_path)["runs"]}
+    assert entries[spec.run_id]["status"] == "finished"
+    assert entries[foreign.run_id]["status"] == "unbuildable" and entries[foreign.run_id]["row"] is None
+    assert "unknown preset 'my_plugin_preset'" in entries[foreign.run_id]["error"]
+    assert json.loads((tmp_path / "index.json").read_text())["runs"] == list(entries.values())
+
+
 def test_a_redone_run_replaces_the_run_files_and_keeps_the_users_own(tmp_path):
     """A sweep's redo goes through the same swap as ``bpo train --out`` (docs/runs.md): the old run's
     files go together, the user's notes and folders beside them stay."""
@@ -176,6 +194,13 @@ def test_a_redone_run_replaces_the_run_files_and_keeps_the_users_own(tmp_path):
     assert (run / "notes.txt").read_text() == "mine" and (run / "my_analysis" / "fit.csv").read_text() == "a,b"
     assert json.loads((run / "summary.json").read_text())["final_eval_returns"] == [3.0, 4.0]
     assert store.is_finished(tmp_path, spec)
+    # Files every table would skip (another run's summary, a damaged spec) are not a finished run.
+    summary = json.loads((run / "summary.json").read_text())
+    (run / "summary.json").write_text(json.dumps({**summary, "env": "CartPole-v1"}))
+    assert not store.is_finished(tmp_path, spec)
+    (run / "summary.json").write_text(json.dumps(summary))
+    (run / "spec.json").write_text("garbage")
+    assert not store.is_finished(tmp_path, spec)
 
 
 def test_publish_is_all_or_nothing_and_finished_means_same_config(tmp_path, monkeypatch):

@@ -274,15 +274,21 @@ def best_bpo_row(env: str, preset: str) -> str:
     return max((r for r in rows if r != "ppo"), key=lambda r: rows[r][0])
 
 
-def apply_variant(cfg: OnPolicyTrainConfig, name: str) -> OnPolicyTrainConfig:
-    """``cfg`` with the named variant: a Table 1 row, or an ablation of the best BPO row for the
-    config's environment and preset."""
+def variant_changes(cfg: OnPolicyTrainConfig, name: str) -> dict:
+    """What the named variant changes in ``cfg``: {"bpo": whether it keeps the behaviour step,
+    dotted field: value}; a Table 1 row's own, or the best BPO row's with an ablation's on top."""
     if name not in VARIANTS:
         raise ConfigError("variant", f"unknown variant {name!r}; allowed: {list(VARIANTS)}")
     if not isinstance(cfg, OnPolicyTrainConfig):
         raise ConfigError("variant", f"applies to PPO presets only; preset {cfg.preset!r} is episodic")
-    changes = dict(_ROWS.get(name) or METHOD_ROWS.get(name)
-                   or {**_ROWS[best_bpo_row(cfg.env, cfg.preset)], **ABLATIONS[name]})
+    return dict(_ROWS.get(name) or METHOD_ROWS.get(name)
+                or {**_ROWS[best_bpo_row(cfg.env, cfg.preset)], **ABLATIONS[name]})
+
+
+def apply_variant(cfg: OnPolicyTrainConfig, name: str) -> OnPolicyTrainConfig:
+    """``cfg`` with the named variant: a Table 1 row, or an ablation of the best BPO row for the
+    config's environment and preset."""
+    changes = variant_changes(cfg, name)
     if not changes["bpo"] and name != cfg.method:
         raise ConfigError("variant", f"{name!r} runs {name} alone; preset {cfg.preset!r} runs method {cfg.method!r}: "
                                      f"use variant {cfg.method!r} for it alone")

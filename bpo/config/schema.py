@@ -791,6 +791,28 @@ def from_dict(data: dict):
     are taken from ``bpo``; before the behaviour step was an optional section, ``algo`` said whether
     the run had one ('bpo') or ran the method alone (its name), and the section was always there;
     before each method had a section of its own, A2C's settings were in ``ppo``."""
+    return _build(*_current_layout(data))
+
+
+def unknown_fields(data: dict) -> list[str]:
+    """The dotted names in ``data`` (a run's config.json, read as ``from_dict`` reads it) that no
+    field of today's config has: ``from_dict`` would drop them silently (a misspelt field of a
+    hand-edited file, or one removed since)."""
+    def walk(cls, d: dict, prefix: str) -> list[str]:
+        found, instance = [], cls()
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        for key, value in d.items():
+            if key not in fields:
+                found.append(prefix + key)
+            elif isinstance(value, dict) and dataclasses.is_dataclass(default := _section(instance, fields[key])):
+                found += walk(type(default), value, f"{prefix}{key}.")
+        return found
+
+    return walk(*_current_layout(data), "")
+
+
+def _current_layout(data: dict) -> tuple[type, dict]:
+    """``from_dict``'s reading of an older file: (the config class, ``data`` in today's sections)."""
     cls = OnPolicyTrainConfig if "ppo" in data or "a2c" in data else EpisodicTrainConfig
     if "returns" not in data and isinstance(data.get("bpo"), dict):
         names = {f.name for f in dataclasses.fields(cls().returns)}
@@ -801,7 +823,7 @@ def from_dict(data: dict):
     if _a2c_in_ppo(data):
         names = {f.name for f in dataclasses.fields(A2CConfig)}
         data = {**data, "a2c": {k: v for k, v in data["ppo"].items() if k in names}, "ppo": None}
-    return _build(cls, data)
+    return cls, data
 
 
 def _a2c_in_ppo(data: dict) -> bool:

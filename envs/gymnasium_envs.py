@@ -75,7 +75,9 @@ class Snapshots(gym.Wrapper):
         import pickle
 
         inner = self.env.unwrapped
-        state = {"np_random": inner.np_random.bit_generator.state, "elapsed": self._time_limit()._elapsed_steps}
+        limit = self._time_limit()
+        state = {"np_random": inner.np_random.bit_generator.state,
+                 "elapsed": None if limit is None else limit._elapsed_steps}
         if hasattr(inner, "data") and hasattr(inner, "model"):
             state["mjdata"] = pickle.dumps(inner.data)
         else:
@@ -90,21 +92,24 @@ class Snapshots(gym.Wrapper):
     def snapshot(self, blob: bytes) -> None:
         import pickle
 
-        import mujoco
-
         state, inner = pickle.loads(blob), self.env.unwrapped
         inner.np_random.bit_generator.state = state["np_random"]
-        self._time_limit()._elapsed_steps = state["elapsed"]
+        if state["elapsed"] is not None:
+            self._time_limit()._elapsed_steps = state["elapsed"]
         if "mjdata" in state:
+            import mujoco
+
             mujoco.mj_copyData(inner.data, inner.model, pickle.loads(state["mjdata"]))
         else:
             vars(inner).update(pickle.loads(state["attributes"]))
 
-    def _time_limit(self) -> gym.wrappers.TimeLimit:
+    def _time_limit(self) -> gym.wrappers.TimeLimit | None:
+        """The TimeLimit wrapper, or None for an environment registered without one
+        (ShortCorridor-v0 ends its own episodes; its step count is among its attributes)."""
         env = self.env
-        while not isinstance(env, gym.wrappers.TimeLimit):
+        while isinstance(env, gym.Wrapper) and not isinstance(env, gym.wrappers.TimeLimit):
             env = env.env
-        return env
+        return env if isinstance(env, gym.wrappers.TimeLimit) else None
 
 
 # Attributes of an environment that are configuration, not state (and may not pickle).

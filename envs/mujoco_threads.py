@@ -19,6 +19,7 @@ and the host is stateless: resumes and any number of threads give identical resu
 Per step, as Gymnasium's ``MujocoEnv.step`` and the task's ``step`` do:
 
     x_before = carried position; data.ctrl = action; mj_step x frame_skip; mj_rnePostConstraint
+    (Ant only: it fills in the contact forces that Ant's observation reads and nothing else's)
     observation, reward, terminated from the task (float64, the returned ones cast to float32)
     truncated once the episode has 1000 steps (TimeLimit, counted in JAX)
 

@@ -83,6 +83,17 @@ def test_every_preset_runs_a_tiny_budget(name, algo):
             assert np.all(np.isfinite(value)), key
 
 
+def test_a_rollout_in_which_no_episode_ends_records_nan_as_the_host_runner_does():
+    """Pendulum's episodes last 200 steps: rollouts of 16 steps end none until the 13th. Its
+    training return is NaN, not 0, which the summary and TensorBoard would average with real returns."""
+    cfg = replace(tiny(PRESETS["pendulum_ppo"], algo="ppo"), total_timesteps=16 * 14, eval_every=16 * 14,
+                  **{"ppo.n_envs": 1, "ppo.n_steps": 16, "ppo.batch_size": 16})
+    train = run(cfg).metrics["train"]
+    episodes, returns = train["train_episodes"][0], train["train_return"][0]
+    assert list(episodes) == [0] * 12 + [1, 0] and np.isnan(returns[episodes == 0]).all()
+    assert np.isfinite(returns[12]) and returns[12] < 0  # Pendulum's rewards are all negative
+
+
 @pytest.mark.parametrize("algo", ["ppo", pytest.param("bpo", marks=pytest.mark.slow)])
 def test_same_config_and_seed_give_identical_results(algo):
     cfg = replace(tiny(PRESETS["pendulum_ppo"], algo=algo), total_timesteps=2 * 4096)

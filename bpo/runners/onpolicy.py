@@ -103,7 +103,10 @@ class OnPolicyProgram:
         key, state, metrics = keyed_update(self.learner, carry.learner, carry.key, rows, hp)
         finished = rows["finished_return"]
         n_finished = jnp.sum(~jnp.isnan(finished))
-        metrics = {**metrics, "train_return": jnp.nansum(finished) / jnp.maximum(n_finished, 1),
+        # NaN when no episode ended in the rollout, as the host runner records it: a 0 would be
+        # averaged with real returns downstream (summary and TensorBoard skip NaN).
+        metrics = {**metrics, "train_return": jnp.where(n_finished > 0, jnp.nansum(finished) / jnp.maximum(n_finished, 1),
+                                                        jnp.nan),
                    "train_episodes": n_finished}
         return carry._replace(key=key, learner=state), metrics
 

@@ -105,8 +105,8 @@ class OnPolicyProgram:
         n_finished = jnp.sum(~jnp.isnan(finished))
         # NaN when no episode ended in the rollout, as the host runner records it: a 0 would be
         # averaged with real returns downstream (summary and TensorBoard skip NaN).
-        metrics = {**metrics, "train_return": jnp.where(n_finished > 0, jnp.nansum(finished) / jnp.maximum(n_finished, 1),
-                                                        jnp.nan),
+        mean_return = jnp.nansum(finished) / jnp.maximum(n_finished, 1)
+        metrics = {**metrics, "train_return": jnp.where(n_finished > 0, mean_return, jnp.nan),
                    "train_episodes": n_finished}
         return carry._replace(key=key, learner=state), metrics
 

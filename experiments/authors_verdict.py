@@ -62,6 +62,12 @@ def their_arm(folder: Path) -> dict | None:
     seeds), or None when it holds none."""
     paths = sorted((p for p in folder.glob("seed*.json") if SEED_FILE.fullmatch(p.name)),
                    key=lambda p: int(SEED_FILE.fullmatch(p.name)[1])) if folder.is_dir() else []
+    seeds = [int(SEED_FILE.fullmatch(p.name)[1]) for p in paths]
+    if len(set(seeds)) < len(seeds):  # seed1.json and seed01.json: one seed, which would count twice
+        twice = sorted({s for s in seeds if seeds.count(s) > 1})
+        raise ValueError(f"{folder}: more than one file for seed {twice[0]} "
+                         f"({', '.join(p.name for p, s in zip(paths, seeds, strict=True) if s == twice[0])}); "
+                         "keep one file per seed")
     return describe([their_seed(p) for p in paths]) if paths else None
 
 

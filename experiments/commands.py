@@ -437,11 +437,11 @@ def table_main(argv: list[str]) -> int:
 def plot_main(argv: list[str]) -> int:
     args = parse(PlotArgs, argv, prog="bpo plot")
     try:
+        if args.smooth < 1:  # before anything is made or read
+            raise ConfigError("smooth", f"must be an integer >= 1, got {args.smooth}")
         _check_results_dir(args.results_dir)
         ensure_writable_dir(args.out or args.results_dir, "--out")
         runs, skipped = _load_runs(args.results_dir, "bpo plot")
-        if args.smooth < 1:
-            raise ConfigError("smooth", f"must be an integer >= 1, got {args.smooth}")
         paths, no_curve = _plot(runs, args.results_dir, args.out or args.results_dir, "bpo plot",
                                 PlotOptions(args.metric, args.per_seed, args.smooth, args.x))
     except ANALYSIS_ERRORS as e:

@@ -85,29 +85,38 @@ def format_p(p: float | None) -> str:
 def welch_p(row_values, baseline_values, alternative: str = "greater") -> float:
     """Welch's t-test p-value of row mean vs baseline mean; 'greater' is one-sided (row > baseline).
 
-    Seeds that all end at the same return (CartPole's cap of 500) leave no spread: the test is
-    undefined (nan) for two such equal samples. SciPy says so with a precision-loss warning, which
-    is silenced here; the p-value is SciPy's either way."""
-    if len(row_values) < 2 or len(baseline_values) < 2:
+    Seeds that all end at the same return (CartPole's cap of 500) leave no spread: with both
+    samples constant Welch's degrees of freedom are 0/0 and the test is undefined (nan), whether
+    the two constants are equal or not (SciPy gives p = 0 from t = inf for unequal ones, a certainty
+    no test of two spreadless samples supports). Its precision-loss warning is silenced."""
+    if len(row_values) < 2 or len(baseline_values) < 2 or (_constant(row_values) and _constant(baseline_values)):
         return math.nan
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         return float(stats.ttest_ind(row_values, baseline_values, equal_var=False, alternative=alternative).pvalue)
 
 
+def _constant(values) -> bool:
+    finite = [float(v) for v in values]
+    return max(finite) == min(finite)
+
+
 def welch_p_from_stats(mean: float, sd: float, n: int, baseline_mean: float, baseline_sd: float, baseline_n: int,
                        alternative: str = "greater") -> float:
     """Welch's t-test from summary statistics, as a table of mean ± SD allows (each SE is sd / sqrt(n));
-    the same p as ``welch_p`` on values with these means, sample SDs and counts."""
-    if n < 2 or baseline_n < 2:
+    the same p as ``welch_p`` on values with these means, sample SDs and counts (nan for two SDs of 0)."""
+    if n < 2 or baseline_n < 2 or sd == baseline_sd == 0:
         return math.nan
     return float(stats.ttest_ind_from_stats(mean, sd, n, baseline_mean, baseline_sd, baseline_n, equal_var=False,
                                             alternative=alternative).pvalue)
 
 
 def _welch_se_df(sd: float, n: int, baseline_sd: float, baseline_n: int) -> tuple[float, float]:
-    """The standard error of a difference of two means and its Welch-Satterthwaite degrees of freedom."""
+    """The standard error of a difference of two means and its Welch-Satterthwaite degrees of freedom
+    (nan when both SDs are 0: 0/0, and no interval or power exists)."""
     va, vb = sd**2 / n, baseline_sd**2 / baseline_n
+    if va + vb == 0:
+        return 0.0, math.nan
     return math.sqrt(va + vb), (va + vb) ** 2 / (va**2 / (n - 1) + vb**2 / (baseline_n - 1))
 
 
@@ -151,6 +160,8 @@ def welch_power(gap: float, sd: float, n: int, baseline_sd: float, baseline_n: i
     if n < 2 or baseline_n < 2:
         return math.nan
     se, df = _welch_se_df(sd, n, baseline_sd, baseline_n)
+    if math.isnan(df):
+        return math.nan
     ncp = gap / se
     if alternative == "greater":
         return float(stats.nct.sf(stats.t.ppf(1 - alpha, df), df, ncp))

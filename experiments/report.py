@@ -76,7 +76,20 @@ def _runs(folder: Path) -> list[dict]:
 
 
 def _mean_se(cell: dict) -> str:
+    """'mean ± SE'; the mean alone for one seed (no SE), as the table prints them."""
+    if cell["n"] == 0:
+        return f"all {cell['not_finite']} seeds NaN"
+    if math.isnan(cell["se"]):
+        return format_number(cell["mean"])
     return f"{format_number(cell['mean'])} ± {format_number(cell['se'], like=cell['mean'])}"
+
+
+def _sd(cell: dict) -> str:
+    return "–" if math.isnan(cell["sd"]) else format_number(cell["sd"], like=cell["mean"])
+
+
+def _signed(x: float) -> str:
+    return "–" if math.isnan(x) else f"{x:+.0f}"
 
 
 def provenance_line(records: list[dict]) -> str:
@@ -155,13 +168,14 @@ def vs_paper_block(results: Path, name: str) -> str:
             c = cells.get((setting, row))
             if c is None:
                 continue
-            ours = f"{_mean_se(c)} (SD {format_number(c['sd'], like=c['mean'])}), {c['n']}"
+            ours = f"{_mean_se(c)} (SD {_sd(c)}), {c['n']}"
             if (v := vs_paper.get((setting, row))) is not None:
                 mean, sd = paper[row]
                 theirs, diff, p = f"{mean} (SD {sd})", f"{v['difference']:+.0f}", format_p(v["p_two_sided"])
             else:
                 theirs, diff, p = "–", "–", "–"
-            lines.append(f"| {setting_label(setting)} | {row_label(row)} | {ours} | {format_p(c.get('p'))} | {theirs} "
+            one_sided = format_p(c.get("p_greater"))  # the column says one-sided, whatever the table's alternative
+            lines.append(f"| {setting_label(setting)} | {row_label(row)} | {ours} | {one_sided} | {theirs} "
                          f"| {diff} | {p} |")
     summaries = [r["summary"] for r in _runs(folder)]
     return ("\n".join(lines) + "\n\n" + "\n".join(verdict_lines(cells, settings, data["baseline"]))
@@ -220,10 +234,11 @@ def verdict_lines(cells: dict, settings: list, baseline: str) -> list[str]:
                 continue
             diff, low, high = welch_interval(c["mean"], c["sd"], c["n"], base["mean"], base["sd"], base["n"])
             gap = paper[row][0] - paper[baseline][0] if row in paper and baseline in paper else None
-            power = "–" if gap is None else f"{welch_power(gap, c['sd'], c['n'], base['sd'], base['n']):.2f}"
+            power = math.nan if gap is None else welch_power(gap, c["sd"], c["n"], base["sd"], base["n"])
+            shown_power = "–" if math.isnan(power) else f"{power:.2f}"
             lines.append(f"| {setting_label(setting)} | {row_label(row)} | {c['n']}, {base['n']} "
-                         f"| {diff:+.0f} [{low:+.0f}, {high:+.0f}] | {format_p(c.get('p'))} "
-                         f"| {'–' if gap is None else f'{gap:+.0f}'} | {power} |")
+                         f"| {_signed(diff)} [{_signed(low)}, {_signed(high)}] | {format_p(c.get('p_greater'))} "
+                         f"| {'–' if gap is None else f'{gap:+.0f}'} | {shown_power} |")
     return lines
 
 

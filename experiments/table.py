@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Collection
 from pathlib import Path
 
 import numpy as np
@@ -68,7 +69,11 @@ WORSE = "†"
 def mark(mean: float, baseline_mean: float, p: float, alpha: float, p_worse: float | None = None) -> str:
     """'bold' (higher mean, ``p`` < ``alpha``), 'italic' (higher mean, ``p`` >= ``alpha``), 'worse' (lower
     mean, and ``p_worse``, the test for a lower mean, is below ``alpha``) or ''. Each is the cell's own
-    test, unadjusted for the others (``multiple_comparisons`` counts what survives Holm's)."""
+    test, unadjusted for the others (``multiple_comparisons`` counts what survives Holm's). No test
+    (``p`` nan: a single seed, or two samples without spread) gives no mark: italic says the test
+    found p >= alpha, which it did not."""
+    if p is None or math.isnan(p):
+        return ""
     if mean > baseline_mean:
         return "bold" if p < alpha else "italic"
     if mean < baseline_mean and p_worse is not None and p_worse < alpha:
@@ -84,6 +89,10 @@ PROTOCOL = ("total_timesteps", "episodes", "backend", "eval_every", "eval_episod
 """The config fields that decide what a final return measures, beside the preset (part of the
 column) and the row: the budget, the backend and the evaluation protocol. Checked first, so that a
 refusal names them; every other field that changes the results must agree too."""
+COMPARED = ("total_timesteps", "episodes", "eval_episodes", "eval_deterministic", "max_episode_steps")
+"""What a row must share with its column's baseline row to be tested against it: the budget and
+what the final evaluation measures. Not the backend, which a table may compare on purpose (the
+rows of ``backend_check`` are the backends); a row that differs is left untested (``incomparable``)."""
 POOLED = ("seed", "seeds", *EXECUTION_ONLY)
 """What may differ between runs pooled in one cell: their seeds (more seeds of one configuration),
 and the fields that only change how a run executes, not its results."""
@@ -153,6 +162,33 @@ def collect(runs: list[Run]) -> dict[tuple[str, str], dict[str, list[float]]]:
     return cells
 
 
+def incomparable(runs: list[Run], baselines: dict) -> dict:
+    """{(setting, row): how it differs}: the cells whose budget or evaluation (``COMPARED``) is not
+    their column's baseline row's, so that no test of one against the other measures the method."""
+    by_cell = {((r.env, r.preset), r.row): configuration(r.config) for r in runs}
+    out = {}
+    for (setting, row), mine in by_cell.items():
+        base = baselines.get(setting)
+        if base is None or row == base or (setting, base) not in by_cell:
+            continue
+        theirs = by_cell[(setting, base)]
+        differ = [f"{n} {mine.get(n, 'absent')} vs {theirs.get(n, 'absent')}" for n in COMPARED
+                  if mine.get(n, "absent") != theirs.get(n, "absent")]
+        if differ:
+            out[(setting, row)] = ", ".join(differ)
+    return out
+
+
+def incomparable_note(differ: dict, baselines: dict) -> str | None:
+    """Which cells ``incomparable`` left untested, and why."""
+    if not differ:
+        return None
+    parts = [f"{row_label(row)} in {setting_label(setting)} ({why}, against {row_label(baselines[setting])})"
+             for (setting, row), why in sorted(differ.items())]
+    return ("Not tested against their column's baseline, whose budget or evaluation differs: " + "; ".join(parts)
+            + ".")
+
+
 def column_baselines(cells: dict, baseline: str | None = None) -> dict:
     """{(env, preset): the row its cells are tested against, or None}. ``baseline`` where the
     column has it; without one, the column's own PPO row, else its REINFORCE row. Per column, so a
@@ -204,17 +240,19 @@ def _adjust(table: dict) -> dict:
     return table
 
 
-def compute_table(cells: dict, baseline: str | dict, alpha: float = 0.05, alternative: str = "greater") -> dict:
+def compute_table(cells: dict, baseline: str | dict, alpha: float = 0.05, alternative: str = "greater",
+                  untested: Collection = ()) -> dict:
     """Every cell's mean, SD, SE, n and values; against the baseline of its column (``baseline``:
     one row for all, or {column: row or None}), its p-values (one-sided both ways, two-sided, and
-    their Holm adjustments) and its mark. Only finite final returns enter the tests."""
+    their Holm adjustments) and its mark. Only finite final returns enter the tests. The
+    (setting, row) cells in ``untested`` (``incomparable``) get no test."""
     baselines, table = _per_column(baseline, cells), {}
     for setting, rows in cells.items():
         base_row = baselines.get(setting)
         base = finite(rows[base_row]) if base_row in rows else None
         for row, values in rows.items():
             cell = {**describe(values), **_UNTESTED}
-            if base is not None and row != base_row:
+            if base is not None and row != base_row and (setting, row) not in untested:
                 ok = finite(values)
                 cell.update(_tests(welch_p(ok, base, "greater"), welch_p(ok, base, "less"),
                                    welch_p(ok, base, "two-sided"), alternative))
@@ -510,6 +548,13 @@ def run_lines(runs: list[Run]) -> list[str]:
     return lines
 
 
+_LATEX_ESCAPES = (("\\", r"\textbackslash{}"), ("_", r"\_"), ("&", r"\&"), ("%", r"\%"), ("#", r"\#"),
+                  ("$", r"\$"), ("c̄", r"$\bar{c}$"), ("ρ̄", r"$\bar{\rho}$"), ("Q̂", r"$\hat{Q}$"),
+                  ("α", r"$\alpha$"), ("×", r"$\times$"), ("−", "-"))
+r"""Plain text of the legend (row and setting names, field names such as ``bpo.use_q_hat``) as LaTeX
+reads it outside math mode; applied before the legend's own replacements, which bring ``$`` and ``\``."""
+
+
 def to_latex(table: dict, settings, rows, baseline: str | dict = "ppo", alpha: float = 0.05,
              alternative: str = "greater") -> str:
     """A booktabs tabular, then the legend as a footnote-size paragraph."""
@@ -521,8 +566,8 @@ def to_latex(table: dict, settings, rows, baseline: str | dict = "ppo", alpha: f
         lines.append(f"{row_label(row, latex=True)} & " + " & ".join(_cell_text(table.get((s, row)), True)
                                                                      for s in settings) + r" \\")
     text = legend(baseline, alpha, alternative, markdown=False, mc=multiple_comparisons(table, alpha, alternative))
-    for plain, tex in (("±", r"$\pm$"), ("√n", r"$\sqrt{n}$"), ("≥", r"$\geq$"), ("<", "$<$"), (WORSE, r"$^{\dagger}$"),
-                       ("bold =", r"\textbf{bold} ="), ("italic =", r"\textit{italic} =")):
+    for plain, tex in (*_LATEX_ESCAPES, ("±", r"$\pm$"), ("√n", r"$\sqrt{n}$"), ("≥", r"$\geq$"), ("<", "$<$"),
+                       (WORSE, r"$^{\dagger}$"), ("bold =", r"\textbf{bold} ="), ("italic =", r"\textit{italic} =")):
         text = text.replace(plain, tex)
     lines += [r"\bottomrule", r"\end{tabular}", "", r"{\footnotesize " + text + r"\par}"]
     return "\n".join(lines)
@@ -634,11 +679,14 @@ def write_tables(runs: list[Run], out: Path, baseline: str | None = None, alpha:
     if baseline is not None and baseline not in all_rows:
         raise FileNotFoundError(f"baseline row {baseline!r} not found; rows: {sort_rows(all_rows)}")
     baselines = column_baselines(cells, baseline)
-    table = compute_table(cells, baselines, alpha, alternative)
+    differ = incomparable(runs, baselines)
+    table = compute_table(cells, baselines, alpha, alternative, untested=differ)
     settings, rows = sort_settings(cells), sort_rows(all_rows)
     few = few_seeds_note(c["n"] for c in table.values())
     notes = report_provenance([r.summary for r in runs], "bpo table") + _notes(table, settings, rows, cells,
                                                                               baselines, baseline, list(skipped))
+    if note := incomparable_note(differ, baselines):
+        notes.insert(0, note)
     vs_paper = against_paper(table, at_paper_budget(runs))
     results.atomic_write_text(out / "table1.md", to_markdown(table, settings, rows, baselines, alpha, alternative,
                                                              runs, notes, vs_paper) + "\n")
@@ -655,4 +703,7 @@ def read_cells(folder: Path) -> tuple[dict, dict]:
     """The cells of the table1.json that ``write_tables`` wrote in ``folder``, keyed by ((env,
     preset), row), and the file's header fields."""
     data = json.loads((Path(folder) / "table1.json").read_text())
-    return {((c["env"], c["preset"]), c["row"]): c for c in data["cells"]}, data
+    # JSON's null for a number that does not exist (the SD of one seed, the mean of none) is nan
+    # again, as the table computed with it.
+    cells = [{**c, **{k: math.nan for k in ("mean", "sd", "se") if c.get(k) is None}} for c in data["cells"]]
+    return {((c["env"], c["preset"]), c["row"]): c for c in cells}, data

@@ -63,6 +63,11 @@ def test_partial_seeds_are_not_counted(tmp_path):
     assert arm["n"] == 3 and arm["mean"] == pytest.approx(7000 / 3)
     assert arm["sd"] == pytest.approx(np.std([1000, 2000, 4000], ddof=1))
     assert their_arm(tmp_path / "absent") is None
+    # seed1.json copied as seed01.json: one seed in two files, refused rather than counted twice.
+    (folder / "seed01.json").write_text((folder / "seed1.json").read_text())
+    with pytest.raises(ValueError, match=re.escape(f"{folder}: more than one file for seed 1 (")) as refused:
+        their_arm(folder)
+    assert "seed1.json" in str(refused.value) and "seed01.json" in str(refused.value)
 
 
 def _cells(block: str) -> dict[tuple[str, str], list[str]]:

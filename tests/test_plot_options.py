@@ -44,7 +44,8 @@ def test_a_diagnostic_is_plotted_per_seed_and_smoothed(tmp_path, capsys):
     assert main(["plot", str(results), "--metric", "nope", "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
     assert "error: metric: no run's curve.csv has 'nope'; allowed: [" in err and "'ess_frac'" in err
-    assert main(["plot", str(results), "--smooth", "0", "--out", str(tmp_path / "out")]) == 2
+    assert main(["plot", str(results), "--smooth", "0", "--out", str(tmp_path / "new")]) == 2
+    assert not (tmp_path / "new").exists()  # refused before the folder is made
 
 
 def with_clock(run_dir: Path, clock: dict | None) -> None:

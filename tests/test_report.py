@@ -19,7 +19,7 @@ from bpo.infra.results import read_summary
 from experiments import store
 from experiments.cli import main
 from experiments.common import provenance_notes, sort_settings
-from experiments.report import PAGES, render, report
+from experiments.report import PAGES, _mean_se, render, report, verdict_lines
 from experiments.store import build_index
 from experiments.sweep import expand, load_sweep
 
@@ -323,3 +323,19 @@ def test_a_folder_without_a_baseline_row_gets_a_line_without_a_test():
     line = _glance_sweep(ROOT / "results", "authors_code")
     assert "no baseline row in the folder, so no test" in line and "Welch" not in line
     assert "BPO (c̄, ρ̄ = 1.0, 1.5) 3329 ± 319" in line
+
+
+def test_verdict_lines_take_a_single_seed_an_empty_cell_and_a_two_sided_table():
+    """A baseline of one seed (no SD) and a row whose seeds are all NaN are written as the table
+    writes them ('–', 'all 3 seeds NaN'), not a traceback; the 'one-sided Welch p' column is the
+    one-sided p even when the table was made two-sided."""
+    nan = math.nan
+    cells = {(HC, "ppo"): {"mean": 5000.0, "sd": nan, "se": nan, "n": 1, "not_finite": 0, "p_greater": None},
+             (HC, "bpo_c1.0_rho1.5"): {"mean": 5200.0, "sd": 300.0, "se": 173.2, "n": 3, "not_finite": 0,
+                                       "p": 0.9, "p_greater": 0.45},
+             (HC, "bpo_traj_c1.0"): {"mean": nan, "sd": nan, "se": nan, "n": 0, "not_finite": 3, "p_greater": None}}
+    lines = verdict_lines(cells, [HC], "ppo")
+    row = next(line for line in lines if "BPO (c̄, ρ̄ = 1.0, 1.5)" in line)
+    assert "| 3, 1 | +200 [–, –] | 0.450 | +1222 | – |" in row, row  # a difference, no interval or power
+    assert _mean_se(cells[(HC, "bpo_traj_c1.0")]) == "all 3 seeds NaN" and _mean_se(cells[(HC, "ppo")]) == "5000"
+    assert "0.900" not in row  # the two-sided p is not what the column says

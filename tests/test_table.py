@@ -36,6 +36,7 @@ from experiments.table import (
     legend,
     mark,
     multiple_comparisons,
+    to_latex,
     to_markdown,
 )
 
@@ -104,7 +105,8 @@ def test_welch_p_matches_the_written_out_test():
 def test_marks_follow_mean_and_p():
     assert mark(2.0, 1.0, 0.01, 0.05) == "bold" and mark(2.0, 1.0, 0.2, 0.05) == "italic"
     assert mark(1.0, 1.0, 0.0, 0.05) == "" and mark(0.5, 1.0, 0.01, 0.05) == ""
-    assert mark(2.0, 1.0, math.nan, 0.05) == "italic"  # too few seeds to test: an untested improvement
+    # No test (one seed, or two samples without spread): no mark; italic would say p >= alpha.
+    assert mark(2.0, 1.0, math.nan, 0.05) == "" and mark(2.0, 1.0, None, 0.05) == ""
     # A loss: a lower mean with a significant test for a lower mean.
     assert mark(0.5, 1.0, 0.99, 0.05, p_worse=0.01) == "worse" and mark(0.5, 1.0, 0.9, 0.05, p_worse=0.1) == ""
     assert mark(0.5, 1.0, 0.99, 0.05, p_worse=math.nan) == "" and mark(1.0, 1.0, 0.5, 0.05, p_worse=0.01) == ""
@@ -161,6 +163,50 @@ def test_holm_matches_a_hand_computation():
     assert "Still significant at α = 0.05 after Holm's adjustment: bold cells 1 of 2, † cells 0 of 1 (their" in md
     assert "| BPO (c̄, ρ̄ = 1.5, 1.5) | 0.004 |" in md  # the Holm table
     assert "Few seeds" not in md  # 10 seeds per cell
+
+
+def test_two_samples_without_spread_have_no_test_interval_or_power():
+    """Both constant (CartPole's cap against another constant): Welch's df is 0/0, so no p, no
+    interval and no power, whether the constants are equal or not (SciPy gives p = 0 for unequal
+    ones). One constant sample beside a spread one is an ordinary test."""
+    assert math.isnan(welch_p([500.0] * 5, [400.0] * 5)) and math.isnan(welch_p([500.0] * 5, [500.0] * 5))
+    assert math.isnan(welch_p_from_stats(500, 0, 5, 400, 0, 5))
+    diff, low, high = welch_interval(500, 0, 5, 400, 0, 5)
+    assert diff == 100 and math.isnan(low) and math.isnan(high) and math.isnan(welch_power(10, 0, 5, 0, 5))
+    assert welch_p([1.0, 2.0, 3.0], [4.0] * 3) == pytest.approx(welch_reference(2, 1, 3, 4, 0, 3))
+    table = compute_table({("CartPole-v1", "cartpole_ppo"): {"ppo": [500.0] * 5, "bpo": [400.0] * 5}}, "ppo")
+    assert table[(("CartPole-v1", "cartpole_ppo"), "bpo")]["mark"] == ""
+
+
+def test_a_row_at_another_budget_than_its_baseline_is_not_tested_against_it(tmp_path):
+    """Pendulum's BPO run trained 20,480 steps and was evaluated on 1 episode, its PPO 102,400 and
+    10: the table shows both, tests neither against the other, and says why."""
+    cells = {("Pendulum-v1", "pendulum_ppo"): {"ppo": [-400.0, -380.0, -420.0],
+                                               "bpo_c1.0_rho1.5": [-250.0, -240.0, -260.0]}}
+    synthetic_results(tmp_path / "res", cells)
+    config = next((tmp_path / "res").rglob("bpo_c1.0_rho1.5/config.json"))
+    recorded = json.loads(config.read_text())
+    config.write_text(json.dumps({**recorded, "total_timesteps": 20480, "eval_episodes": 1}))
+    assert main(["table", str(tmp_path / "res"), "--out", str(tmp_path / "out"), "--bootstrap-reps", "100"]) == 0
+    data = json.loads((tmp_path / "out" / "table1.json").read_text())
+    bpo = next(c for c in data["cells"] if c["row"] == "bpo_c1.0_rho1.5")
+    assert bpo["p"] is None and bpo["mark"] == ""
+    assert any("Not tested against their column's baseline, whose budget or evaluation differs: BPO (c̄, ρ̄ = 1.0, "
+               "1.5) in Pendulum-v1 "
+               f"(pendulum_ppo) (total_timesteps 20480 vs {recorded['total_timesteps']}, eval_episodes 1 vs "
+               f"{recorded['eval_episodes']}, against PPO)." in n for n in data["notes"]), data["notes"]
+
+
+def test_the_latex_legend_escapes_field_names_and_writes_the_bars_in_math():
+    """A row named by a grid value (``bpo.use_q_hat=False``) as the baseline: its underscores are
+    escaped and c-bar and rho-bar are math, as in the table's body."""
+    setting, base = ("HalfCheetah-v5", "mujoco_default"), "bpo_c1.0_rho1.5 bpo.use_q_hat=False"
+    table = compute_table({setting: {base: [1.0, 2.0, 3.0], "bpo_c1.0_rho1.5 bpo.use_q_hat=True": [1.0, 2.5, 2.0]}},
+                          base)
+    legend_line = to_latex(table, [setting], sorted({r for _, r in table}), base).splitlines()[-1]
+    assert r"against BPO ($\bar{c}$, $\bar{\rho}$ = 1.0, 1.5) bpo.use\_q\_hat=False" in legend_line, legend_line
+    outside_math = "".join(legend_line.split("$")[::2]).replace(r"\_", "")
+    assert "_" not in outside_math and "c̄" not in legend_line, legend_line
 
 
 def test_bpo_table_writes_marked_markdown_latex_and_aggregates(tmp_path, capsys):

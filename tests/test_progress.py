@@ -102,7 +102,7 @@ def test_with_group_rows_a_run_s_progress_is_its_group_s_checkpoint_counted_once
     ckpt.save(launch.group_checkpoint_dir(tmp_path, group), {"x": np.zeros(2)}, {}, info, config)
     done = next(g for g in launch.group_specs(specs) if len(g) == 3 and g != group)  # another column's, finished
     for spec in done:  # each run of a group records the group's wall time: 3 h for the three
-        store.publish(tmp_path, spec, lambda d, spec=spec: fake_run(d, spec.config(), [1.0, 2.0]))
+        store.publish(tmp_path, spec, lambda d, spec=spec: fake_run(d, spec.config(), [1.0] * spec.seeds))
         summary = tmp_path / spec.run_id / "summary.json"
         summary.write_text(json.dumps({**json.loads(summary.read_text()), "wall_time_s": 10800.0,
                                        "configs_in_program": 3}))

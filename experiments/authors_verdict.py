@@ -60,15 +60,14 @@ def their_seed(path: Path) -> float:
 def their_arm(folder: Path) -> dict | None:
     """Mean, SD and n of the finished seeds in ``folder`` (``seedN.json``; partial files are not
     seeds), or None when it holds none."""
-    paths = sorted((p for p in folder.glob("seed*.json") if SEED_FILE.fullmatch(p.name)),
-                   key=lambda p: int(SEED_FILE.fullmatch(p.name)[1])) if folder.is_dir() else []
-    seeds = [int(SEED_FILE.fullmatch(p.name)[1]) for p in paths]
+    found = sorted((int(m[1]), p) for p in folder.glob("seed*.json")
+                   if (m := SEED_FILE.fullmatch(p.name))) if folder.is_dir() else []
+    seeds = [seed for seed, _ in found]
     if len(set(seeds)) < len(seeds):  # seed1.json and seed01.json: one seed, which would count twice
-        twice = sorted({s for s in seeds if seeds.count(s) > 1})
-        raise ValueError(f"{folder}: more than one file for seed {twice[0]} "
-                         f"({', '.join(p.name for p, s in zip(paths, seeds, strict=True) if s == twice[0])}); "
-                         "keep one file per seed")
-    return describe([their_seed(p) for p in paths]) if paths else None
+        twice = min(s for s in seeds if seeds.count(s) > 1)
+        raise ValueError(f"{folder}: more than one file for seed {twice} "
+                         f"({', '.join(p.name for s, p in found if s == twice)}); keep one file per seed")
+    return describe([their_seed(p) for _, p in found]) if found else None
 
 
 def our_arm(folder: Path, preset: str, row: str) -> dict | None:

@@ -102,8 +102,9 @@ def _trajectory_corrections(dtilde, done, log_ratio, discount, rho_bar, c_bar, m
     # counted apart, so that the cumulative sums stay finite and later episodes keep their weights
     # (-inf - -inf would be NaN); with no such ratio the sums are exactly those of log_ratio.
     vanishing = jnp.isneginf(log_ratio)
-    log_cum = jnp.cumsum(jnp.where(vanishing, 0.0, log_ratio), axis=0)  # sum_{i<=k} log r_i
-    log_cum_before = log_cum - jnp.where(vanishing, 0.0, log_ratio)  # sum_{i<t} log r_i
+    finite_log_ratio = jnp.where(vanishing, 0.0, log_ratio)
+    log_cum = jnp.cumsum(finite_log_ratio, axis=0)  # sum_{i<=k} log r_i
+    log_cum_before = log_cum - finite_log_ratio  # sum_{i<t} log r_i
     zeros_cum = jnp.cumsum(vanishing, axis=0)  # ratios of 0 among i <= k
     t_idx = jnp.arange(steps).reshape((steps, 1) + (1,) * batch_ndim)
     k_idx = jnp.arange(steps).reshape((1, steps) + (1,) * batch_ndim)

@@ -110,12 +110,12 @@ def load_policies(run_dir: Path) -> SavedPolicies:
         config = from_dict(json.loads((run_dir / "config.json").read_text()))
     except Exception as e:  # noqa: BLE001 -- whatever a damaged file makes a parser raise
         raise NoPolicies(path, f"cannot be read ({type(e).__name__}: {e})") from None
-    if (not isinstance(payload, dict) or payload.get("format") != FORMAT or not isinstance(payload.get("final"), dict)
-            or payload.get("kind") not in ("onpolicy", "episodic") or not isinstance(payload.get("during") or {}, dict)
-            or not all(str(k).isdigit() for k in payload.get("during") or {})):
+    during = (payload.get("during") or {}) if isinstance(payload, dict) else None
+    if (during is None or payload.get("format") != FORMAT or not isinstance(payload.get("final"), dict)
+            or payload.get("kind") not in ("onpolicy", "episodic") or not isinstance(during, dict)
+            or not all(str(k).isdigit() for k in during)):
         raise NoPolicies(path, f"not a {FORMAT} file")
-    during = {int(k): v for k, v in (payload.get("during") or {}).items()}
-    saved = SavedPolicies(config, payload["kind"], payload["final"], during)
+    saved = SavedPolicies(config, payload["kind"], payload["final"], {int(k): v for k, v in during.items()})
     why = mismatch(saved)
     if why:
         raise NoPolicies(path, f"does not belong to the run in {str(run_dir)!r} ({why}); allowed: the "

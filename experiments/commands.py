@@ -37,7 +37,7 @@ from experiments.plotting import DEFAULT_PLOT, PlotOptions, plot_results
 from experiments.probe import probe_folder
 from experiments.reader import BadFile, Run, Skipped
 from experiments.sweep import Grid, RunSpec, Sweep, expand, load_sweep, parse_assignment
-from experiments.table import MixedRuns, write_tables
+from experiments.table import MixedRuns, check_baseline, write_tables
 
 RUNS_DIR = Path("runs")
 """Where sweeps and reproductions write by default: git-ignored, so the committed results/ stay as they are."""
@@ -421,8 +421,9 @@ def table_main(argv: list[str]) -> int:
         if not 0 < args.optimality_gap_gamma <= 1:
             raise ConfigError("optimality_gap_gamma", f"must be in (0, 1] (scores are min-max normalised to [0, 1]), "
                                                       f"got {args.optimality_gap_gamma}")
-        ensure_writable_dir(args.out or args.results_dir, "--out")
         runs, skipped = _load_runs(args.results_dir, "bpo table")
+        check_baseline(runs, args.baseline)  # a typo fails before --out is made
+        ensure_writable_dir(args.out or args.results_dir, "--out")
         paths = write_tables(runs, args.out or args.results_dir, baseline=args.baseline, alpha=args.alpha,
                              alternative=args.alternative, reps=args.bootstrap_reps, skipped=skipped,
                              gamma=args.optimality_gap_gamma)

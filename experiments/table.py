@@ -665,6 +665,16 @@ def _json_against_paper(vs_paper: dict) -> dict:
         "cells": [{"env": s[0], "preset": s[1], "row": r, **c} for (s, r), c in sorted(vs_paper.items())]}}
 
 
+def check_baseline(runs: list[Run], baseline: str | None) -> dict:
+    """The runs' cells (``collect``), after a ``FileNotFoundError`` for a ``baseline`` that no
+    column has (a typo, not a missing column): ``bpo table`` calls it before it makes ``--out``."""
+    cells = collect(runs)
+    all_rows = {row for rows in cells.values() for row in rows}
+    if baseline is not None and baseline not in all_rows:
+        raise FileNotFoundError(f"baseline row {baseline!r} not found; rows: {sort_rows(all_rows)}")
+    return cells
+
+
 def write_tables(runs: list[Run], out: Path, baseline: str | None = None, alpha: float = 0.05,
                  alternative: str = "greater", reps: int = 2000, skipped: list[Skipped] = (),
                  gamma: float = GAMMA) -> list[Path]:
@@ -674,14 +684,11 @@ def write_tables(runs: list[Run], out: Path, baseline: str | None = None, alpha:
     would pool different configurations, a ``FileNotFoundError`` for a ``baseline`` that no column
     has (a typo, not a missing column)."""
     out = Path(out)
-    cells = collect(runs)
-    all_rows = {row for rows in cells.values() for row in rows}
-    if baseline is not None and baseline not in all_rows:
-        raise FileNotFoundError(f"baseline row {baseline!r} not found; rows: {sort_rows(all_rows)}")
+    cells = check_baseline(runs, baseline)
     baselines = column_baselines(cells, baseline)
     differ = incomparable(runs, baselines)
     table = compute_table(cells, baselines, alpha, alternative, untested=differ)
-    settings, rows = sort_settings(cells), sort_rows(all_rows)
+    settings, rows = sort_settings(cells), sort_rows({row for rows in cells.values() for row in rows})
     few = few_seeds_note(c["n"] for c in table.values())
     notes = report_provenance([r.summary for r in runs], "bpo table") + _notes(table, settings, rows, cells,
                                                                               baselines, baseline, list(skipped))

@@ -309,3 +309,30 @@ def test_help_lists_the_flags_of_the_section_the_run_reads(argv, shown, hidden, 
     assert e.value.code == 0
     assert f"--{shown}.learning-rate" in out and f"--{hidden}." not in out
     assert ("--ppo.batch-size" in out) == (shown == "ppo")  # PPO's own fields in PPO's section only
+
+
+def _bandit_gradient(current_rho: bool):
+    """E_mu[w_t A_t grad log pi(a_t)] of BPO-A2C on a one-step bandit, the expectation over mu's two
+    actions computed exactly (each action one column of a one-step batch), and the true gradient
+    of J = sum_a pi(a) r(a) with respect to pi's logits."""
+    pi, mu, r, v = np.array([0.7, 0.3]), np.array([0.4, 0.6]), np.array([1.0, 0.0]), 0.5
+    log_ratio = jnp.log(jnp.asarray(pi / mu))[None]
+    one = jnp.ones((1, 2))
+    adv, _ = tis_advantages(jnp.asarray(r)[None], v * one, 0.0 * one, one, one, log_ratio, gamma=0.99, lam=0.95,
+                            rho_bar=math.inf, c_bar=math.inf, current_rho=current_rho)
+    w = behaviour_weights(one, jnp.log(jnp.asarray(pi))[None], jnp.log(jnp.asarray(mu))[None], math.inf)
+    grad_log_pi = np.eye(2) - pi  # row a: d log pi(a) / d logits
+    estimate = sum(mu[a] * float(w[0, a]) * float(adv[0, a]) * grad_log_pi[a] for a in range(2))
+    return estimate, sum(pi[a] * r[a] * grad_log_pi[a] for a in range(2))
+
+
+def test_bpo_a2c_with_the_authors_advantage_is_v_traces_unbiased_gradient_and_eq11_counts_rho_twice():
+    """Untruncated (rho_bar = c_bar = inf), the weight pi_old/mu with the authors' advantage (no rho_t
+    on the first TD error) is V-trace's policy gradient, unbiased; with eq. (11)'s advantage the
+    current step carries rho_t twice, as BPO-PPO's eq. (10) with eq. (11) does at theta = theta_old
+    (docs/a2c.md): here (+0.23625, -0.23625) instead of (+0.21, -0.21), by hand."""
+    estimate, true = _bandit_gradient(current_rho=False)
+    np.testing.assert_allclose(estimate, true, atol=1e-6)
+    np.testing.assert_allclose(true, [0.21, -0.21], atol=1e-9)
+    estimate, _ = _bandit_gradient(current_rho=True)
+    np.testing.assert_allclose(estimate, [0.23625, -0.23625], atol=1e-6)

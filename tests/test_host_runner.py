@@ -219,6 +219,14 @@ def test_variants_are_the_rows_of_table_1_and_ablate_the_best_row():
     assert len(PAPER_TABLE1) == 5 and all(len(rows) == 5 for rows in PAPER_TABLE1.values())
     with pytest.raises(ConfigError, match="variant"):
         apply_variant(cfg, "bpo_c2")
+    # The authors' presets run their "traj" row (configs.yaml ppo_bpo_zero1.0_traj): the shifted
+    # product with rho_bar = 1.0, also under the ablations that start from it.
+    for preset in ("mujoco_default_authors", "mujoco_authors_code"):
+        theirs = get_preset(preset, "Hopper-v5")
+        for variant in ("bpo_traj_c1.0", "bpo_no_qhat"):
+            r = apply_variant(theirs, variant).returns
+            assert (r.traj, r.rho_bar, r.c_bar, r.advantage) == ("traj_shifted", 1.0, 1.0, "authors")
+        assert apply_variant(theirs, "bpo_c1.0_rho1.5").returns.traj == "per_decision"
 
 
 @pytest.mark.parametrize("changes,field", [

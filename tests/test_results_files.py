@@ -319,6 +319,9 @@ def test_a_column_without_its_baseline_row_is_untested_not_an_error(tmp_path, ca
     # A --baseline that no column has is a typo: an error, not an untested table.
     code, err = analyse("table", tmp_path / "two", capsys, "--baseline", "bpo_c9")
     assert code == 2 and err[0].startswith("error: baseline row 'bpo_c9' not found; rows: ")
+    # ... refused before --out is made, so the typo leaves nothing behind.
+    code, err = analyse("table", tmp_path / "two", capsys, "--baseline", "bpo_c9", "--out", str(tmp_path / "new"))
+    assert code == 2 and err[0].startswith("error: baseline row 'bpo_c9' not found") and not (tmp_path / "new").exists()
 
 
 # A seed whose final return is NaN.

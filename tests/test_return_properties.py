@@ -99,6 +99,8 @@ def ref_weight(ratio, t, k, rho_bar, c_bar, mode):
         return w
     if mode == "traj":
         return min(c_bar, math.prod(ratio[t : k + 1]))
+    if mode == "traj_shifted_tail":  # the authors' traj advantage: traj_shifted without its first factor
+        return min(c_bar, math.prod(ratio[t + 1 : k + 1]))
     return min(rho_bar, ratio[t]) * min(c_bar, math.prod(ratio[t + 1 : k + 1]))
 
 
@@ -279,14 +281,17 @@ def check_against_references(batch, out, gamma, lam, rho_bar, c_bar, modes=MODES
         assert_close(out[f"eq11_returns/{mode}"], expected, scale, f"tis_advantages returns traj={mode} eq11")
         # eq. (11): A_t = G_t - V(s_t).
         assert_close(out[f"eq11/{mode}"], expected - batch["values"], scale, f"eq. (11) advantages traj={mode}")
-        # The authors' advantage reads G_{t+1}: its error scale is the next row's.
-        authors = apply_columns(
-            ref_authors_advantage_column, dict(batch, G=expected), "rewards", "values", "next_values", "terminated",
-            "done", "G", gamma=gamma, lam=lam,
-        )
-        next_scale = np.concatenate([scale[1:], np.zeros_like(scale[:1])], axis=0)
-        adv_scale = next_scale + np.abs(batch["rewards"]) + np.abs(batch["values"]) + np.abs(batch["next_values"])
-        assert_close(out[f"adv/{mode}"], authors, adv_scale, f"authors' advantages traj={mode}")
+        if mode == "traj_shifted":  # their code's advantage for this mode: G_t - V(s_t) without min(rho_bar, r_t)
+            tail, tail_scale = ref_tis(batch, gamma, lam, rho_bar, c_bar, "traj_shifted_tail")
+            assert_close(out[f"adv/{mode}"], tail - batch["values"], tail_scale, "authors' advantages traj_shifted")
+        else:  # the authors' advantage reads G_{t+1}: its error scale is the next row's
+            authors = apply_columns(
+                ref_authors_advantage_column, dict(batch, G=expected), "rewards", "values", "next_values",
+                "terminated", "done", "G", gamma=gamma, lam=lam,
+            )
+            next_scale = np.concatenate([scale[1:], np.zeros_like(scale[:1])], axis=0)
+            adv_scale = next_scale + np.abs(batch["rewards"]) + np.abs(batch["values"]) + np.abs(batch["next_values"])
+            assert_close(out[f"adv/{mode}"], authors, adv_scale, f"authors' advantages traj={mode}")
         # PDIS: eq. (6) with a zero value function.
         zero = np.zeros_like(batch["rewards"])
         pdis_batch = dict(batch, values=zero, next_values=zero)

@@ -92,7 +92,8 @@ def a2c_update(state: A2CState, batch: dict, *, actor_apply, critic_apply, tx: o
 def behaviour_weights(adv_weight, pi_old_log_prob, behaviour_log_prob, rho_bar):
     """BPO-A2C's correction: ``adv_weight`` (1, or a Trust Region Mask) times
     rho_t = min(rho_bar, pi_old(a_t|s_t) / mu(a_t|s_t)), the ratio of eq. (10) at A2C's single step
-    truncated at rho_bar (V-trace's policy gradient)."""
+    truncated at rho_bar: V-trace's policy gradient with the authors' advantage; eq. (11)'s, whose
+    first TD error carries rho_t too, counts it twice, as BPO-PPO's eq. (10) does (docs/a2c.md)."""
     return adv_weight * jnp.minimum(rho_bar, jnp.exp(pi_old_log_prob - behaviour_log_prob))
 
 

@@ -222,6 +222,11 @@ _ROWS = {
     "bpo_traj_c1.0": {"bpo": True, "returns.c_bar": 1.0, "returns.rho_bar": 1.5, "returns.traj": "traj"},
 }
 TABLE1_ROWS = tuple(_ROWS)
+# A row as a preset's source runs it, where that differs from the paper's: the authors' "traj" row
+# (configs.yaml ppo_bpo_zero1.0_traj) is their shifted product with rho_bar = 1.0
+# (docs/authors_code.md, row 23).
+_AUTHORS_ROWS = {"bpo_traj_c1.0": {"returns.traj": "traj_shifted", "returns.rho_bar": 1.0}}
+PRESET_ROWS = {"mujoco_default_authors": _AUTHORS_ROWS, "mujoco_authors_code": _AUTHORS_ROWS}
 # The method alone for presets whose method is not PPO (the "ppo" row runs PPO alone); the BPO rows
 # run BPO on the preset's method. "bpo": whether the run keeps its behaviour step (``with_bpo``).
 METHOD_ROWS = {"a2c": {"bpo": False}}
@@ -281,8 +286,14 @@ def variant_changes(cfg: OnPolicyTrainConfig, name: str) -> dict:
         raise ConfigError("variant", f"unknown variant {name!r}; allowed: {list(VARIANTS)}")
     if not isinstance(cfg, OnPolicyTrainConfig):
         raise ConfigError("variant", f"applies to PPO presets only; preset {cfg.preset!r} is episodic")
-    return dict(_ROWS.get(name) or METHOD_ROWS.get(name)
-                or {**_ROWS[best_bpo_row(cfg.env, cfg.preset)], **ABLATIONS[name]})
+    if name in ABLATIONS:
+        return {**_row(cfg, best_bpo_row(cfg.env, cfg.preset)), **ABLATIONS[name]}
+    return _row(cfg, name)
+
+
+def _row(cfg: OnPolicyTrainConfig, name: str) -> dict:
+    """A Table 1 row or a method's row, as ``cfg``'s preset runs it (``PRESET_ROWS``)."""
+    return {**(_ROWS.get(name) or METHOD_ROWS[name]), **PRESET_ROWS.get(cfg.preset, {}).get(name, {})}
 
 
 def apply_variant(cfg: OnPolicyTrainConfig, name: str) -> OnPolicyTrainConfig:

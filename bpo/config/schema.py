@@ -86,7 +86,8 @@ class OnPolicyReturnConfig(ReturnConfig):
     advantage: Literal["eq11", "authors"] = "eq11"
     """BPO-PPO advantage: 'eq11' is the paper's G_t - V(s_t), whose first TD error carries rho_t; 'authors' (their
     public code) is r_t + gamma((1-lam)V(s') + lam G_{t+1}) - V(s_t), without rho_t, because the ratio pi_theta/mu
-    already corrects the current action."""
+    already corrects the current action (with traj 'traj_shifted', their code's form for it: G_t - V(s_t) without
+    min(rho_bar, pi_t/mu_t))."""
     weight_on_advantage: bool = False
     """Decoupled-PPO form: the clipped ratio is pi_theta/pi_old and the advantage is multiplied
     by rho_t = min(rho_bar, pi_old/mu). Off: the ratio is pi_theta/mu (paper Section 5.1)."""
@@ -143,7 +144,7 @@ class BehaviourConfig:
     """Weight of mean((pred - Polyak-target-net pred)^2) in the FQE loss; active with symlog
     targets."""
     polyak_tau: float = traced(0.02)
-    """Polyak rate of the FQE target networks, updated after every gradient step."""
+    """Polyak rate of the FQE target networks, updated after every gradient step; in (0, 1]."""
     bootstrap_net: Literal["online", "target"] = "online"
     """Network whose next-state predictions form the Bellman target: the online network (as in
     the authors' code with symlog targets) or the Polyak target network."""
@@ -376,9 +377,10 @@ class ActorCriticConfig:
 
 @dataclass(frozen=True)
 class PPOConfig(ActorCriticConfig):
-    """PPO's section (paper Listing 1, eqs. 10 and 12): the shared settings at Table 4's values
-    (MuJoCo default) and PPO's own, the minibatch epochs, the clipped surrogate and an optional KL
-    penalty."""
+    """PPO's section (paper Listing 1, eqs. 10 and 12): the shared settings and PPO's own, the
+    minibatch epochs, the clipped surrogate and an optional KL penalty. The defaults are Table 4's
+    (MuJoCo default) but for ``ent_coef`` and ``log_std_init``, which keep Stable-Baselines3's 0.0;
+    the presets set every value of their table (``mujoco_default``: 0.001 and -1.0)."""
 
     batch_size: int = 64
     """Minibatch size of the PPO epochs; must divide n_steps * n_envs."""

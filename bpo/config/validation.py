@@ -201,7 +201,7 @@ def _validate_behaviour(b: BehaviourConfig) -> None:
     positive("bpo.mu_max_grad_norm", b.mu_max_grad_norm, allow_inf=True)
     _widths("bpo.q_hidden", b.q_hidden)
     non_negative("bpo.symlog_reg_coef", b.symlog_reg_coef)
-    _in_unit_interval("bpo.polyak_tau", b.polyak_tau)
+    _in_unit_interval("bpo.polyak_tau", b.polyak_tau, open_left=True)  # 0 would freeze the targets at init
     positive("bpo.q_hat_floor", b.q_hat_floor)
     non_negative("bpo.mu_ent_coef", b.mu_ent_coef)
 

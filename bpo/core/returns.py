@@ -89,8 +89,9 @@ def _per_decision_corrections(dtilde, done, log_ratio, discount, rho_bar, c_bar)
     return corrections
 
 
-def _trajectory_corrections(dtilde, done, log_ratio, discount, rho_bar, c_bar, mode):
+def _trajectory_corrections(dtilde, done, log_ratio, discount, rho_bar, c_bar, mode, first_factor=True):
     """Trajectory-level truncation, vectorised as a [T, T] weight matrix (O(T^2) memory).
+    ``first_factor=False`` drops traj_shifted's min(rho_bar, pi_t/mu_t) (the authors' advantage).
 
     No exact backward recursion exists because min(c_bar, product) does not factorise.
     """
@@ -118,8 +119,9 @@ def _trajectory_corrections(dtilde, done, log_ratio, discount, rho_bar, c_bar, m
     else:
         log_prod = log_cum[None, :] - log_cum[:, None]  # sum_{i=t+1}^{k}
         log_prod = jnp.where(zeros_cum[None, :] - zeros_cum[:, None] > 0, -jnp.inf, log_prod)
-        log_rho = jnp.minimum(jnp.log(rho_bar), log_ratio)[:, None]
-        log_w = log_rho + jnp.minimum(jnp.log(c_bar), log_prod)
+        log_w = jnp.minimum(jnp.log(c_bar), log_prod)
+        if first_factor:
+            log_w = log_w + jnp.minimum(jnp.log(rho_bar), log_ratio)[:, None]
     powers = jnp.power(discount, jnp.maximum(k_idx - t_idx, 0))
     # Masked entries are replaced before exponentiating so that they cannot become inf * 0.
     weights = jnp.where(valid, jnp.exp(jnp.where(valid, log_w, 0.0)) * powers, 0.0)
@@ -161,12 +163,18 @@ def tis_advantages(
     ``A_t = r_t + gamma (1 - terminated_t) ((1 - lam) V(s_{t+1}) + lam G_{t+1}) - V(s_t)``, without
     rho_t because the PPO ratio pi_theta/mu already corrects the current action. ``G_{t+1}`` is
     replaced by ``V(s_{t+1})`` after an episode end and at the end of the batch. On-policy both
-    reduce to GAE(lambda) advantages.
+    reduce to GAE(lambda) advantages. With ``traj="traj_shifted"`` the authors' form is their code's
+    for that mode: ``A_t = sum_k (gamma lam)^(k-t) min(c_bar, prod_{i=t+1}^{k} pi_i/mu_i) dtilde_k``,
+    G_t - V(s_t) without its first factor min(rho_bar, pi_t/mu_t).
     """
     returns = tis_lambda_returns(rewards, values, next_values, terminated, done, log_ratio, gamma=gamma, lam=lam,
                                  rho_bar=rho_bar, c_bar=c_bar, traj=traj)
     if current_rho:
         return returns - values, returns
+    if _traj_mode(traj) == "traj_shifted":
+        dtilde = td_errors(rewards, values, next_values, terminated, gamma=gamma)
+        return _trajectory_corrections(dtilde, done, log_ratio, gamma * lam, rho_bar, c_bar, "traj_shifted",
+                                       first_factor=False), returns
     following = jnp.concatenate([returns[1:], next_values[-1:]], axis=0)
     next_return = jnp.where(done > 0, next_values, following)
     bootstrap = (1.0 - lam) * next_values + lam * next_return

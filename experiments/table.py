@@ -185,8 +185,8 @@ def incomparable_note(differ: dict, baselines: dict) -> str | None:
         return None
     parts = [f"{row_label(row)} in {setting_label(setting)} ({why}, against {row_label(baselines[setting])})"
              for (setting, row), why in sorted(differ.items())]
-    return ("Not tested against their column's baseline, whose budget or evaluation differs: " + "; ".join(parts)
-            + ".")
+    return ("Not tested against their column's baseline, whose budget or evaluation differs, and left out of "
+            "rliable's aggregates: " + "; ".join(parts) + ".")
 
 
 def column_baselines(cells: dict, baseline: str | None = None) -> dict:
@@ -616,17 +616,18 @@ def skipped_note(skipped: list[Skipped]) -> str | None:
             "used: " + "; ".join(f"{s.run_id} ({s.file}: {s.reason})" for s in skipped) + ".")
 
 
-def aggregate_cells(cells: dict, baselines: dict, primary: str | None) -> dict:
+def aggregate_cells(cells: dict, baselines: dict, primary: str | None, untested: Collection = ()) -> dict:
     """What rliable's aggregates are computed from: the columns tested against ``primary``, with
-    each cell's finite final returns only (a row left with none is dropped from its column)."""
-    return {s: {r: ok for r, v in rows.items() if (ok := finite(v))}
+    each cell's finite final returns only (a row left with none is dropped from its column), less
+    the (setting, row) cells in ``untested`` (``incomparable``: another budget or evaluation)."""
+    return {s: {r: ok for r, v in rows.items() if (s, r) not in untested and (ok := finite(v))}
             for s, rows in cells.items() if primary is not None and baselines[s] == primary}
 
 
-def _notes(table, settings, rows, cells, baselines, baseline, skipped) -> list[str]:
+def _notes(table, settings, rows, cells, baselines, baseline, skipped, untested) -> list[str]:
     """The notes under the table beside the provenance warnings, in the order they are printed."""
     primary = main_baseline(baselines)
-    used_cells = aggregate_cells(cells, baselines, primary)
+    used_cells = aggregate_cells(cells, baselines, primary, untested)
     used = runs_used_note(used_cells, rows, *normalised_runs(used_cells, primary, rows))
     return [n for n in (used, untested_note(settings, baselines, baseline), left_out_note(settings, baselines, primary),
                         not_finite_note(table), skipped_note(skipped)) if n]
@@ -691,7 +692,7 @@ def write_tables(runs: list[Run], out: Path, baseline: str | None = None, alpha:
     settings, rows = sort_settings(cells), sort_rows({row for rows in cells.values() for row in rows})
     few = few_seeds_note(c["n"] for c in table.values())
     notes = report_provenance([r.summary for r in runs], "bpo table") + _notes(table, settings, rows, cells,
-                                                                              baselines, baseline, list(skipped))
+                                                                              baselines, baseline, list(skipped), differ)
     if note := incomparable_note(differ, baselines):
         notes.insert(0, note)
     vs_paper = against_paper(table, at_paper_budget(runs))
@@ -703,7 +704,7 @@ def write_tables(runs: list[Run], out: Path, baseline: str | None = None, alpha:
     results.atomic_write_text(out / "table1.json", strict_json(data))
     paths = [out / "table1.md", out / "table1.tex", out / "table1.json"]
     primary = main_baseline(baselines)
-    return paths + write_aggregates(aggregate_cells(cells, baselines, primary), primary, out, reps, gamma=gamma)
+    return paths + write_aggregates(aggregate_cells(cells, baselines, primary, differ), primary, out, reps, gamma=gamma)
 
 
 def read_cells(folder: Path) -> tuple[dict, dict]:

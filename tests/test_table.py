@@ -191,10 +191,13 @@ def test_a_row_at_another_budget_than_its_baseline_is_not_tested_against_it(tmp_
     data = json.loads((tmp_path / "out" / "table1.json").read_text())
     bpo = next(c for c in data["cells"] if c["row"] == "bpo_c1.0_rho1.5")
     assert bpo["p"] is None and bpo["mark"] == ""
-    assert any("Not tested against their column's baseline, whose budget or evaluation differs: BPO (c̄, ρ̄ = 1.0, "
+    assert any("Not tested against their column's baseline, whose budget or evaluation differs, and left out of "
+               "rliable's aggregates: BPO (c̄, ρ̄ = 1.0, "
                "1.5) in Pendulum-v1 "
                f"(pendulum_ppo) (total_timesteps 20480 vs {recorded['total_timesteps']}, eval_episodes 1 vs "
                f"{recorded['eval_episodes']}, against PPO)." in n for n in data["notes"]), data["notes"]
+    aggregates = json.loads((tmp_path / "out" / "aggregates.json").read_text())
+    assert aggregates["runs_per_task"] == {"ppo": 3} and "bpo_c1.0_rho1.5" not in aggregates["iqm"]
 
 
 def test_the_latex_legend_escapes_field_names_and_writes_the_bars_in_math():

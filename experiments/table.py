@@ -691,8 +691,8 @@ def write_tables(runs: list[Run], out: Path, baseline: str | None = None, alpha:
     table = compute_table(cells, baselines, alpha, alternative, untested=differ)
     settings, rows = sort_settings(cells), sort_rows({row for rows in cells.values() for row in rows})
     few = few_seeds_note(c["n"] for c in table.values())
-    notes = report_provenance([r.summary for r in runs], "bpo table") + _notes(table, settings, rows, cells,
-                                                                              baselines, baseline, list(skipped), differ)
+    notes = report_provenance([r.summary for r in runs], "bpo table")
+    notes += _notes(table, settings, rows, cells, baselines, baseline, list(skipped), differ)
     if note := incomparable_note(differ, baselines):
         notes.insert(0, note)
     vs_paper = against_paper(table, at_paper_budget(runs))

@@ -230,5 +230,7 @@ def _label_panel(ax, setting: tuple[str, str], step_unit: str, options: PlotOpti
     ax.set_xlabel(TIME_LABEL if options.x == "time" else STEP_LABELS.get(step_unit, "steps"))
     what = "evaluation return" if options.metric == "eval_return" else options.metric
     smoothed = f", mean of {options.smooth} evaluations" if options.smooth > 1 else ""
-    ax.set_ylabel(f"{what} (mean ± SE{smoothed})")
+    label = f"{what} (mean ± SE{smoothed})"
+    # Two lines where one would run past a 3.8-inch panel's height and be clipped.
+    ax.set_ylabel(label if len(label) <= 45 else f"{what}\n(mean ± SE{smoothed})")
     ax.legend(fontsize=7)

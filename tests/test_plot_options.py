@@ -10,10 +10,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from experiments.cli import main
-from experiments.plotting import PlotOptions, _draw_run, read_clocks, read_curves, trailing_mean
+from experiments.plotting import PlotOptions, _draw_run, _label_panel, read_clocks, read_curves, trailing_mean
 from experiments.store import load_runs
 
 from synthetic_results import provenance_record, synthetic_results
@@ -128,3 +129,18 @@ def test_x_time_warns_when_the_runs_were_timed_on_different_devices(tmp_path, ca
     assert main(["plot", str(tmp_path / "runs"), "--x", "time"]) == 0
     assert ("Warning: --x time: the runs were timed on different devices: CPU A (1 run), CPU B (1 run); wall-clock "
             "times differ across machines and with load") in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("smooth,x", [(1, "steps"), (5, "steps"), (20, "time")])
+def test_a_single_panels_y_label_fits_inside_the_figure(smooth, x):
+    """One panel is 3.8 inches high: a long y-label (a trailing mean's) goes on two lines instead
+    of running past the figure's edges, where the saved file cut it off."""
+    fig = Figure(figsize=(5.2, 3.8))
+    ax = fig.subplots()
+    ax.plot([0, 1], [0, 1], label="PPO")
+    _label_panel(ax, ("HalfCheetah-v5", "mujoco_default"), "env_steps", PlotOptions("eval_return", False, smooth, x))
+    canvas = FigureCanvasAgg(fig)
+    fig.tight_layout()
+    canvas.draw()  # the label's place is set when the axis is drawn
+    box, label = fig.bbox, ax.yaxis.label.get_window_extent(canvas.get_renderer())
+    assert box.y0 <= label.y0 and label.y1 <= box.y1 and box.x0 <= label.x0, (label, box)

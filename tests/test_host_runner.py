@@ -17,6 +17,7 @@ from bpo.config.presets import PAPER_TABLE1, apply_variant, best_bpo_row, get_pr
 from bpo.config.schema import (
     A2CConfig,
     ConfigError,
+    EpisodicTrainConfig,
     OnPolicyTrainConfig,
     PPOConfig,
     replace,
@@ -202,6 +203,14 @@ def test_presets_follow_the_paper_tables():
     assert get_preset("mujoco_gsde", "HalfCheetah-v5").ppo.log_std_init == -2.0
     assert get_preset("mujoco_gsde", "Hopper-v5").ppo.log_std_init == -1.0
     assert get_preset("mujoco_default", "Ant-v5").ppo.normalize_observations
+
+
+def test_a_config_built_field_by_field_is_labelled_custom_not_a_preset_it_differs_from():
+    """``OnPolicyTrainConfig()``'s defaults are no preset's (cartpole_ppo has 32 steps x 8 envs, not
+    2048 x 1): its results are labelled 'custom'. ``EpisodicTrainConfig()`` is short_corridor's."""
+    bare = OnPolicyTrainConfig()
+    assert bare.preset == "custom" and bare != replace(get_preset("cartpole_ppo"), preset="custom")
+    assert EpisodicTrainConfig() == get_preset("short_corridor")
 
 
 def test_variants_are_the_rows_of_table_1_and_ablate_the_best_row():

@@ -431,8 +431,9 @@ class OnPolicyTrainConfig:
     envs; on the jax, mjx and threads backends the whole run one jitted function (rollout, returns,
     PPO epochs or A2C's step, FQE, mu), seeds vmapped."""
 
-    preset: str = "cartpole_ppo"
-    """Label of the preset this configuration came from (recorded in the results)."""
+    preset: str = "custom"
+    """Label of the preset this configuration came from (recorded in the results); 'custom' for one
+    built field by field, whose defaults are no preset's (``get_preset`` gives a preset's)."""
     env: str = "CartPole-v1"
     """Environment id: from ``envs.FUNCTIONAL_ENVS`` (backend jax), ``envs.GYMNASIUM_ENVS`` (backend gymnasium) or the
     MuJoCo v5 tasks Ant-v5, HalfCheetah-v5, Hopper-v5, Walker2d-v5 (backends gymnasium, threads, mjx)."""

@@ -73,6 +73,7 @@ _USAGE = """usage: bpo [--version] {{train,sweep,plot,table,reproduce,evaluate,p
 
   bpo train PRESET [--env ENV] [--variant NAME] [--method ppo|a2c|...] [--bpo | --no-bpo]
                    [--seeds N] [--total-timesteps N | --episodes N] [--out DIR] [--tensorboard] [overrides]
+      (--tensorboard and --track: on-policy presets only)
       Train one configuration; N seeds run vmapped. --method picks the on-policy method (ppo, a2c,
       or one of BPO_PLUGINS: docs/methods.md). Presets run BPO on it; --no-bpo runs it alone.
       --env applies the preset's per-environment overrides (Table 5); --variant applies a Table 1
@@ -133,7 +134,8 @@ def usage() -> str:
 
 @dataclass(frozen=True)
 class TrainArgs:
-    """Train one configuration and write a run directory (config.json, curve.csv, summary.json)."""
+    """Train one configuration and write a run directory (config.json, curve.csv, train_metrics.csv,
+    summary.json, policies.msgpack)."""
 
     config: Annotated[EpisodicTrainConfig, tyro.conf.arg(name="")] = field(default_factory=EpisodicTrainConfig)
     out: Path | None = None
@@ -235,12 +237,25 @@ def _parse_train_args(argv: list[str]):
     if isinstance(shown, OnPolicyTrainConfig):
         shown = _method_shown(argv, shown)
     args_cls = _SHOWING[method_section(shown.method)][1] if isinstance(shown, OnPolicyTrainConfig) else TrainArgs
+    if args_cls is TrainArgs:
+        _refuse_on_policy_only(argv)
     args = parse(args_cls, argv[1:], default=args_cls(config=shown), prog=f"bpo train {argv[0]}")
     if isinstance(shown, OnPolicyTrainConfig):  # back to the classes the library knows
         args = OnPolicyTrainArgs(**{f.name: getattr(args, f.name) for f in dataclasses.fields(OnPolicyTrainArgs)
                                     if f.name != "config"}, config=_plain(args.config))
     on = preset.bpo is not None if bpo_on is None else bpo_on
     return _without_unused_bpo(args, shown.bpo, on)
+
+
+def _refuse_on_policy_only(argv: list[str]) -> None:
+    """An episodic preset given a flag only on-policy runs have (``--tensorboard``, ``--track``...)
+    is refused by name, rather than by tyro's box of unrecognised options."""
+    episodic = {f.name for f in dataclasses.fields(TrainArgs)}
+    only = {"--" + f.name.replace("_", "-") for f in dataclasses.fields(OnPolicyTrainArgs) if f.name not in episodic}
+    for arg in argv[1:]:
+        if (flag := arg.split("=", 1)[0]) in only:
+            raise ConfigError(flag, f"applies to on-policy presets only; preset {argv[0]!r} is episodic "
+                                    "(bpo train PRESET --help lists its flags)")
 
 
 def _showing(section: str) -> tuple[type, type]:
@@ -351,6 +366,15 @@ def resume_main(argv: list[str]) -> int:
     return _train(job, rest != ["--no-progress"])
 
 
+def _finished_run(run_dir: Path) -> str:
+    """What the finished run in ``run_dir`` was, from its summary, as far as it can be read."""
+    try:
+        old = json.loads((run_dir / "summary.json").read_text())
+        return f"{old['algo']} on {old['env']}, {old['seeds']} seed(s)"
+    except (OSError, ValueError, KeyError, TypeError):
+        return "its summary.json cannot be read"
+
+
 def _train(job: Job, show_progress: bool) -> int:
     """The run's lifecycle (``bpo.training.job``), reported on the terminal; the exit code."""
     cfg = job.cfg
@@ -360,6 +384,9 @@ def _train(job: Job, show_progress: bool) -> int:
         return _fail(str(e))
     if job.flag == "--out" and ckpt.exists(job.checkpoint_dir):  # the same run, interrupted (check_outputs): go on
         print(f"continuing the interrupted run from its checkpoint in {str(job.checkpoint_dir)!r}", file=sys.stderr)
+    elif (job.out_dir / "summary.json").is_file():  # a sweep would skip it; a train means to redo it
+        print(f"replacing the finished run in {str(job.out_dir)!r} ({_finished_run(job.out_dir)}) when this one is "
+              "written", file=sys.stderr)
     calls, steps = progress_totals(cfg)
     try:
         with EvalProgress(f"{cfg.preset}/{cfg.env}/{job.label}", calls, show_progress, steps, cfg.seeds) as bar:

@@ -142,6 +142,9 @@ class RunSpec:
                 # BPO on the method with the preset's own settings (no Table 1 row), or a plug-in
                 # method alone (the built-in ones have a row of their own: 'ppo', 'a2c')
                 cfg = with_bpo(cfg, self.variant == "bpo")
+            elif self.variant not in VARIANTS:  # a sweep also takes 'bpo' and a plug-in method's name
+                allowed = ["bpo", *([cfg.method] if cfg.method not in VARIANTS else []), *VARIANTS]
+                raise ConfigError("variant", f"unknown variant {self.variant!r}; allowed: {allowed}")
             else:
                 cfg = apply_variant(cfg, self.variant)
         cfg = apply_overrides(cfg, dict(self.overrides))

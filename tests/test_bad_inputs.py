@@ -76,6 +76,10 @@ CLI_BAD_INPUTS = [
     (["train", "cartpole_ppo", "--checkpoint-every", "-1"], "checkpoint_every", "must be an integer >= 0, got -1"),
     (["train", "cartpole_ppo", "--seed-chunk", "-2"], "seed_chunk", "must be an integer >= 0, got -2"),
     (["train", "no_such_preset"], "preset", "unknown preset 'no_such_preset'; allowed: ["),
+    (["train", "no_such_preset"], "preset", "(a plug-in's presets need its module in BPO_PLUGINS: docs/methods.md)"),
+    (["train", "short_corridor", "--tensorboard"], "--tensorboard",
+     "applies to on-policy presets only; preset 'short_corridor' is episodic"),
+    (["train", "short_corridor", "--track"], "--track", "applies to on-policy presets only"),
     (["train"], "preset", "missing; allowed: ["),
     (["train", "mujoco_default", "--variant", "bpo_c9"], "variant", "unknown variant 'bpo_c9'; allowed: ['ppo', "),
     (["train", "--resume", "/nonexistent/run"], "resume", "no checkpoint in '/nonexistent/run/checkpoint'"),
@@ -105,6 +109,9 @@ CLI_BAD_INPUTS = [
     (["sweep", "--preset", "cartpole_ppo", "--set", "total_timesteps=many"], "total_timesteps",
      "must be of type int, got 'many'"),
     (["sweep", "table1", "--workers", "0"], "workers", "must be an integer >= 1, got 0"),
+    # a sweep also takes 'bpo' (BPO on the preset's method with its own settings): the list says so
+    (["sweep", "--preset", "cartpole_ppo", "--variants", "bpo_c1.0"], "variant",
+     "unknown variant 'bpo_c1.0'; allowed: ['bpo', 'ppo', "),
     # The variant names the row: a --set of what it sets would label the run with a c-bar it did not use.
     (["sweep", "table1_small", "--set", "returns.c_bar=2.0"], "returns.c_bar",
      "is set by the variant 'bpo_c1.5_rho1.5' (to 1.5), whose name labels the run's row"),

@@ -215,3 +215,22 @@ def test_bad_methods_and_plugins_are_refused_with_the_name(monkeypatch, tmp_path
             load_plugins()
         assert main(["table", str(tmp_path)]) == 2
         assert "BPO_PLUGINS" in capsys.readouterr().err
+
+
+def test_a_method_whose_init_returns_no_state_is_named():
+    """The skeleton of docs/methods.md with ``...`` as ``init``'s body returns None: the learner
+    says which method and what its state needs, instead of failing later on a None attribute."""
+    class Skeleton(VPG):
+        name, label = "vpg_skeleton", "VPG skeleton"
+
+        def init(self, ctx, actor_params, critic_params, hp):
+            ...
+
+    register_method(Skeleton())
+    cfg = validate(replace(PRESETS["cartpole_vpg"], method="vpg_skeleton", bpo=None))
+    spec = make_env(cfg.env).spec
+    learner = make_learner(cfg, spec)
+    obs0 = jnp.zeros((cfg.ppo.n_envs, spec.obs_dim))
+    with pytest.raises(TypeError, match="method 'vpg_skeleton': init returned NoneType, not a state with the fields "
+                                        "actor_params and critic_params"):
+        learner.init(jax.random.split(jax.random.PRNGKey(0), 3), traced_hyperparams(cfg), obs0)

@@ -81,6 +81,18 @@ def test_cli_train_writes_run_directory(tmp_path):
     assert prov["backend"] == "cpu" and prov["device"] and prov["python"] == platform.python_version()
 
 
+def test_bpo_train_over_a_finished_run_says_it_replaces_it(tmp_path, capsys):
+    """A sweep skips a finished run; ``bpo train --out`` redoes it, and now says so on stderr."""
+    out = tmp_path / "run"
+    argv = ["train", "short_corridor", "--no-bpo", "--seeds", "1", "--episodes", "10", "--out", str(out),
+            "--no-progress"]
+    assert main(argv) == 0
+    assert "replacing" not in capsys.readouterr().err
+    assert main(argv) == 0
+    assert (f"replacing the finished run in {str(out)!r} (reinforce on ShortCorridor-v0, 1 seed(s)) when this one is "
+            "written") in capsys.readouterr().err
+
+
 def test_summary_fields_from_run():
     out = run(tiny("reinforce", seeds=2))
     s = summarize(out)

@@ -158,6 +158,9 @@ class Learner:
         actor_params = self.actor.init(k_actor, obs0)
         critic_params = self.critic.init(k_critic, obs0)
         target_state = self.target.init(self.context, actor_params, critic_params, hp)
+        if not all(hasattr(target_state, f) for f in ("actor_params", "critic_params")):  # a plug-in's slip
+            raise TypeError(f"method {self.target.name!r}: init returned {type(target_state).__name__}, not a state "
+                            "with the fields actor_params and critic_params (bpo.agents.target.TargetUpdate)")
         bstate, replay = (), ()
         if self.behaviour is not None:
             action0 = jnp.int32(0) if discrete else jnp.zeros(spec.n_actions, jnp.float32)

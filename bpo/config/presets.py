@@ -309,7 +309,8 @@ def apply_variant(cfg: OnPolicyTrainConfig, name: str) -> OnPolicyTrainConfig:
 def get_preset(name: str, env: str | None = None):
     """The preset ``name``, on ``env`` when given (with the preset's Table 5 overrides for it)."""
     if name not in PRESETS:
-        raise ConfigError("preset", f"unknown preset {name!r}; allowed: {sorted(PRESETS)}")
+        raise ConfigError("preset", f"unknown preset {name!r}; allowed: {sorted(PRESETS)} (a plug-in's presets "
+                                    "need its module in BPO_PLUGINS: docs/methods.md)")
     cfg = PRESETS[name]
     if env is None or env == cfg.env:
         overrides = ENV_OVERRIDES.get(name, {}).get(cfg.env, {})

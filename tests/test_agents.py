@@ -94,6 +94,43 @@ def test_permuted_minibatches_visit_every_row_once_per_epoch():
     np.testing.assert_array_equal(permuted_minibatches(jax.random.PRNGKey(2), 6, 4), [list(range(6))])
 
 
+def test_whole_step_minibatches_hold_whole_time_steps():
+    """Row 26 of the departures (the authors' code): with ``group`` environments, a minibatch is
+    batch / group time steps of a time-major rollout, each with all its rows in the order of the
+    authors' ``buffer[steps].reshape(-1)``; an epoch still visits every row once. ``group`` 1 draws
+    the rows Stable-Baselines3's way, the very indices of a plain permutation."""
+    n_steps, group, batch = 8, 4, 8
+    idx = np.asarray(permuted_minibatches(jax.random.PRNGKey(0), n_steps * group, batch, group))
+    rows = np.arange(n_steps * group).reshape(n_steps, group)  # rows[t, e]: step t of environment e
+    assert idx.shape == (4, 8) and sorted(idx.ravel().tolist()) == list(range(32))
+    for minibatch in idx:
+        steps = minibatch[::group] // group
+        np.testing.assert_array_equal(minibatch, rows[steps].reshape(-1))
+    assert idx.ravel().tolist() != list(range(32))  # the time steps are shuffled
+    for key, n, size in ((jax.random.PRNGKey(1), 18, 4), (jax.random.PRNGKey(2), 32, 8)):
+        np.testing.assert_array_equal(permuted_minibatches(key, n, size, 1),
+                                      jax.random.permutation(key, n)[: n // size * size].reshape(-1, size))
+
+
+def test_whole_step_epochs_of_a_filling_replay_draw_its_filled_steps():
+    """``epoch_indices`` with ``group``: only the time steps D holds, each with its ``group`` rows;
+    one exact pass when D is full; ``group`` 1 is the plain random order of the filled slots."""
+    group, capacity = 4, 32
+    filling = rb.add(rb.init_replay({"x": 0.0}, capacity), {"x": jnp.arange(12.0)}, jnp.ones(12, bool))
+    idx = np.asarray(rb.epoch_indices(jax.random.PRNGKey(3), filling, 8, group))
+    assert idx.shape == (4, 8) and set(idx.ravel().tolist()) == set(range(12))
+    for minibatch in idx:
+        for block in minibatch.reshape(-1, group):
+            np.testing.assert_array_equal(block, block[0] + np.arange(group))
+            assert block[0] % group == 0
+    full = rb.add(filling, {"x": jnp.arange(20.0)}, jnp.ones(20, bool))
+    idx = np.asarray(rb.epoch_indices(jax.random.PRNGKey(4), full, 8, group))
+    assert sorted(idx.ravel().tolist()) == list(range(capacity))
+    key = jax.random.PRNGKey(5)
+    order = np.argsort(np.where(np.arange(capacity) < 12, jax.random.uniform(key, (capacity,)), 2.0))
+    np.testing.assert_array_equal(rb.epoch_indices(key, filling, 8, 1), order[np.arange(32) % 12].reshape(4, 8))
+
+
 def record_steps(n_rows, n_steps):
     """A minibatch step that counts each row's visits and records every step's indices and key."""
     def step(carry, idx, key):

@@ -210,6 +210,10 @@ VALIDATE_BAD_INPUTS = [
      "needs rollouts of a fixed length"),
     ("mujoco_default", {"bpo.replay_epoch_filled_only": True, "bpo.q_batch_size": 300},
      "bpo.replay_epoch_filled_only", "bpo.q_batch_size=300 must divide the rollout (2048)"),
+    ("mujoco_gsde", {"ppo.whole_step_minibatches": True, "bpo.mu_batch_size": 100},
+     "ppo.whole_step_minibatches", "bpo.mu_batch_size=100 must be a multiple of ppo.n_envs (16)"),
+    ("mujoco_gsde", {"ppo.whole_step_minibatches": True, "ppo.batch_size": 8},
+     "ppo.whole_step_minibatches", "ppo.batch_size=8 must be a multiple of ppo.n_envs (16)"),
     (ON_POLICY, {"bpo.q_hat_reward": "reward"}, "bpo.q_hat_reward",
      "must be one of ['r_hat', 'last_q_batch_reward'], got 'reward'"),
     # Values of the wrong type, which the command line cannot express (its parser types them).

@@ -154,7 +154,7 @@ BEHAVIOUR_METRICS = ("q_loss", "q_hat_loss", "mu_loss")
 @cache
 def switch_setup(preset: str, switches: tuple = ()):
     """(config, learner, hp, jitted collect(state, key) -> rows, jitted update, initial state)."""
-    cfg = validate(replace(with_bpo(PRESETS[preset], True), **SWITCH_SIZES, **dict(switches)))
+    cfg = validate(replace(with_bpo(PRESETS[preset], True), **{**SWITCH_SIZES, **dict(switches)}))
     spec = make_env(cfg.env).spec
     learner = make_learner(cfg, spec)
     hp = traced_hyperparams(cfg)
@@ -302,6 +302,22 @@ def test_behaviour_step_switches_change_what_they_govern(preset, switches, chang
     if "bpo.symlog_targets" in switches:
         # Q's network regresses Q itself instead of symlog(Q): with values up to 10, larger errors.
         assert np.all(metrics["q_loss"] > 3 * base["q_loss"])
+
+
+def test_whole_step_minibatches_reach_every_minibatch_and_change_nothing_with_one_environment():
+    """Row 26 (``ppo.whole_step_minibatches``): with 4 environments PPO's, Q's, Q-hat's and mu's
+    epochs draw other minibatches (their index structure: tests/test_agents.py), so every loss of
+    the first update changes; with one environment the switch changes nothing, bit for bit."""
+    switch = (("ppo.whole_step_minibatches", True),)
+    base, _ = three_updates("cartpole_ppo")
+    metrics, _ = three_updates("cartpole_ppo", switch)
+    for key in ("pg_loss", "value_loss", *BEHAVIOUR_METRICS):  # the value loss moves by 1e-4 only
+        assert metrics[key][0] != base[key][0], f"{key} did not change"
+    one_env = (("ppo.n_envs", 1), ("ppo.n_steps", 64))
+    off, _ = three_updates("cartpole_ppo", one_env)
+    on, _ = three_updates("cartpole_ppo", one_env + switch)
+    for key in off:
+        np.testing.assert_array_equal(on[key], off[key], err_msg=key)
 
 
 @pytest.mark.parametrize("switch", ["bpo.mu_q_hat_batch_min", "bpo.mu_q_hat_unclipped_actions"])

@@ -85,6 +85,7 @@ class Behaviour:
     action_low: np.ndarray | None = None
     action_high: np.ndarray | None = None
     clip_actions: bool = True
+    step_rows: int = 1  # rows of D drawn together (``OnPolicyTrainConfig.minibatch_group``)
 
     def q_tx(self, hp, lr_scale=1.0) -> optax.GradientTransformation:
         return clipped_adam(hp.q_lr * lr_scale, self.cfg.adam_eps, self.cfg.q_max_grad_norm)
@@ -159,12 +160,14 @@ class Behaviour:
 
 
 def make_behaviour(cfg: BehaviourConfig, discrete: bool, n_actions: int, mu_apply: MuApply,
-                   action_low=None, action_high=None, clip_actions: bool = True) -> Behaviour:
+                   action_low=None, action_high=None, clip_actions: bool = True, step_rows: int = 1) -> Behaviour:
     """The behaviour step's networks: Q and Q-hat share one MLP architecture (Appendix C.2: layer
-    norm, zero-initialised head), with one output per action (discrete) or (s, a) as input."""
+    norm, zero-initialised head), with one output per action (discrete) or (s, a) as input.
+    ``step_rows``: the FQE and mu minibatches draw D's rows in blocks of this many (one time step
+    of every environment, ``whole_step_minibatches``)."""
     q_net = MLP(cfg.q_hidden, n_actions if discrete else 1, layer_norm=cfg.layer_norm, zero_head=cfg.zero_init_head,
                 orthogonal=cfg.q_init == "orthogonal")
-    return Behaviour(cfg, discrete, n_actions, q_net, mu_apply, action_low, action_high, clip_actions)
+    return Behaviour(cfg, discrete, n_actions, q_net, mu_apply, action_low, action_high, clip_actions, step_rows)
 
 
 def fqe_epochs(key, q_state: QState, replay: rb.Replay, rewards_field: str, gamma, bounds, pi_next: Dist, log_pi,
@@ -197,7 +200,8 @@ def fqe_epochs(key, q_state: QState, replay: rb.Replay, rewards_field: str, gamm
 def fqe_schedule(beh: Behaviour, replay: rb.Replay) -> dict:
     """The minibatch schedule of an FQE problem (``minibatch_epochs``'s keyword arguments)."""
     cfg = beh.cfg
-    return dict(n_epochs=cfg.n_qvf_epochs, indices=lambda k: rb.epoch_indices(k, replay, cfg.q_batch_size),
+    return dict(n_epochs=cfg.n_qvf_epochs,
+                indices=lambda k: rb.epoch_indices(k, replay, cfg.q_batch_size, beh.step_rows),
                 n_active=filled_minibatches(beh, replay, cfg.q_batch_size))
 
 
@@ -270,7 +274,7 @@ def mu_epochs(key, mu_params, mu_opt_state, replay: rb.Replay, pi_here: Dist, q_
 
     (mu_params, mu_opt_state), mean_loss = minibatch_epochs(
         key, (mu_params, mu_opt_state), step, n_epochs=beh.cfg.n_mu_epochs,
-        indices=lambda k: rb.epoch_indices(k, replay, beh.cfg.mu_batch_size),
+        indices=lambda k: rb.epoch_indices(k, replay, beh.cfg.mu_batch_size, beh.step_rows),
         n_active=filled_minibatches(beh, replay, beh.cfg.mu_batch_size))
     return mu_params, mu_opt_state, mean_loss
 

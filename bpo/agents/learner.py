@@ -290,7 +290,7 @@ def make_learner(cfg: OnPolicyTrainConfig, spec: EnvSpec) -> Learner:
     behaviour = None
     if cfg.bpo is not None:
         behaviour = make_behaviour(cfg.bpo, discrete, spec.n_actions, lambda prm, o: actor.apply(prm, o)[0],
-                                   spec.action_low, spec.action_high, cfg.bpo.clip_actions)
+                                   spec.action_low, spec.action_high, cfg.bpo.clip_actions, cfg.minibatch_group)
     low = None if discrete else jnp.asarray(spec.action_low)
     high = None if discrete else jnp.asarray(spec.action_high)
     return Learner(cfg, spec, actor, critic, get_method(cfg.method), behaviour, low, high)

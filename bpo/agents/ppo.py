@@ -69,7 +69,7 @@ def normalize_advantages(advantages):
 
 
 def actor_loss(actor_params, actor_apply, batch, clip_range, ent_coef, discrete: bool, normalize: bool,
-               kl_coef: float = 0.0, kl_estimator: KLEstimator = "k3"):
+               kl_coef: float = 0.0, kl_estimator: KLEstimator = "k3", group: int = 1):
     """Clipped surrogate plus entropy bonus on one minibatch, plus the KL penalty when ``kl_coef > 0``.
 
     ``batch``: obs, action, old_log_prob (denominator of the ratio), advantage and adv_weight
@@ -116,13 +116,14 @@ def ppo_step(state: PPOState, mb: dict, *, actor_apply, critic_apply, tx, clip_r
 
 def ppo_update(key, state: PPOState, batch: dict, *, actor_apply, critic_apply, tx, n_epochs: int,
                batch_size: int, clip_range, ent_coef, vf_coef, discrete: bool, normalize_advantage: bool,
-               kl_coef: float = 0.0, kl_estimator: KLEstimator = "k3"):
+               kl_coef: float = 0.0, kl_estimator: KLEstimator = "k3", group: int = 1):
     """Listing 1, lines 3-5: ``n_epochs`` random passes over the flattened rollout ``batch`` in
     minibatches of ``batch_size`` (``permuted_minibatches``), one ``ppo_step`` each.
 
     ``tx`` is the optimiser with this update's learning rate (``bpo.core.optim.clipped_adam``).
-    ``kl_coef`` and ``kl_estimator`` (static) add the KL penalty to the actor loss. Returns the new
-    state and the steps' metrics averaged."""
+    ``kl_coef`` and ``kl_estimator`` (static) add the KL penalty to the actor loss. ``group``: rows
+    drawn together (``OnPolicyTrainConfig.minibatch_group``). Returns the new state and the steps'
+    metrics averaged."""
     n = batch["obs"].shape[0]
     whole = n // batch_size == 1  # permuted_minibatches then takes every row in order
 
@@ -133,7 +134,7 @@ def ppo_update(key, state: PPOState, batch: dict, *, actor_apply, critic_apply, 
                         kl_coef=kl_coef, kl_estimator=kl_estimator)
 
     return minibatch_epochs(key, state, step, n_epochs=n_epochs,
-                            indices=lambda k: permuted_minibatches(k, n, batch_size))
+                            indices=lambda k: permuted_minibatches(k, n, batch_size, group))
 
 
 class PPO:
@@ -169,4 +170,5 @@ class PPO:
             clip_range=linear_schedule(hp.clip_range, progress_remaining, p.clip_range_schedule),
             ent_coef=hp.ent_coef, vf_coef=hp.vf_coef, discrete=ctx.discrete,
             normalize_advantage=p.normalize_advantage, kl_coef=p.kl_coef, kl_estimator=p.kl_estimator,
+            group=ctx.cfg.minibatch_group,
         )

@@ -373,6 +373,12 @@ class ActorCriticConfig:
     ortho_gains: Literal["sb3", "unit"] = "sb3"
     """Gains of the orthogonal initialisation: SB3's (sqrt 2 hidden, 0.01 policy head, 1 value
     head), or 1 on every layer (the authors' public code)."""
+    whole_step_minibatches: bool = False
+    """Every minibatch (PPO's epochs, and with BPO the Q, Q-hat and mu epochs over D) is
+    batch size / n_envs whole time steps, each with the rows of all n_envs environments, the time
+    steps drawn at random (the authors' code); off: rows drawn independently (Stable-Baselines3).
+    The same with one environment. Needs every batch size and bpo.replay_size to be multiples of
+    n_envs."""
 
 
 @dataclass(frozen=True)
@@ -519,6 +525,13 @@ class OnPolicyTrainConfig:
             raise ConfigError(method_section(self.method), f"method {self.method} reads this section, which the "
                                                            "config does not have")
         return section
+
+    @property
+    def minibatch_group(self) -> int:
+        """Rows a minibatch draws together: n_envs with ``whole_step_minibatches`` (one time step of
+        every environment), else 1."""
+        p = self.settings
+        return p.n_envs if p.whole_step_minibatches else 1
 
     @property
     def rollout_size(self) -> int:
@@ -749,11 +762,12 @@ checkpoint has kept so far)."""
 COMPATIBLE_ADDITIONS = ("mjx_iterations", "mjx_ls_iterations", "physics_threads",
                         "save_policies_every", "method", "ppo.optimizer", "ppo.rms_prop_eps", "a2c",
                         "bpo.q_hat_reward", "bpo.mu_q_hat_batch_min", "bpo.mu_q_hat_unclipped_actions",
-                        "bpo.replay_epoch_filled_only", "bpo.fqe_unclipped_actions")
+                        "bpo.replay_epoch_filled_only", "bpo.fqe_unclipped_actions", "ppo.whole_step_minibatches",
+                        "a2c.whole_step_minibatches")
 """Fields added after runs were recorded whose default does what the code did before they existed
 (0: the XML's solver iterations; threads and saved policies only change speed and outputs; the
 method 'ppo' with Adam, the only one before A2C, and so no a2c section; the switches of the
-authors' code's bugs, off). A
+authors' code's bugs and choices, off). A
 recorded run lacking any other field of today's config ran code that did not have it, and may
 have computed something else: it is stale (``missing_fields``). A new field joins this list only
 when that is true of it."""

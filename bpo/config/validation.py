@@ -275,6 +275,20 @@ def _validate_settings(cfg: OnPolicyTrainConfig) -> None:
         _widths(f"{name}.{field}", getattr(p, field))
 
 
+def _validate_whole_steps(cfg: OnPolicyTrainConfig) -> None:
+    """``whole_step_minibatches``: every minibatch, and D, hold whole time steps of n_envs rows."""
+    name, p = method_section(cfg.method), cfg.settings
+    if not p.whole_step_minibatches:
+        return
+    sizes = {f"{name}.batch_size": getattr(p, "batch_size", None)}
+    if cfg.bpo is not None:
+        sizes |= {f"bpo.{field}": getattr(cfg.bpo, field) for field in ("q_batch_size", "mu_batch_size", "replay_size")}
+    for field, size in sizes.items():
+        if _integer(size) and size % p.n_envs:
+            raise ConfigError(f"{name}.whole_step_minibatches", f"needs whole time steps: {field}={size} must be a "
+                                                               f"multiple of {name}.n_envs ({p.n_envs})")
+
+
 def _validate_method_name(cfg: OnPolicyTrainConfig) -> None:
     """A method's name (its own settings are checked by the method, ``bpo.agents.methods.validate``);
     whether BPO runs on it is the ``bpo`` section."""
@@ -319,6 +333,7 @@ def _validate_onpolicy(cfg: OnPolicyTrainConfig) -> OnPolicyTrainConfig:
         raise ConfigError("total_timesteps", f"rounded up to whole rollouts ({cfg.env_steps_total:,} steps) must be "
                                              f"<= {MAX_COUNT:,} (the programs count in 32 bits)")
     _validate_action_space(cfg)
+    _validate_whole_steps(cfg)
     _validate_returns(cfg.returns)
     positive("returns.trust_region_delta", cfg.returns.trust_region_delta, allow_inf=True)
     if cfg.bpo is not None:

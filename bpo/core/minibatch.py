@@ -70,15 +70,29 @@ def last_minibatch(key, *, n_epochs: int, indices: Callable[[jax.Array], jax.Arr
     return idx[-1] if n_active is None else idx[n_active - 1]
 
 
-def permuted_minibatches(key, n: int, batch_size: int) -> jax.Array:
+def permuted_minibatches(key, n: int, batch_size: int, group: int = 1) -> jax.Array:
     """One epoch of PPO minibatches over ``n`` rows: a random permutation cut into
     ``n // batch_size`` minibatches of ``batch_size``; the rows past the last whole minibatch sit
     this epoch out. When that is a single minibatch it is every row, in order: its loss is a mean,
     which the order cannot change, and no row sits out.
+
+    ``group``: rows are permuted in consecutive blocks of ``group`` (``whole_steps``), so that a
+    minibatch is ``batch_size / group`` whole time steps of a time-major rollout of ``group``
+    environments; 1 permutes rows (the same draws as before blocks existed).
 
     Returns:
         ``[n_minibatches, batch_size]`` indices (``[1, n]`` for a single minibatch)."""
     n_minibatches = n // batch_size
     if n_minibatches == 1:
         return jnp.arange(n)[None]
-    return jax.random.permutation(key, n)[: n_minibatches * batch_size].reshape(n_minibatches, batch_size)
+    steps = jax.random.permutation(key, n // group)[: n_minibatches * (batch_size // group)]
+    return whole_steps(steps.reshape(n_minibatches, batch_size // group), group)
+
+
+def whole_steps(steps: jax.Array, group: int) -> jax.Array:
+    """Time-step indices ``[..., k]`` to the row indices ``[..., k * group]`` of those steps' rows
+    in a time-major layout (row ``t * group + e`` is environment ``e`` at step ``t``)."""
+    if group == 1:
+        return steps
+    rows = steps[..., None] * group + jnp.arange(group, dtype=steps.dtype)
+    return rows.reshape(*steps.shape[:-1], steps.shape[-1] * group)

@@ -4,6 +4,8 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
+from bpo.core.minibatch import whole_steps
+
 
 @struct.dataclass
 class Replay:
@@ -44,18 +46,22 @@ def add(replay: Replay, batch: dict, valid) -> Replay:
     )
 
 
-def epoch_indices(key, replay: Replay, batch_size: int):
+def epoch_indices(key, replay: Replay, batch_size: int, group: int = 1):
     """Indices ``[capacity // batch_size, batch_size]`` for one epoch of minibatches.
 
     A random permutation of the filled slots, repeated to fill ``capacity`` rows: one exact pass
     over D when it is full, proportionally more passes over the data it has while it fills.
+    ``group``: slots are drawn in consecutive blocks of ``group``, the rows one time step of
+    ``group`` environments added (``bpo.core.minibatch.whole_steps``); needs ``capacity``,
+    ``batch_size`` and every addition to be multiples of ``group``. 1 draws slots.
     """
-    capacity = replay.capacity
-    n_batches = capacity // batch_size
-    filled = jnp.arange(capacity) < replay.size
+    capacity = replay.capacity // group
+    n_batches = replay.capacity // batch_size
+    size = replay.size // group
+    filled = jnp.arange(capacity) < size
     order = jnp.argsort(jnp.where(filled, jax.random.uniform(key, (capacity,)), 2.0))
-    rows = jnp.arange(n_batches * batch_size) % jnp.maximum(replay.size, 1)
-    return order[rows].reshape(n_batches, batch_size)
+    steps = jnp.arange(n_batches * (batch_size // group)) % jnp.maximum(size, 1)
+    return whole_steps(order[steps].reshape(n_batches, batch_size // group), group)
 
 
 def gather(replay: Replay, idx) -> dict:

@@ -304,6 +304,37 @@ def test_behaviour_step_switches_change_what_they_govern(preset, switches, chang
         assert np.all(metrics["q_loss"] > 3 * base["q_loss"])
 
 
+def test_constant_sde_features_hold_a_state_independent_gaussian_draw_per_environment():
+    """``ppo.sde_features 'constant'`` (departures row 13), the authors' "gSDE": a ~ N(m(s), sigma^2)
+    with sigma = exp(log_std) whatever the state, each environment's standard-normal draw held for
+    sde_sample_freq steps and redrawn at the window's start, the log-probability the diagonal
+    Gaussian's (a plain loop over the steps with the closed form)."""
+    n_envs, freq, steps = 3, 4, 12
+    cfg = validate(replace(PRESETS["pendulum_ppo"], **{"ppo.n_envs": n_envs, "ppo.sde_sample_freq": freq,
+                                                       "ppo.sde_features": "constant", "ppo.log_std_init": -0.7}))
+    spec = make_env(cfg.env).spec
+    learner = make_learner(cfg, spec)
+    keys = jax.random.split(jax.random.PRNGKey(0), 4)
+    state = learner.init(tuple(keys[:3]), traced_hyperparams(cfg), jnp.zeros((n_envs, spec.obs_dim)))
+    params = state.target.actor_params
+    assert params["params"]["log_std"].shape == (1, spec.n_actions)
+    sigma = np.sqrt(np.exp(-1.4) + 1e-6)  # exp(log_std), with gSDE's variance floor 1e-6
+    sde, draws = learner.sde_init(), []
+    for t, key in enumerate(jax.random.split(jax.random.PRNGKey(1), steps)):
+        obs = jax.random.normal(jax.random.fold_in(key, 7), (n_envs, spec.obs_dim))
+        k_act, k_sde = jax.random.split(key)
+        action, _, log_prob, obs_n, sde = learner.act_with(params, state.stats, k_act, k_sde, obs, sde, t)
+        dist = learner.dist_fn(params)(obs_n)
+        np.testing.assert_allclose(dist.scale, sigma, rtol=1e-6)
+        z = (np.asarray(action) - np.asarray(dist.loc)) / sigma
+        expected = np.sum(-0.5 * z**2 - np.log(sigma) - 0.5 * np.log(2 * np.pi), axis=-1)
+        np.testing.assert_allclose(log_prob, expected, rtol=1e-5)
+        draws.append(z)
+    for t in range(1, steps):
+        assert np.allclose(draws[t], draws[t - 1], atol=1e-5) == (t % freq != 0), t
+    assert len({round(float(z), 4) for z in draws[0][:, 0]}) == n_envs  # one draw per environment
+
+
 def test_whole_step_minibatches_reach_every_minibatch_and_change_nothing_with_one_environment():
     """Row 26 (``ppo.whole_step_minibatches``): with 4 environments PPO's, Q's, Q-hat's and mu's
     epochs draw other minibatches (their index structure: tests/test_agents.py), so every loss of

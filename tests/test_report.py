@@ -70,6 +70,34 @@ def test_the_authors_code_preset_is_their_configuration_with_their_bugs_on():
     assert paper_setting("HalfCheetah-v5", "mujoco_authors_code") == HC
 
 
+def test_the_authors_gsde_presets_are_tables_3_and_5_with_their_settings_and_bugs():
+    """``mujoco_gsde_authors``: their mujoco_ppo_gsde block merged with ppo_bpo_zero1.0_1.5 (docs/
+    authors_code.md, "The authors' gSDE preset"): Table 3 with their "gSDE" (row 13), whole time
+    steps (row 26), no Table 5 changes (row 25) and the settings their code fixes; mu's entropy
+    weight stays 0 (theirs is PPO's, 0 in this block). ``mujoco_gsde_authors_code`` adds the five
+    bug switches, as ``mujoco_authors_code`` does. Both are compared with the paper's gSDE column."""
+    for env, table5 in (("HalfCheetah-v5", {"ppo.log_std_init": (-2.0, -1.0)}),
+                        ("Ant-v5", {})):  # Table 5 on Ant: no observation normalisation, as theirs
+        paper, authors = _flat(get_preset("mujoco_gsde", env)), _flat(get_preset("mujoco_gsde_authors", env))
+        differ = {k: (paper[k], authors[k]) for k in paper if paper[k] != authors[k]}
+        assert differ == {"preset": ("mujoco_gsde", "mujoco_gsde_authors"), **table5,
+                          **({"ppo.normalize_observations": (True, False)} if env == "HalfCheetah-v5" else {}),
+                          "ppo.sde_features": ("latent", "constant"), "ppo.vf_coef": (0.5, 1.0),
+                          "ppo.ortho_gains": ("sb3", "unit"), "ppo.whole_step_minibatches": (False, True),
+                          "returns.advantage": ("eq11", "authors"), "bpo.ppo_ent_coef": (None, 0.0),
+                          "bpo.fqe_loss": ("paper", "authors"), "bpo.q_hat_head": ("linear", "softplus"),
+                          "bpo.q_init": ("lecun", "orthogonal"), "bpo.td_weight_clip": (False, True)}, env
+        code = _flat(get_preset("mujoco_gsde_authors_code", env))
+        bugs = {k: (authors[k], code[k]) for k in authors if authors[k] != code[k]}
+        default_bugs = _flat(get_preset("mujoco_authors_code"))
+        assert bugs == {k: (authors[k], default_bugs[k]) if k != "preset" else ("mujoco_gsde_authors",
+                                                                               "mujoco_gsde_authors_code")
+                        for k in bugs} and len(bugs) == 6
+        for preset in ("mujoco_gsde_authors", "mujoco_gsde_authors_code"):
+            assert paper_setting(env, preset) == (env, "mujoco_gsde")
+            assert best_bpo_row(env, preset) == best_bpo_row(env, "mujoco_gsde")
+
+
 def test_headline_sweep_is_the_papers_cell_in_both_settings():
     specs = expand(load_sweep("headline"))
     cells = {(s.preset, s.variant): s.config() for s in specs}

@@ -177,9 +177,10 @@ class Learner:
         return self.cfg.settings.use_sde and not self.spec.discrete
 
     def sde_init(self) -> jax.Array:
-        """Initial gSDE exploration matrices [n_envs, latent, action] (zeros; a dummy without gSDE)."""
+        """Initial gSDE exploration matrices [n_envs, features, action] (zeros; a dummy without gSDE)."""
         p = self.cfg.settings
-        return jnp.zeros((p.n_envs, p.pi_hidden[-1], self.spec.n_actions) if self.use_sde else (p.n_envs,))
+        width = p.pi_hidden[-1] if p.sde_features == "latent" else 1
+        return jnp.zeros((p.n_envs, width, self.spec.n_actions) if self.use_sde else (p.n_envs,))
 
     def acting_params(self, state: LearnerState) -> dict:
         """Parameters of the collecting policy: mu for bpo, pi for ppo."""
@@ -285,7 +286,8 @@ def make_learner(cfg: OnPolicyTrainConfig, spec: EnvSpec) -> Learner:
     p, discrete = cfg.settings, spec.discrete
     use_sde = p.use_sde and not discrete
     unit = p.ortho_gains == "unit"
-    actor = Actor(p.pi_hidden, spec.n_actions, discrete, use_sde, p.log_std_init, p.activation, p.ortho_init, unit)
+    actor = Actor(p.pi_hidden, spec.n_actions, discrete, use_sde, p.log_std_init, p.activation, p.ortho_init, unit,
+                  p.sde_features)
     critic = Critic(p.vf_hidden, p.activation, p.ortho_init, unit)
     behaviour = None
     if cfg.bpo is not None:

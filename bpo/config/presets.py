@@ -14,6 +14,8 @@ are sensible settings for environments the paper does not use.
 * ``mujoco_authors_code``: ``mujoco_default_authors`` with the authors' code's bugs switched on
   (docs/authors_code.md, "Their code as it runs").
 * ``mujoco_gsde``: Table 3 with the per-environment overrides of Table 5 (``ENV_OVERRIDES``), 2M steps.
+* ``mujoco_gsde_authors``, ``mujoco_gsde_authors_code``: the same two for ``mujoco_gsde``, their
+  configuration of the gSDE column (docs/authors_code.md, "The authors' gSDE preset").
 * ``cartpole_a2c``, ``pendulum_a2c``, ``mujoco_a2c``: A2C and BPO-A2C (``method = 'a2c'``) with
   rl-baselines3-zoo's A2C settings (docs/a2c.md).
 
@@ -194,15 +196,34 @@ PRESETS = {
         total_timesteps=2_000_000, eval_every=8_192, eval_episodes=10, ppo=_MUJOCO_GSDE_PPO, returns=_MUJOCO_RETURNS,
         bpo=_MUJOCO_GSDE_BPO,
     ),
+    # The authors' public configuration of the gSDE column (their configs.yaml sections mujoco_ppo_gsde
+    # and ppo_bpo_zero1.0_1.5, merged leaf by leaf), field by field in docs/authors_code.md ("The
+    # authors' gSDE preset"): their "gSDE" is a state-independent std whose draw is held 4 steps (row
+    # 13), whole-time-step minibatches (row 26), log std -1.0 on every task (row 25: no ENV_OVERRIDES),
+    # and mu's entropy weight is PPO's, 0 here.
+    "mujoco_gsde_authors": OnPolicyTrainConfig(
+        preset="mujoco_gsde_authors", env="HalfCheetah-v5", backend="gymnasium", variant="bpo_c1.0_rho1.5",
+        total_timesteps=2_000_000, eval_every=8_192, eval_episodes=10,
+        ppo=replace(_MUJOCO_GSDE_PPO, normalize_observations=False, sde_features="constant", vf_coef=1.0,
+                    ortho_gains="unit", whole_step_minibatches=True),
+        returns=replace(_MUJOCO_RETURNS, advantage="authors"),
+        bpo=replace(_MUJOCO_GSDE_BPO, ppo_ent_coef=0.0, fqe_loss="authors", q_hat_head="softplus",
+                    q_init="orthogonal", td_weight_clip=True),
+    ),
 }
-# The authors' public code as it runs, bugs included: their configuration with the five switches
-# that reproduce what their code does where the paper says otherwise (docs/authors_code.md, rows
-# 14, 15, 17, 21 and 22; each off elsewhere).
-PRESETS["mujoco_authors_code"] = replace(
-    PRESETS["mujoco_default_authors"], preset="mujoco_authors_code",
-    bpo=replace(PRESETS["mujoco_default_authors"].bpo, q_hat_reward="last_q_batch_reward", mu_q_hat_batch_min=True,
-                mu_q_hat_unclipped_actions=True, replay_epoch_filled_only=True, fqe_unclipped_actions=True),
-)
+
+
+def _with_authors_bugs(authors: OnPolicyTrainConfig, name: str) -> OnPolicyTrainConfig:
+    """The authors' public code as it runs, bugs included: their configuration ``authors`` with the
+    five switches that reproduce what their code does where the paper says otherwise
+    (docs/authors_code.md, rows 14, 15, 17, 21 and 22; each off elsewhere)."""
+    return replace(authors, preset=name, bpo=replace(
+        authors.bpo, q_hat_reward="last_q_batch_reward", mu_q_hat_batch_min=True, mu_q_hat_unclipped_actions=True,
+        replay_epoch_filled_only=True, fqe_unclipped_actions=True))
+
+
+PRESETS["mujoco_authors_code"] = _with_authors_bugs(PRESETS["mujoco_default_authors"], "mujoco_authors_code")
+PRESETS["mujoco_gsde_authors_code"] = _with_authors_bugs(PRESETS["mujoco_gsde_authors"], "mujoco_gsde_authors_code")
 
 # Table 5: per-environment changes to a preset, applied when the environment is chosen.
 ENV_OVERRIDES = {
@@ -226,7 +247,8 @@ TABLE1_ROWS = tuple(_ROWS)
 # (configs.yaml ppo_bpo_zero1.0_traj) is their shifted product with rho_bar = 1.0
 # (docs/authors_code.md, row 23).
 _AUTHORS_ROWS = {"bpo_traj_c1.0": {"returns.traj": "traj_shifted", "returns.rho_bar": 1.0}}
-PRESET_ROWS = {"mujoco_default_authors": _AUTHORS_ROWS, "mujoco_authors_code": _AUTHORS_ROWS}
+PRESET_ROWS = {name: _AUTHORS_ROWS for name in ("mujoco_default_authors", "mujoco_authors_code", "mujoco_gsde_authors",
+                                                "mujoco_gsde_authors_code")}
 # The method alone for presets whose method is not PPO (the "ppo" row runs PPO alone); the BPO rows
 # run BPO on the preset's method. "bpo": whether the run keeps its behaviour step (``with_bpo``).
 METHOD_ROWS = {"a2c": {"bpo": False}}
@@ -260,7 +282,8 @@ PAPER_TABLE1 = {
 }
 DEFAULT_ABLATION_BASE = "bpo_c1.0_rho1.5"
 # Presets that run a column of Table 1 with other settings: the paper's numbers for that column apply.
-PAPER_COLUMNS = {"mujoco_default_authors": "mujoco_default", "mujoco_authors_code": "mujoco_default"}
+PAPER_COLUMNS = {"mujoco_default_authors": "mujoco_default", "mujoco_authors_code": "mujoco_default",
+                 "mujoco_gsde_authors": "mujoco_gsde", "mujoco_gsde_authors_code": "mujoco_gsde"}
 
 
 def paper_setting(env: str, preset: str) -> tuple[str, str]:

@@ -360,6 +360,10 @@ class ActorCriticConfig:
     """Generalised state-dependent exploration (continuous actions)."""
     sde_sample_freq: int = -1
     """Resample the gSDE exploration matrices every this many steps; -1: once per rollout."""
+    sde_features: Literal["latent", "constant"] = "latent"
+    """What gSDE's noise multiplies: the policy's last hidden layer (Raffin et al.'s gSDE, SB3's), or
+    the constant 1, which makes the std state-independent and holds each environment's noise draw
+    for sde_sample_freq steps (the authors' code's "gSDE", docs/authors_code.md row 13)."""
     log_std_init: float = 0.0
     """Initial log standard deviation of the Gaussian policy."""
     pi_hidden: tuple[int, ...] = (64, 64)
@@ -763,7 +767,7 @@ COMPATIBLE_ADDITIONS = ("mjx_iterations", "mjx_ls_iterations", "physics_threads"
                         "save_policies_every", "method", "ppo.optimizer", "ppo.rms_prop_eps", "a2c",
                         "bpo.q_hat_reward", "bpo.mu_q_hat_batch_min", "bpo.mu_q_hat_unclipped_actions",
                         "bpo.replay_epoch_filled_only", "bpo.fqe_unclipped_actions", "ppo.whole_step_minibatches",
-                        "a2c.whole_step_minibatches")
+                        "a2c.whole_step_minibatches", "ppo.sde_features", "a2c.sde_features")
 """Fields added after runs were recorded whose default does what the code did before they existed
 (0: the XML's solver iterations; threads and saved policies only change speed and outputs; the
 method 'ppo' with Adam, the only one before A2C, and so no a2c section; the switches of the

@@ -120,8 +120,10 @@ class Actor(nn.Module):
     """Policy network: returns ``(Dist, latent)``.
 
     Discrete: logits. Continuous: Gaussian mean and a state-independent ``log_std`` parameter
-    initialised to ``log_std_init``; with ``use_sde`` the log std is a [latent, action] matrix and
-    the std depends on the last hidden layer (``latent``), see ``bpo.core.distributions``.
+    initialised to ``log_std_init``; with ``use_sde`` the log std is a [features, action] matrix and
+    the std depends on gSDE's features, see ``bpo.core.distributions``: the last hidden layer
+    (``sde_features = 'latent'``), or the constant 1 (``'constant'``: a state-independent std whose
+    noise gSDE holds, the authors' code's "gSDE"). The second output is those features.
     """
 
     hidden: Sequence[int]
@@ -132,6 +134,7 @@ class Actor(nn.Module):
     activation: str = "relu"
     ortho_init: bool = True
     unit_gains: bool = False
+    sde_features: str = "latent"
 
     @nn.compact
     def __call__(self, obs):
@@ -141,8 +144,10 @@ class Actor(nn.Module):
         if self.discrete:
             return logits_dist(loc), latent
         if self.use_sde:
-            log_std = self.param("log_std", nn.initializers.constant(self.log_std_init), (latent.shape[-1], self.n_out))
-            return Dist(loc, sde_scale(latent, log_std)), latent
+            features = latent if self.sde_features == "latent" else jnp.ones((*latent.shape[:-1], 1), latent.dtype)
+            log_std = self.param("log_std", nn.initializers.constant(self.log_std_init),
+                                 (features.shape[-1], self.n_out))
+            return Dist(loc, sde_scale(features, log_std)), features
         log_std = self.param("log_std", nn.initializers.constant(self.log_std_init), (self.n_out,))
         return Dist(loc, jnp.broadcast_to(jnp.exp(log_std), loc.shape)), latent
 

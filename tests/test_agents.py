@@ -126,6 +126,11 @@ def test_whole_step_epochs_of_a_filling_replay_draw_its_filled_steps():
     full = rb.add(filling, {"x": jnp.arange(20.0)}, jnp.ones(20, bool))
     idx = np.asarray(rb.epoch_indices(jax.random.PRNGKey(4), full, 8, group))
     assert sorted(idx.ravel().tolist()) == list(range(capacity))
+    wrapped = rb.add(full, {"x": jnp.arange(12.0)}, jnp.ones(12, bool))  # the FIFO wraps: slots 0-11 rewritten
+    assert int(wrapped.ptr) % group == 0 and int(wrapped.size) == capacity
+    idx = np.asarray(rb.epoch_indices(jax.random.PRNGKey(6), wrapped, 8, group))
+    assert sorted(idx.ravel().tolist()) == list(range(capacity))
+    assert all(np.array_equal(b, b[0] + np.arange(group)) and b[0] % group == 0 for b in idx.reshape(-1, group))
     key = jax.random.PRNGKey(5)
     order = np.argsort(np.where(np.arange(capacity) < 12, jax.random.uniform(key, (capacity,)), 2.0))
     np.testing.assert_array_equal(rb.epoch_indices(key, filling, 8, 1), order[np.arange(32) % 12].reshape(4, 8))

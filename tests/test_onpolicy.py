@@ -336,13 +336,22 @@ def test_constant_sde_features_hold_a_state_independent_gaussian_draw_per_enviro
 
 
 def test_whole_step_minibatches_reach_every_minibatch_and_change_nothing_with_one_environment():
-    """Row 26 (``ppo.whole_step_minibatches``): with 4 environments PPO's, Q's, Q-hat's and mu's
-    epochs draw other minibatches (their index structure: tests/test_agents.py), so every loss of
-    the first update changes; with one environment the switch changes nothing, bit for bit."""
+    """Row 26 (``ppo.whole_step_minibatches``): with 4 environments PPO's epochs draw other
+    minibatches, so its losses change; with PPO's minibatch the whole rollout (then unchanged), the
+    behaviour step's Q, Q-hat and mu losses still change, through its own minibatches (their index
+    structure: tests/test_agents.py). With one environment the switch changes nothing, bit for bit."""
     switch = (("ppo.whole_step_minibatches", True),)
     base, _ = three_updates("cartpole_ppo")
     metrics, _ = three_updates("cartpole_ppo", switch)
-    for key in ("pg_loss", "value_loss", *BEHAVIOUR_METRICS):  # the value loss moves by 1e-4 only
+    for key in ("pg_loss", "value_loss"):  # the value loss moves by 1e-4 only
+        assert metrics[key][0] != base[key][0], f"{key} did not change"
+    whole = (("ppo.batch_size", 64),)  # the rollout: one minibatch, every row in order
+    base, _ = three_updates("cartpole_ppo", whole)
+    metrics, _ = three_updates("cartpole_ppo", whole + switch)
+    assert switch_setup("cartpole_ppo", whole + switch)[1].behaviour.step_rows == 4
+    for key in PPO_METRICS:
+        assert metrics[key][0] == base[key][0], f"{key} changed before the behaviour step"
+    for key in BEHAVIOUR_METRICS:
         assert metrics[key][0] != base[key][0], f"{key} did not change"
     one_env = (("ppo.n_envs", 1), ("ppo.n_steps", 64))
     off, _ = three_updates("cartpole_ppo", one_env)

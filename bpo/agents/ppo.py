@@ -69,7 +69,7 @@ def normalize_advantages(advantages):
 
 
 def actor_loss(actor_params, actor_apply, batch, clip_range, ent_coef, discrete: bool, normalize: bool,
-               kl_coef: float = 0.0, kl_estimator: KLEstimator = "k3", group: int = 1):
+               kl_coef: float = 0.0, kl_estimator: KLEstimator = "k3"):
     """Clipped surrogate plus entropy bonus on one minibatch, plus the KL penalty when ``kl_coef > 0``.
 
     ``batch``: obs, action, old_log_prob (denominator of the ratio), advantage and adv_weight

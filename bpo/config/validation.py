@@ -270,6 +270,9 @@ def _validate_settings(cfg: OnPolicyTrainConfig) -> None:
     if not (_integer(p.sde_sample_freq) and (p.sde_sample_freq == -1 or p.sde_sample_freq >= 1)):
         raise ConfigError(f"{name}.sde_sample_freq",
                           f"must be -1 (once per rollout) or an integer >= 1, got {p.sde_sample_freq!r}")
+    if p.sde_features != "latent" and not p.use_sde:
+        raise ConfigError(f"{name}.sde_features", f"chooses gSDE's features; without {name}.use_sde every step "
+                                                  "draws afresh (leave it 'latent')")
     _finite(f"{name}.log_std_init", p.log_std_init)
     for field in ("pi_hidden", "vf_hidden"):
         _widths(f"{name}.{field}", getattr(p, field))
@@ -283,8 +286,11 @@ def _validate_whole_steps(cfg: OnPolicyTrainConfig) -> None:
     sizes = {f"{name}.batch_size": getattr(p, "batch_size", None)}
     if cfg.bpo is not None:
         sizes |= {f"bpo.{field}": getattr(cfg.bpo, field) for field in ("q_batch_size", "mu_batch_size", "replay_size")}
+    elif sizes[f"{name}.batch_size"] is None:
+        raise ConfigError(f"{name}.whole_step_minibatches", f"draws the minibatches of {cfg.method}'s epochs and of "
+                                                           f"BPO's; {cfg.method} alone has none (leave it False)")
     for field, size in sizes.items():
-        if _integer(size) and size % p.n_envs:
+        if _integer(size) and size >= 1 and size % p.n_envs:
             raise ConfigError(f"{name}.whole_step_minibatches", f"needs whole time steps: {field}={size} must be a "
                                                                f"multiple of {name}.n_envs ({p.n_envs})")
 

@@ -31,7 +31,9 @@ ROW_LABELS = {
 }
 SETTING_NAMES = {"mujoco_gsde": "gSDE", "mujoco_default": "default",
                  "mujoco_default_authors": "default, authors' config",
-                 "mujoco_gsde_authors": "gSDE, authors' config", "cartpole_a2c": "A2C",
+                 "mujoco_authors_code": "default, authors' code",
+                 "mujoco_gsde_authors": "gSDE, authors' config",
+                 "mujoco_gsde_authors_code": "gSDE, authors' code", "cartpole_a2c": "A2C",
                  "pendulum_a2c": "A2C", "mujoco_a2c": "A2C"}
 ROW_ORDER = ("reinforce", "bpo") + TABLE1_ROWS + tuple(METHOD_ROWS) + tuple(ABLATIONS)
 # Known optimal expected returns by environment: a reference line in the plots, a note under the table.

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 from scipy import stats
 
-from bpo.config.presets import PAPER_TABLE1, best_bpo_row, get_preset, paper_setting
+from bpo.config.presets import PAPER_COLUMNS, PAPER_TABLE1, best_bpo_row, get_preset, paper_setting
 from bpo.infra.results import read_summary
 from experiments import store
 from experiments.cli import main
-from experiments.common import provenance_notes, sort_settings
+from experiments.common import provenance_notes, setting_label, sort_settings
 from experiments.report import PAGES, _mean_se, render, report, verdict_lines
 from experiments.store import build_index
 from experiments.sweep import expand, load_sweep
@@ -96,6 +96,15 @@ def test_the_authors_gsde_presets_are_tables_3_and_5_with_their_settings_and_bug
         for preset in ("mujoco_gsde_authors", "mujoco_gsde_authors_code"):
             assert paper_setting(env, preset) == (env, "mujoco_gsde")
             assert best_bpo_row(env, preset) == best_bpo_row(env, "mujoco_gsde")
+
+
+def test_every_preset_set_beside_a_paper_column_has_a_column_name():
+    """A table of an authors' preset heads its column with a name a reader knows, never the raw
+    preset name, and no two presets share one."""
+    names = {setting_label(("Ant-v5", preset)) for preset in (*PAPER_COLUMNS, *set(PAPER_COLUMNS.values()))}
+    assert len(names) == len(PAPER_COLUMNS) + len(set(PAPER_COLUMNS.values()))
+    assert not any("mujoco_" in name for name in names), names
+    assert setting_label(("Ant-v5", "mujoco_gsde_authors_code")) == "Ant-v5 (gSDE, authors' code)"
 
 
 def test_headline_sweep_is_the_papers_cell_in_both_settings():

@@ -35,7 +35,7 @@ from bpo.config.schema import OnPolicyReturnConfig, OnPolicyTrainConfig, PPOHype
 from bpo.core import diagnostics as dg
 from bpo.core import distributions
 from bpo.core import replay as rb
-from bpo.core.networks import Actor, Critic
+from bpo.core.networks import Actor, Critic, sde_feature_width
 from bpo.core.normalization import RunningStats, init_stats, update_stats
 from bpo.core.normalization import normalize as normalize_obs
 from bpo.core.optim import clipped
@@ -179,7 +179,7 @@ class Learner:
     def sde_init(self) -> jax.Array:
         """Initial gSDE exploration matrices [n_envs, features, action] (zeros; a dummy without gSDE)."""
         p = self.cfg.settings
-        width = p.pi_hidden[-1] if p.sde_features == "latent" else 1
+        width = sde_feature_width(p.pi_hidden, p.sde_features)
         return jnp.zeros((p.n_envs, width, self.spec.n_actions) if self.use_sde else (p.n_envs,))
 
     def acting_params(self, state: LearnerState) -> dict:

@@ -116,6 +116,12 @@ class Torso(nn.Module):
         return x
 
 
+def sde_feature_width(hidden: Sequence[int], sde_features: str) -> int:
+    """Width of gSDE's features, the first axis of the exploration matrices: the last hidden layer's
+    (``'latent'``) or 1 (``'constant'``)."""
+    return hidden[-1] if sde_features == "latent" else 1
+
+
 class Actor(nn.Module):
     """Policy network: returns ``(Dist, latent)``.
 
@@ -144,9 +150,9 @@ class Actor(nn.Module):
         if self.discrete:
             return logits_dist(loc), latent
         if self.use_sde:
-            features = latent if self.sde_features == "latent" else jnp.ones((*latent.shape[:-1], 1), latent.dtype)
-            log_std = self.param("log_std", nn.initializers.constant(self.log_std_init),
-                                 (features.shape[-1], self.n_out))
+            width = sde_feature_width(self.hidden, self.sde_features)
+            features = latent if self.sde_features == "latent" else jnp.ones((*latent.shape[:-1], width), latent.dtype)
+            log_std = self.param("log_std", nn.initializers.constant(self.log_std_init), (width, self.n_out))
             return Dist(loc, sde_scale(features, log_std)), features
         log_std = self.param("log_std", nn.initializers.constant(self.log_std_init), (self.n_out,))
         return Dist(loc, jnp.broadcast_to(jnp.exp(log_std), loc.shape)), latent

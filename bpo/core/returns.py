@@ -89,14 +89,24 @@ def _per_decision_corrections(dtilde, done, log_ratio, discount, rho_bar, c_bar)
     return corrections
 
 
-def _trajectory_corrections(dtilde, done, log_ratio, discount, rho_bar, c_bar, mode, first_factor=True):
+def _trajectory_corrections(dtilde, done, log_ratio, discount, rho_bar, c_bar, mode):
     """Trajectory-level truncation, vectorised as a [T, T] weight matrix (O(T^2) memory).
-    ``first_factor=False`` drops traj_shifted's min(rho_bar, pi_t/mu_t) (the authors' advantage).
 
     No exact backward recursion exists because min(c_bar, product) does not factorise.
     """
-    steps = dtilde.shape[0]
-    batch_ndim = dtilde.ndim - 1
+    log_w, valid, powers = _trajectory_log_weights(done, log_ratio, discount, c_bar, mode)
+    if mode == "traj_shifted":
+        log_w = log_w + _shifted_first_factor(log_ratio, rho_bar)
+    return _weighted_sum(log_w, valid, powers, dtilde)
+
+
+def _trajectory_log_weights(done, log_ratio, discount, c_bar, mode):
+    """The [T, T] log-weights of the TD error at step k in the correction at step t, the mask of
+    the (t, k) pairs that count (k >= t in t's episode) and discount^(k - t): ``"traj"``'s
+    log min(c_bar, prod_{i=t}^{k} r_i), or ``"traj_shifted"``'s log min(c_bar, prod_{i=t+1}^{k} r_i)
+    without its first factor (``_shifted_first_factor``)."""
+    steps = done.shape[0]
+    batch_ndim = done.ndim - 1
     # Segment id of each step: steps t <= k share an episode iff no done in [t, k-1].
     segment = jnp.cumsum(done, axis=0) - done
     # A ratio of 0 (log -inf: pi gives the action no mass) zeroes the products through it. It is
@@ -105,24 +115,27 @@ def _trajectory_corrections(dtilde, done, log_ratio, discount, rho_bar, c_bar, m
     vanishing = jnp.isneginf(log_ratio)
     finite_log_ratio = jnp.where(vanishing, 0.0, log_ratio)
     log_cum = jnp.cumsum(finite_log_ratio, axis=0)  # sum_{i<=k} log r_i
-    log_cum_before = log_cum - finite_log_ratio  # sum_{i<t} log r_i
     zeros_cum = jnp.cumsum(vanishing, axis=0)  # ratios of 0 among i <= k
     t_idx = jnp.arange(steps).reshape((steps, 1) + (1,) * batch_ndim)
     k_idx = jnp.arange(steps).reshape((1, steps) + (1,) * batch_ndim)
-    ahead = k_idx >= t_idx
-    same_episode = segment[:, None] == segment[None, :]
-    valid = ahead & same_episode
+    valid = (k_idx >= t_idx) & (segment[:, None] == segment[None, :])
     if mode == "traj":
-        log_prod = log_cum[None, :] - log_cum_before[:, None]  # sum_{i=t}^{k}
+        log_prod = log_cum[None, :] - (log_cum - finite_log_ratio)[:, None]  # sum_{i=t}^{k}
         log_prod = jnp.where(zeros_cum[None, :] - zeros_cum[:, None] + vanishing[:, None] > 0, -jnp.inf, log_prod)
-        log_w = jnp.minimum(jnp.log(c_bar), log_prod)
     else:
         log_prod = log_cum[None, :] - log_cum[:, None]  # sum_{i=t+1}^{k}
         log_prod = jnp.where(zeros_cum[None, :] - zeros_cum[:, None] > 0, -jnp.inf, log_prod)
-        log_w = jnp.minimum(jnp.log(c_bar), log_prod)
-        if first_factor:
-            log_w = log_w + jnp.minimum(jnp.log(rho_bar), log_ratio)[:, None]
     powers = jnp.power(discount, jnp.maximum(k_idx - t_idx, 0))
+    return jnp.minimum(jnp.log(c_bar), log_prod), valid, powers
+
+
+def _shifted_first_factor(log_ratio, rho_bar):
+    """log min(rho_bar, pi_t/mu_t), ``"traj_shifted"``'s factor of row t, as a [T, 1, *batch] column."""
+    return jnp.minimum(jnp.log(rho_bar), log_ratio)[:, None]
+
+
+def _weighted_sum(log_w, valid, powers, dtilde):
+    """sum_k exp(log_w[t, k]) discount^(k - t) dtilde_k over the valid (t, k): the corrections."""
     # Masked entries are replaced before exponentiating so that they cannot become inf * 0.
     weights = jnp.where(valid, jnp.exp(jnp.where(valid, log_w, 0.0)) * powers, 0.0)
     return jnp.sum(weights * dtilde[None, :], axis=1)
@@ -167,14 +180,16 @@ def tis_advantages(
     for that mode: ``A_t = sum_k (gamma lam)^(k-t) min(c_bar, prod_{i=t+1}^{k} pi_i/mu_i) dtilde_k``,
     G_t - V(s_t) without its first factor min(rho_bar, pi_t/mu_t).
     """
+    if _traj_mode(traj) == "traj_shifted" and not current_rho:
+        # Both sums from one set of [T, T] log-weights: they differ only by row t's first factor.
+        dtilde = td_errors(rewards, values, next_values, terminated, gamma=gamma)
+        log_w, valid, powers = _trajectory_log_weights(done, log_ratio, gamma * lam, c_bar, "traj_shifted")
+        returns = values + _weighted_sum(log_w + _shifted_first_factor(log_ratio, rho_bar), valid, powers, dtilde)
+        return _weighted_sum(log_w, valid, powers, dtilde), returns
     returns = tis_lambda_returns(rewards, values, next_values, terminated, done, log_ratio, gamma=gamma, lam=lam,
                                  rho_bar=rho_bar, c_bar=c_bar, traj=traj)
     if current_rho:
         return returns - values, returns
-    if _traj_mode(traj) == "traj_shifted":
-        dtilde = td_errors(rewards, values, next_values, terminated, gamma=gamma)
-        return _trajectory_corrections(dtilde, done, log_ratio, gamma * lam, rho_bar, c_bar, "traj_shifted",
-                                       first_factor=False), returns
     following = jnp.concatenate([returns[1:], next_values[-1:]], axis=0)
     next_return = jnp.where(done > 0, next_values, following)
     bootstrap = (1.0 - lam) * next_values + lam * next_return

@@ -7,9 +7,12 @@ as the index does, whose file exists for that instant), and a checkpoint's progr
 saved with its state.
 
 The remainder is an estimate from measured rates: each unfinished run's budget still to do, at the
-worker wall time per unit of budget of the sweep's finished runs like it (same algorithm, budget
-unit and seeds; the same environment and preset where there are such runs). Wall times depend on
-the machine and on what else it ran, so the estimate is as good as the finished runs are alike.
+worker wall time per unit of budget of the runs like it (same algorithm, budget unit and seeds),
+the closest first (``_rate``): finished runs of its environment and preset; else its own progress
+up to its checkpoint; else other runs' progress of its environment and preset, then of its preset
+(a preset fixes the networks and the update's epochs, which set the cost: Table 1's gSDE updates
+cost 5-25 times the default's); else any runs like it. Wall times depend on the machine and on
+what else it ran, so the estimate is as good as the measured runs are alike.
 With ``--group-rows`` a run's progress is its group's checkpoint's (counted once in the hours), and
 a finished run of a group counts as its share of the group's wall time.
 """
@@ -150,15 +153,22 @@ def sweep_progress(sweep_dir: Path, specs: list[RunSpec], group_rows: bool = Fal
     return runs
 
 
-def _rate(run: RunProgress, finished: list[RunProgress], kinds: dict[str, tuple]) -> float | None:
-    """Worker seconds per unit of budget of the finished runs like ``run`` (module docstring)."""
+def _rate(run: RunProgress, measured: list[RunProgress], kinds: dict[str, tuple]) -> float | None:
+    """Worker seconds per unit of budget of the measured runs closest to ``run`` (module docstring);
+    ``measured``: the runs with a wall time, finished or up to their checkpoints."""
     algo, unit, _, seeds = kinds[run.spec.run_id]
-    like = [f for f in finished if f.wall_s is not None and kinds[f.spec.run_id][:2] == (algo, unit)
-            and kinds[f.spec.run_id][3] == seeds]
-    basis = [f for f in like if (f.spec.env, f.spec.preset) == (run.spec.env, run.spec.preset)] or like
-    if not basis:
+    like = [m for m in measured if kinds[m.spec.run_id][:2] == (algo, unit) and kinds[m.spec.run_id][3] == seeds]
+    setting = (run.spec.env, run.spec.preset)
+    tiers = ([m for m in like if m.state == "finished" and (m.spec.env, m.spec.preset) == setting],
+             [m for m in like if m is run],
+             [m for m in like if (m.spec.env, m.spec.preset) == setting],
+             [m for m in like if m.spec.preset == run.spec.preset],
+             like)
+    basis = next((tier for tier in tiers if tier), None)
+    if basis is None:
         return None
-    return sum(f.wall_s for f in basis) / sum(kinds[f.spec.run_id][2] for f in basis)
+    return (sum(m.wall_s / m.shared for m in basis)
+            / sum(kinds[m.spec.run_id][2] * m.fraction_done for m in basis))
 
 
 def time_line(runs: list[RunProgress]) -> str:
@@ -168,17 +178,18 @@ def time_line(runs: list[RunProgress]) -> str:
     left = [r for r in runs if r.state != "finished"]
     spent = sum(r.wall_s or 0.0 for r in finished)
     partial = sum({r.checkpoint: r.wall_s or 0.0 for r in left if r.done is not None}.values())  # a group's once
-    rates = {r.spec.run_id: _rate(r, finished, kinds) for r in left}
+    measured = [r for r in runs if r.wall_s is not None and r.fraction_done > 0]
+    rates = {r.spec.run_id: _rate(r, measured, kinds) for r in left}
     estimate = sum(rates[r.spec.run_id] * kinds[r.spec.run_id][2] * (1 - r.fraction_done)
                    for r in left if rates[r.spec.run_id] is not None)
     unmeasured = sum(v is None for v in rates.values())
     line = f"worker time: {spent / 3600:.2f} h in the finished runs, {partial / 3600:.2f} h in the unfinished " \
            f"ones' checkpoints"
-    measured = len(left) - unmeasured
-    if measured:
-        line += f"; left, at the finished runs' measured rates: about {estimate / 3600:.1f} h"
-        line += f" for {measured} runs, and {unmeasured} without a finished run like them to measure by" \
+    priced = len(left) - unmeasured
+    if priced:
+        line += f"; left, at the measured rates of the runs most like them: about {estimate / 3600:.1f} h"
+        line += f" for {priced} runs, and {unmeasured} without a measured run like them to price them by" \
             if unmeasured else ""
     elif left:
-        line += f"; left: {len(left)} runs, none with a finished run like it to measure by"
+        line += f"; left: {len(left)} runs, none with a measured run like it to price it by"
     return line

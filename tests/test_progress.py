@@ -33,8 +33,9 @@ def _listing(root: Path) -> list[str]:
     return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
 
 
-def _checkpoint(sweep_dir: Path, run_id: str, config, done: int, total: int, wall_s: float) -> None:
-    info = {"iterations_done": done, "iterations": total, "checkpoint_every": 1, "unit": "episode",
+def _checkpoint(sweep_dir: Path, run_id: str, config, done: int, total: int, wall_s: float,
+                unit: str = "episode") -> None:
+    info = {"iterations_done": done, "iterations": total, "checkpoint_every": 1, "unit": unit,
             "iteration_name": "loop iteration",
             "elapsed": {"wall_time_s": wall_s}, "seed_chunk": default_seed_chunk()}
     ckpt.save(sweep_dir / store.CHECKPOINTS / run_id, {"x": np.zeros(2)}, {}, info, config)
@@ -76,8 +77,8 @@ def test_a_dry_run_says_where_each_run_stands_and_the_worker_time_spent_and_left
     # Left, at the finished run's 36000 s / 20 episodes = 1800 s an episode (the seeds=3 run has no
     # finished run like it): 40 x 1/4 + 60 + 80 + 100 episodes = 250 episodes, 450000 s = 125.0 h.
     assert lines[7] == ("worker time: 10.00 h in the finished runs, 2.00 h in the unfinished ones' checkpoints; "
-                        "left, at the finished runs' measured rates: about 125.0 h for 4 runs, and 1 without a "
-                        "finished run like them to measure by")
+                        "left, at the measured rates of the runs most like them: about 125.0 h for 4 runs, and 1 "
+                        "without a measured run like them to price them by")
     # A damaged checkpoint is not half-read: the run starts over, and the dry run says so and why.
     (out / store.CHECKPOINTS / resumes.run_id / ckpt.STATE_FILE).write_bytes(b"\x00 not msgpack")
     assert main(["sweep", str(sweep_file), "--out", str(out), "--dry-run"]) == 0
@@ -90,6 +91,31 @@ def test_a_dry_run_says_where_each_run_stands_and_the_worker_time_spent_and_left
     assert main(["sweep", str(sweep_file), "--out", str(out), "--dry-run"]) == 0
     line = next(x for x in capsys.readouterr().out.splitlines() if f"  {resumes.run_id}  " in x)
     assert line.startswith("restarts  ") and line.endswith("is not a count of iterations")
+
+
+def test_the_time_left_prices_each_run_by_the_measured_runs_most_like_it(tmp_path, capsys):
+    # Table 1's gSDE cells cost several times the default ones per step: a run is priced by finished
+    # runs of its setting, else its own checkpoint, else its setting's or its preset's checkpoints,
+    # and only then by any run of its algorithm (session 57's dry run priced the gSDE cells at the
+    # default cells' rates, about 35 h left where 112 were).
+    specs = {s.run_id: s for s in expand(build_sweep(SweepArgs(sweep="table1")))}
+    store.write_sweep_file(tmp_path, "table1", list(specs.values()))
+    ppo = specs["HalfCheetah-v5-mujoco_default-ppo"]
+    store.publish(tmp_path, ppo, lambda d: fake_run(d, ppo.config(), [1.0] * ppo.seeds))
+    summary = tmp_path / ppo.run_id / "summary.json"
+    summary.write_text(json.dumps({**json.loads(summary.read_text()), "wall_time_s": 3600.0}))
+    for run_id, wall in (("Ant-v5-mujoco_gsde-ppo", 7200.0), ("Ant-v5-mujoco_gsde-bpo_c1.5_rho1.5", 36000.0)):
+        _checkpoint(tmp_path, run_id, specs[run_id].config(), 49, 245, wall, unit="update")  # a fifth done
+    assert main(["sweep", "table1", "--out", str(tmp_path), "--dry-run"]) == 0
+    # Hand computation, in seconds: Ant PPO's and Ant BPO (1.5, 1.5)'s last four fifths at their own
+    # rates, 28800 + 144000; the three other Ant BPO rows at that checkpoint's (same setting), 3 x
+    # 180000; HalfCheetah (gSDE) PPO and its four BPO rows at the Ant checkpoints' (same preset),
+    # 36000 + 4 x 180000; Hopper and Walker2d (default) PPO at the finished HalfCheetah (default) PPO's
+    # (same preset), 2 x 3600; the twelve default BPO rows, with no BPO run of their preset, at the Ant
+    # BPO checkpoint's rate per step, 12 x 36000 / 400000 x 1500000. In all 3096000 s = 860.0 h.
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert line == ("worker time: 1.00 h in the finished runs, 12.00 h in the unfinished ones' checkpoints; left, "
+                    "at the measured rates of the runs most like them: about 860.0 h")
 
 
 def test_with_group_rows_a_run_s_progress_is_its_group_s_checkpoint_counted_once(tmp_path, capsys):

@@ -554,13 +554,16 @@ def run_slurm(sweep_dir: Path, specs: list[RunSpec], resources: SlurmResources, 
         recorded.update({s.run_id: j.job_id for s, j in zip(specs, jobs, strict=True)})
         results.atomic_write_json(_jobs_file(sweep_dir), recorded)
     print(f"submitted {len(jobs)} Slurm jobs (array {jobs[0].job_id.split('_')[0]}); logs in {sweep_dir / '.slurm'}")
+    return _follow_jobs(sweep_dir, dict(zip(jobs, specs, strict=True)), show_progress) if wait else Outcome()
+
+
+def _follow_jobs(sweep_dir: Path, pending: dict, show_progress: bool) -> Outcome:
+    """Follow submitted Slurm jobs ({job: its run's spec}) until each has ended, reporting each
+    run and keeping the folder's index current."""
     out = Outcome()
-    if not wait:
-        return out
     watch = _QueueWatch()
     with _progress(show_progress) as bar:
-        task = bar.add_task(f"sweep {sweep_dir.name} (slurm)", total=len(jobs))
-        pending = dict(zip(jobs, specs, strict=True))
+        task = bar.add_task(f"sweep {sweep_dir.name} (slurm)", total=len(pending))
         while pending:
             time.sleep(2.0)
             queued = _queued({j.job_id for j in pending})

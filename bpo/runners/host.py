@@ -32,6 +32,46 @@ from bpo.runners.seeds import seed_keys, seed_map
 from envs.gymnasium_envs import TRAIN_STREAM, env_seeds, final_observations, gym_spec, make_vector_env
 
 
+def pack_step(env_action, action, log_prob, obs_n, prev_next_obs):
+    """Every per-step output the host needs in one float32 array [seeds, envs, k]: one transfer
+    instead of five; ``packed_columns`` says where each is."""
+    def col(x):
+        x = x.astype(jnp.float32)
+        return x[..., None] if x.ndim == 1 else x  # discrete actions: [envs]
+    return jnp.concatenate([col(env_action), col(action), log_prob[..., None], obs_n, prev_next_obs], axis=-1)
+
+
+def packed_columns(n_act: int, obs_dim: int) -> dict:
+    """Where ``pack_step`` puts each output along its last axis (``n_act`` is 1 for a discrete action)."""
+    return {"env_action": slice(0, n_act), "action": slice(n_act, 2 * n_act), "log_prob": 2 * n_act,
+            "obs": slice(2 * n_act + 1, 2 * n_act + 1 + obs_dim),
+            "next_obs": slice(2 * n_act + 1 + obs_dim, 2 * n_act + 1 + 2 * obs_dim)}
+
+
+def _step_functions(learner):
+    """One seed's per-step calls of the host loop: (the rollout's first step, every later step,
+    the rollout's close), the calls the JAX runner makes inside its scan."""
+    def step(params, stats, key, prev_final_obs, obs, sde, step_index):
+        # Row t-1's next observation is normalised with the statistics row t-1 was acted on
+        # with; then the statistics take in the new observations, as the JAX runner does.
+        prev_next_obs = learner.normalize(stats, prev_final_obs)
+        stats = learner.observe(stats, obs)
+        key, k_act, _, k_sde = jax.random.split(key, 4)
+        action, env_action, log_prob, obs_n, sde = learner.act_with(params, stats, k_act, k_sde, obs, sde, step_index)
+        return pack_step(env_action, action, log_prob, obs_n, prev_next_obs), stats, key, sde
+
+    def first_step(params, stats, key, obs, sde, step_index):
+        # The statistics already hold obs (from init or from the end of the previous rollout).
+        key, k_act, _, k_sde = jax.random.split(key, 4)
+        action, env_action, log_prob, obs_n, sde = learner.act_with(params, stats, k_act, k_sde, obs, sde, step_index)
+        return pack_step(env_action, action, log_prob, obs_n, obs_n), key, sde
+
+    def close_rollout(stats, final_obs, obs):
+        return learner.normalize(stats, final_obs), learner.observe(stats, obs)
+
+    return first_step, step, close_rollout
+
+
 class HostRunner:
     """One configuration, all its seeds, as a runner of ``bpo.training.driver.drive``: one loop
     iteration is one update (a rollout collected on the host, then one compiled update call).
@@ -63,46 +103,16 @@ class HostRunner:
 
     # -- compiled pieces -------------------------------------------------------------------------
     def _build(self, obs0):
-        learner = self.learner
         S = self.n_seeds
         keys = seed_keys(self.cfg.seed, S)
-
-        n_act = 1 if self.spec.discrete else self.spec.n_actions
-
-        def pack(env_action, action, log_prob, obs_n, prev_next_obs):
-            """Every per-step output the host needs in one float32 array [seeds, envs, k]: one
-            transfer instead of five."""
-            def col(x):
-                x = x.astype(jnp.float32)
-                return x[..., None] if x.ndim == 1 else x  # discrete actions: [envs]
-            return jnp.concatenate([col(env_action), col(action), log_prob[..., None], obs_n, prev_next_obs], axis=-1)
-
-        def step(params, stats, key, prev_final_obs, obs, sde, step_index):
-            # Row t-1's next observation is normalised with the statistics row t-1 was acted on
-            # with; then the statistics take in the new observations, as the JAX runner does.
-            prev_next_obs = learner.normalize(stats, prev_final_obs)
-            stats = learner.observe(stats, obs)
-            key, k_act, _, k_sde = jax.random.split(key, 4)
-            action, env_action, log_prob, obs_n, sde = learner.act_with(params, stats, k_act, k_sde, obs, sde,
-                                                                        step_index)
-            return pack(env_action, action, log_prob, obs_n, prev_next_obs), stats, key, sde
-
-        def first_step(params, stats, key, obs, sde, step_index):
-            # The statistics already hold obs (from init or from the end of the previous rollout).
-            key, k_act, _, k_sde = jax.random.split(key, 4)
-            action, env_action, log_prob, obs_n, sde = learner.act_with(params, stats, k_act, k_sde, obs, sde,
-                                                                        step_index)
-            return pack(env_action, action, log_prob, obs_n, obs_n), key, sde
-
-        def close_rollout(stats, final_obs, obs):
-            return learner.normalize(stats, final_obs), learner.observe(stats, obs)
-
         start = time.perf_counter()
         key, state = self._init_all(keys, jnp.asarray(obs0))
-        params, stats, sde = learner.acting_params(state), state.stats, jax.vmap(lambda _: learner.sde_init())(keys)
+        params, stats = self.learner.acting_params(state), state.stats
+        sde = jax.vmap(lambda _: self.learner.sde_init())(keys)
         obs = jnp.asarray(obs0)
         # Per-step calls go through jit's C++ dispatch (a third faster than calling an AOT-compiled
         # executable); a first call compiles them. The update, once per rollout, is compiled ahead.
+        first_step, step, close_rollout = _step_functions(self.learner)
         self._first_step = jax.jit(seed_map(first_step, S, in_axes=(0, 0, 0, 0, 0, None)))
         self._step = jax.jit(seed_map(step, S, in_axes=(0, 0, 0, 0, 0, 0, None)))
         self._close = jax.jit(seed_map(close_rollout, S))
@@ -112,10 +122,7 @@ class HostRunner:
         # compiled now: timed apart from training, and each later call skips jit's cache lookup
         self._update = self._update_all.lower(state, key, jax.tree.map(jnp.asarray, self._empty_rows())).compile()
         self.compile_time_s = time.perf_counter() - start
-        o = self.spec.obs_dim
-        self._cols = {"env_action": slice(0, n_act), "action": slice(n_act, 2 * n_act),
-                      "log_prob": 2 * n_act, "obs": slice(2 * n_act + 1, 2 * n_act + 1 + o),
-                      "next_obs": slice(2 * n_act + 1 + o, 2 * n_act + 1 + 2 * o)}
+        self._cols = packed_columns(1 if self.spec.discrete else self.spec.n_actions, self.spec.obs_dim)
         return key, state, params, stats, sde
 
     def _init_one(self, key, obs0):

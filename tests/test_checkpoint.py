@@ -191,10 +191,10 @@ def test_a_nan_stops_the_run_naming_the_quantity_and_keeps_the_checkpoint(tmp_pa
         run(cfg, checkpoint_dir=tmp_path, checkpoint_every=2)
     monkeypatch.setattr(ckpt, "save", real_save)
     # Poison pi's parameters in the checkpoint, as a diverging update would.
-    raw = ckpt.serialization.msgpack_restore((tmp_path / ckpt.STATE_FILE).read_bytes())
+    raw = ckpt.read_payload(tmp_path)
     theta = raw["state"]["carry"]["pi_params"]["params"]["theta"]
     raw["state"]["carry"]["pi_params"]["params"]["theta"] = np.full_like(theta, np.nan)
-    (tmp_path / ckpt.STATE_FILE).write_bytes(ckpt.serialization.msgpack_serialize(raw))
+    ckpt.write_payload(tmp_path, raw)
     before = (tmp_path / ckpt.STATE_FILE).read_bytes()
     with pytest.raises(ckpt.NonFiniteError) as err:
         run(cfg, checkpoint_dir=tmp_path, checkpoint_every=2)
@@ -238,12 +238,28 @@ def _unfinished_run(tmp_path) -> tuple[Path, object]:
     return out, cfg
 
 
-@pytest.mark.parametrize("damage", ["garbage", "truncated", "foreign", "info without progress"])
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "foreign", "info without progress", "a changed byte",
+                                    "progress past the end", "an array of another shape"])
 def test_a_damaged_checkpoint_is_refused_with_one_line_naming_the_file(tmp_path, damage):
     out, _ = _unfinished_run(tmp_path)
     state = out / "checkpoint" / ckpt.STATE_FILE
     if damage == "garbage":
         state.write_bytes(b"\x00not msgpack at all\xff" * 10)
+    elif damage == "a changed byte":  # still valid msgpack, with a parameter one bit off: only the digest sees it
+        data = bytearray(state.read_bytes())
+        theta = ckpt.read_payload(out / "checkpoint")["state"]["carry"]["pi_params"]["params"]["theta"]
+        at = bytes(data).index(np.asarray(theta).tobytes())
+        data[at] ^= 1
+        state.write_bytes(bytes(data))
+    elif damage in ("progress past the end", "an array of another shape"):  # well-formed, with a digest that matches
+        raw = ckpt.read_payload(out / "checkpoint")
+        info = json.loads(raw["info"])
+        if damage == "progress past the end":
+            raw["info"] = json.dumps({**info, "iterations_done": info["iterations"] + 1})
+        else:
+            params = raw["state"]["carry"]["pi_params"]["params"]
+            params["theta"] = np.zeros(np.shape(params["theta"]) + (2,), np.float32)
+        ckpt.write_payload(out / "checkpoint", raw)
     elif damage == "truncated":
         state.write_bytes(state.read_bytes()[:1000])
     elif damage == "foreign":
@@ -251,15 +267,50 @@ def test_a_damaged_checkpoint_is_refused_with_one_line_naming_the_file(tmp_path,
 
         state.write_bytes(serialization.msgpack_serialize({"weights": np.zeros(3)}))
     else:
-        from flax import serialization
-
-        raw = serialization.msgpack_restore(state.read_bytes())
+        raw = ckpt.read_payload(out / "checkpoint")
         raw["info"] = json.dumps({"config": json.loads(raw["info"])["config"]})  # no iterations_done
-        state.write_bytes(serialization.msgpack_serialize(raw))
+        ckpt.write_payload(out / "checkpoint", raw)
     done = bpo(["train", "--resume", str(out), "--no-progress"])
     assert done.returncode == 2, done.stderr
     assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert f"checkpoint: '{state}' cannot be used" in done.stderr and "remove the checkpoint folder" in done.stderr
+    why = {"a changed byte": "its SHA-256 does not match its contents",
+           "progress past the end": "is not a count of the run's iterations",
+           "an array of another shape": "['theta'] is float32[2, 2, 2], the run's float32[2, 2]"}
+    assert why.get(damage, "") in done.stderr
+
+
+@pytest.mark.parametrize("info, why", [
+    ({"iterations_done": -1, "iterations": 4}, "-1 of 4 iterations, is not a count"),
+    ({"iterations_done": "3", "iterations": 4}, "'3' of 4 iterations, is not a count"),
+    ({"iterations_done": None}, "None of None iterations, is not a count"),
+    ({"iterations_done": True, "iterations": 4}, "True of 4 iterations, is not a count"),
+    ({"iterations_done": 1, "iterations": 4, "elapsed": "garbage"}, "its elapsed times, 'garbage', are not"),
+    ({"iterations_done": 1, "elapsed": {"wall_time_s": "1"}}, "are not a mapping of names to seconds"),
+])
+def test_a_checkpoint_whose_progress_is_not_a_count_is_refused(tmp_path, info, why):
+    cfg = get_preset("short_corridor")
+    ckpt.save(tmp_path, {"x": np.zeros(2, np.float32)}, {}, info, cfg)
+    for read in (lambda: ckpt.read_info(tmp_path), lambda: ckpt.load(tmp_path, {"x": np.zeros(2, np.float32)})):
+        with pytest.raises(ckpt.UnreadableCheckpoint, match=re.escape(why)):
+            read()
+
+
+def test_a_checkpoint_is_checked_against_the_run_s_dtypes_and_axes_and_a_digest_less_one_still_loads(tmp_path):
+    cfg, x = get_preset("short_corridor"), {"a": np.arange(3, dtype=np.float32), "b": np.zeros(2, np.uint32)}
+    ckpt.save(tmp_path, x, {}, {"iterations_done": 1, "iterations": 4}, cfg)
+    assert (tmp_path / ckpt.STATE_FILE).read_bytes()[-42:-32] == ckpt.TRAILER
+    jax_tree_equal = lambda a, b: all(np.array_equal(a[k], b[k]) and a[k].dtype == b[k].dtype for k in a)  # noqa: E731
+    assert jax_tree_equal(ckpt.load(tmp_path, x)[0], x)
+    with pytest.raises(ckpt.UnreadableCheckpoint, match=re.escape("state['a'] is float32[3], the run's float32[3, 1]")):
+        ckpt.load(tmp_path, {**x, "a": np.zeros((3, 1), np.float32)})
+    assert ckpt.load(tmp_path, {**x, "a": np.zeros(4, np.float32)})  # lengths may differ: outputs grow
+    with pytest.raises(ckpt.UnreadableCheckpoint, match=re.escape("state['b'] is uint32[2], the run's int32[2]")):
+        ckpt.load(tmp_path, {**x, "b": np.zeros(2, np.int32)})
+    # A file of a version before the digest (msgpack alone) loads as it did.
+    path = tmp_path / ckpt.STATE_FILE
+    path.write_bytes(path.read_bytes()[:-42])
+    assert jax_tree_equal(ckpt.load(tmp_path, x)[0], x) and ckpt.read_info(tmp_path)["iterations_done"] == 1
 
 
 def test_a_new_run_may_not_start_over_an_unfinished_run_s_checkpoint(tmp_path):
@@ -411,7 +462,7 @@ def test_a_checkpoint_that_names_the_target_state_ppo_still_loads(tmp_path):
     state = learner.init(tuple(keys[:3]), hp, jax.random.normal(keys[3], (cfg.ppo.n_envs, 4)))
     ckpt.save(tmp_path, {"carry": state}, {}, {"iterations_done": 1}, cfg)
     path = tmp_path / ckpt.STATE_FILE
-    raw = serialization.msgpack_restore(path.read_bytes())
+    raw = ckpt.read_payload(tmp_path)
     learner_dict = raw["state"]["carry"]
     learner_dict["ppo"] = learner_dict.pop("target")  # as the older version wrote it
     path.write_bytes(serialization.msgpack_serialize(raw))
@@ -441,7 +492,7 @@ def _rewrite_info_config(directory: Path, change) -> None:
     from flax import serialization
 
     path = directory / ckpt.STATE_FILE
-    raw = serialization.msgpack_restore(path.read_bytes())
+    raw = ckpt.read_payload(directory)
     info = json.loads(raw["info"])
     raw["info"] = json.dumps({**info, "config": change(info["config"])})
     path.write_bytes(serialization.msgpack_serialize(raw))

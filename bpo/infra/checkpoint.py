@@ -8,12 +8,18 @@ curve and training metrics so far, and how far the run got. ``DIR/checkpoint.jso
 in words (config, progress) for people and for ``bpo train --resume``.
 
 Serialisation is flax's msgpack of the state dict, restored against a template of the same
-structure (the runner builds it), so a checkpoint never unpickles code.
+structure (the runner builds it), so a checkpoint never unpickles code. The file ends with the
+SHA-256 of what precedes it (``TRAILER``), so that a file changed after it was written (a flipped
+bit, an edit) is refused rather than half-used; files of older versions, without it, still load.
+Loading also checks what the digest cannot vouch for in a file of an older version or of another
+program: the progress (a count within the run's iterations, times that are numbers) and each
+array's dtype and number of axes against the template.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 from pathlib import Path
 
@@ -25,6 +31,7 @@ from bpo.config.schema import RESUMABLE_CHANGES, ConfigError, current_config, to
 from bpo.infra import results
 
 STATE_FILE, INFO_FILE = "checkpoint.msgpack", "checkpoint.json"
+TRAILER = b"bpo-sha256"  # then the 32-byte digest of the bytes before it: the file's last 42 bytes
 
 
 class CheckpointWriteError(OSError):
@@ -66,7 +73,7 @@ def save(directory: Path, state, extra: dict, info: dict, config) -> None:
     payload = {"state": serialization.to_state_dict(jax.tree.map(np.asarray, state)), "extra": extra,
                "info": json.dumps(info)}
     try:
-        results.atomic_write_bytes(directory / STATE_FILE, serialization.msgpack_serialize(payload))
+        write_payload(directory, payload)
         results.atomic_write_json(directory / INFO_FILE, info)
     except OSError as e:
         raise CheckpointWriteError(f"writing the checkpoint in {str(directory)!r} failed ({e})") from e
@@ -80,12 +87,56 @@ def _info(raw: dict, directory: Path) -> dict:
     missing = [k for k in ("iterations_done", "config") if not isinstance(info, dict) or k not in info]
     if missing:
         raise UnreadableCheckpoint(path, f"its progress has no {', '.join(missing)}")
+    if why := _progress_problem(info):
+        raise UnreadableCheckpoint(path, why)
     return info
+
+
+def _progress_problem(info: dict) -> str | None:
+    """What is wrong with a checkpoint's progress, if anything: the iterations done must be a count
+    within the run's iterations (when recorded), the times numbers."""
+    done, total, elapsed = info["iterations_done"], info.get("iterations"), info.get("elapsed")
+    count = lambda x: isinstance(x, int) and not isinstance(x, bool) and x >= 0  # noqa: E731
+    if not count(done) or (total is not None and (not count(total) or done > total)):
+        return f"its progress, {done!r} of {total!r} iterations, is not a count of the run's iterations"
+    if elapsed is not None and not (isinstance(elapsed, dict) and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) for v in elapsed.values())):
+        return f"its elapsed times, {elapsed!r}, are not a mapping of names to seconds"
+    return None
+
+
+def write_payload(directory: Path, payload: dict) -> None:
+    """The state file of ``directory``: ``payload`` ({"state", "extra", "info"}) as msgpack, then
+    ``TRAILER`` and the SHA-256 of the msgpack bytes; written atomically."""
+    data = serialization.msgpack_serialize(payload)
+    results.atomic_write_bytes(Path(directory) / STATE_FILE, data + TRAILER + hashlib.sha256(data).digest())
+
+
+def read_payload(directory: Path) -> dict:
+    """The payload of ``directory``'s state file (``write_payload``), its digest checked; an
+    ``UnreadableCheckpoint`` for a file that is not one."""
+    raw = _restore(Path(directory) / STATE_FILE)
+    if not isinstance(raw, dict) or not {"state", "extra"} <= set(raw):
+        raise UnreadableCheckpoint(Path(directory) / STATE_FILE, "not a bpo checkpoint: no state and extra in it")
+    return raw
+
+
+def _restore(path: Path):
+    """The msgpack payload of the state file ``path``, its trailing digest checked (``TRAILER``)."""
+    def parse(p: Path):
+        data = memoryview(p.read_bytes())  # slices of it are views: a large checkpoint is not copied
+        body, mark, digest = data[:-42], bytes(data[-42:-32]), bytes(data[-32:])
+        if mark == TRAILER:
+            if hashlib.sha256(body).digest() != digest:
+                raise ValueError("its SHA-256 does not match its contents: the file changed after it was written")
+            data = body
+        return serialization.msgpack_restore(data)
+    return _read(path, parse)
 
 
 def read_info(directory: Path) -> dict:
     """The progress and config saved with the checkpoint's state (``save``)."""
-    raw = _read(Path(directory) / STATE_FILE, lambda p: serialization.msgpack_restore(p.read_bytes()))
+    raw = _restore(Path(directory) / STATE_FILE)
     return _info(raw if isinstance(raw, dict) else {}, directory)
 
 
@@ -124,13 +175,26 @@ def load(directory: Path, template, migrate=None):
     is the one saved with the state (``save``). ``migrate``: maps a state dict written by an older
     version to this one's names before it is matched with ``template``."""
     directory = Path(directory)
-    raw = _read(directory / STATE_FILE, lambda p: serialization.msgpack_restore(p.read_bytes()))
-    if not isinstance(raw, dict) or not {"state", "extra"} <= set(raw):
-        raise UnreadableCheckpoint(directory / STATE_FILE, "not a bpo checkpoint: no state and extra in it")
+    raw = read_payload(directory)
     info = _info(raw, directory)
     saved = raw["state"] if migrate is None else migrate(raw["state"])
     state = _read(directory / STATE_FILE, lambda _: serialization.from_state_dict(template, saved))
+    if why := _layout_problem(state, template):
+        raise UnreadableCheckpoint(directory / STATE_FILE, why)
     return state, raw["extra"], info
+
+
+def _layout_problem(state, template) -> str | None:
+    """The first array of ``state`` whose dtype or number of axes is not its template's, if any (not
+    the lengths: a runner's outputs so far grow with the iterations done)."""
+    for (path, leaf), want in zip(jax.tree_util.tree_flatten_with_path(state)[0], jax.tree.leaves(template),
+                                  strict=True):
+        if hasattr(want, "shape") and hasattr(want, "dtype"):
+            got = np.asarray(leaf)
+            if got.ndim != len(want.shape) or got.dtype != np.dtype(want.dtype):
+                return (f"state{jax.tree_util.keystr(path)} is {got.dtype}{list(got.shape)}, the run's "
+                        f"{np.dtype(want.dtype)}{list(want.shape)}")
+    return None
 
 
 def remove(directory: Path) -> None:

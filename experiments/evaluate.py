@@ -64,8 +64,9 @@ def output_name(args: EvaluateArgs) -> str:
 
 def check_args(args: EvaluateArgs) -> Path:
     """Everything checked before any work; the folder the evaluation goes to."""
-    if args.episodes is not None and args.episodes < 1:
-        raise ConfigError("episodes", f"must be an integer >= 1, got {args.episodes}")
+    if args.episodes is not None and not 1 <= args.episodes <= 2**31 - 1:  # as a run's eval_episodes
+        raise ConfigError("episodes", f"must be an integer in [1, 2,147,483,647] (counted in 32 bits), "
+                                      f"got {args.episodes}")
     if args.seed is not None and not 0 <= args.seed < 2**32:
         raise ConfigError("seed", f"must be in [0, 2**32 - 1], got {args.seed}")
     saved = load_policies(args.run)  # refuses a folder without policies before anything compiles

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
+from bpo.agents.methods import validate
 from bpo.config.presets import get_preset
 from bpo.config.schema import ConfigError, replace, with_bpo
 from bpo.infra.processes import end_at_once
@@ -94,6 +95,11 @@ def _validate_training(a: VerifyVarianceArgs, eval_every: int) -> None:
     for c in a.checkpoints:
         if c < 0 or c > a.train_episodes or c % eval_every:
             raise ConfigError("checkpoints", f"must be multiples of {eval_every} in [0, {a.train_episodes}], got {c}")
+    try:  # the training run's own limits (a seed within the key's range, counts within int32), before any work
+        validate(training_config(a.seeds, a.train_episodes, a.seed))
+    except ConfigError as e:
+        field = {"episodes": "train_episodes"}.get(e.field_name, e.field_name)
+        raise ConfigError(field, str(e).removeprefix(f"{e.field_name}: ")) from None
 
 
 def exact_row(mdp: V.TabularMDP, pi: np.ndarray) -> dict:
@@ -175,10 +181,14 @@ def learned_variances(pi_probs: np.ndarray, mu_probs: np.ndarray, eval_episode: 
     return rows
 
 
+def training_config(seeds: int, episodes: int, seed: int):
+    """The training runs' config: BPO-REINFORCE with the ``short_corridor`` preset."""
+    return replace(with_bpo(get_preset("short_corridor"), True), seeds=seeds, episodes=episodes, seed=seed)
+
+
 def train_short_corridor(seeds: int, episodes: int, seed: int) -> dict:
     """BPO-REINFORCE with the ``short_corridor`` preset; returns the evaluation metrics (numpy)."""
-    cfg = replace(with_bpo(get_preset("short_corridor"), True), seeds=seeds, episodes=episodes, seed=seed)
-    return run(cfg).metrics["eval"]
+    return run(training_config(seeds, episodes, seed)).metrics["eval"]
 
 
 def _fmt(x: float) -> str:

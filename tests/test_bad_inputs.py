@@ -127,6 +127,10 @@ CLI_BAD_INPUTS = [
     (["reproduce", "classic", "--workers", "0"], "workers", "must be an integer >= 1, got 0"),
     (["reproduce", "fig2", "--set", "bpo.cbar=1"], "bpo.cbar", "no such field in bpo; allowed: ["),
     (["verify-variance", "--n-random", "0"], "n_random", "must be an integer in [1, 10000], got 0"),
+    # The training run's own limits, before the exact and Monte Carlo checks (they came after them, as a traceback).
+    (["verify-variance", "--seed", "4294967296"], "seed", "must be an integer in [0, 4294967295]"),
+    (["verify-variance", "--train-episodes", "3000000000", "--checkpoints", "10"], "train_episodes",
+     "must be an integer <= 2,147,483,647"),
     (["frobnicate"], "command", "unknown 'frobnicate'; allowed: ["),
 ]
 

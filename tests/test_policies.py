@@ -183,6 +183,16 @@ def test_video_settings_that_cannot_make_a_video_are_refused_before_the_evaluati
     assert after == before and not (tmp_path / "v.gif").exists() and list(folder.iterdir()) == []
 
 
+@pytest.mark.parametrize("episodes", ["0", "3000000000"])
+def test_an_episode_count_outside_int32_is_refused_before_the_evaluation(cartpole_run, capsys, episodes):
+    """3e9 episodes ended in XLA's RESOURCE_EXHAUSTED allocating their keys."""
+    _, out_dir, _ = cartpole_run
+    assert main(["evaluate", str(out_dir), "--episodes", episodes, "--out", str(out_dir / "never")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: episodes: must be an integer in [1, 2,147,483,647] (counted in 32 bits), "
+                          f"got {episodes}") and not (out_dir / "never").exists(), err
+
+
 def test_policies_kept_during_training_survive_a_resume(tmp_path):
     """``save_policies_every``: the policies after every update are kept, the same whether the run
     was stopped and resumed or not; the first kept differs from the final ones."""

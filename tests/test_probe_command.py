@@ -114,7 +114,11 @@ def test_a_ppo_run_and_a_folder_without_policies_are_refused(bpo_run, tmp_path, 
                                                 ("--seeds", "2", "seeds:"),
                                                 ("--rho-bar", "0", "returns.rho_bar"),
                                                 ("--c-bar", "-1", "returns.c_bar"),
-                                                ("--name", "../elsewhere", "name: must be a plain folder name")])
+                                                ("--name", "../elsewhere", "name: must be a plain folder name"),
+                                                # beyond int32: it failed in JAX after the cost line
+                                                ("--m", "100000000", "m x horizon (the start states' steps) must "
+                                                                     "be <= 2,147,483,647"),
+                                                ("--k", "100000000", "2 x m x k x horizon (the segments' steps)")])
 def test_bad_values_name_the_field(bpo_run, capsys, flag, value, field):
     _refused([str(bpo_run), flag, value, "--yes"], capsys, field)
 
@@ -124,6 +128,9 @@ def test_a_seed_given_twice_and_an_unbounded_write_setting_are_refused_before_an
     """A seed listed twice would be pooled twice and narrow every interval; BPO_WRITE_RETRY_S=inf
     would pass a probe's whole computation and then break its write."""
     _refused([str(bpo_run), "--seeds", "0", "0", "--yes"], capsys, "seeds: must name each seed once, got [0, 0]")
+    # A point given twice was probed twice and shown twice by probe-summary.
+    _refused([str(bpo_run), "--points", "final", "final", "--yes"], capsys,
+             "points: must name each point once, got ['final', 'final']")
     monkeypatch.setenv("BPO_WRITE_RETRY_S", "inf")
     _refused([str(bpo_run), "--yes"], capsys, "BPO_WRITE_RETRY_S: must be a number from 0 to 3600, got 'inf'")
 

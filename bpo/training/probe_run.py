@@ -80,6 +80,8 @@ def check_probe(run_dir: Path, points=None, seeds=None, backend: str | None = No
     for p in points:
         if p not in kept:
             raise ConfigError("points", f"no policies kept at {p!r}; kept: {kept} (save_policies_every)")
+    if len(set(points)) < len(points):  # a point given twice would be probed, and summarised, twice
+        raise ConfigError("points", f"must name each point once, got {points}")
     seeds = list(range(saved.seeds)) if seeds is None else [int(s) for s in seeds]
     for s in seeds:
         if not 0 <= s < saved.seeds:

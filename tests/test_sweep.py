@@ -138,7 +138,7 @@ def test_cli_rejects_bad_sweeps_before_running(tmp_path, capsys):
     lines = capsys.readouterr().out.strip().splitlines()
     assert len(lines) == 27 and lines[-2].startswith("25 runs, 0 finished, 0 running")
     assert lines[-1] == "worker time: 0.00 h in the finished runs, 0.00 h in the unfinished ones' checkpoints; left: " \
-                        "25 runs, none with a finished run like it to measure by"
+                        "25 runs, none with a measured run like it to price it by"
     assert "HalfCheetah-v5-mujoco_default-ppo" in lines[0] and "10 seeds, 1500000 steps" in lines[0]
     # Grouped, Table 1 is 15 programs: per column PPO, the three per-decision BPO rows, the traj row.
     assert main(["sweep", "table1", "--set", "backend=threads", "--group-rows", "--dry-run", "--out",

@@ -13,6 +13,7 @@ from typing import Annotated, Literal
 import tyro
 
 from bpo.config.schema import ConfigError
+from bpo.config.validation import MAX_COUNT
 from bpo.infra.processes import end_at_once
 from bpo.infra.publish import save_or_rescue
 from bpo.infra.results import atomic_write_json, ensure_writable_dir
@@ -64,8 +65,8 @@ def output_name(args: EvaluateArgs) -> str:
 
 def check_args(args: EvaluateArgs) -> Path:
     """Everything checked before any work; the folder the evaluation goes to."""
-    if args.episodes is not None and not 1 <= args.episodes <= 2**31 - 1:  # as a run's eval_episodes
-        raise ConfigError("episodes", f"must be an integer in [1, 2,147,483,647] (counted in 32 bits), "
+    if args.episodes is not None and not 1 <= args.episodes <= MAX_COUNT:  # as a run's eval_episodes
+        raise ConfigError("episodes", f"must be an integer in [1, {MAX_COUNT:,}] (counted in 32 bits), "
                                       f"got {args.episodes}")
     if args.seed is not None and not 0 <= args.seed < 2**32:
         raise ConfigError("seed", f"must be in [0, 2**32 - 1], got {args.seed}")

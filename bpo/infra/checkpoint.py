@@ -31,7 +31,8 @@ from bpo.config.schema import RESUMABLE_CHANGES, ConfigError, current_config, to
 from bpo.infra import results
 
 STATE_FILE, INFO_FILE = "checkpoint.msgpack", "checkpoint.json"
-TRAILER = b"bpo-sha256"  # then the 32-byte digest of the bytes before it: the file's last 42 bytes
+TRAILER = b"bpo-sha256"  # then the SHA-256 digest of the bytes before it, at the file's end
+_TAIL = len(TRAILER) + hashlib.sha256().digest_size
 
 
 class CheckpointWriteError(OSError):
@@ -125,7 +126,8 @@ def _restore(path: Path):
     """The msgpack payload of the state file ``path``, its trailing digest checked (``TRAILER``)."""
     def parse(p: Path):
         data = memoryview(p.read_bytes())  # slices of it are views: a large checkpoint is not copied
-        body, mark, digest = data[:-42], bytes(data[-42:-32]), bytes(data[-32:])
+        body, tail = data[:-_TAIL], bytes(data[-_TAIL:])
+        mark, digest = tail[:len(TRAILER)], tail[len(TRAILER):]
         if mark == TRAILER:
             if hashlib.sha256(body).digest() != digest:
                 raise ValueError("its SHA-256 does not match its contents: the file changed after it was written")

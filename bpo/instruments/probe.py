@@ -37,6 +37,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from bpo.config.validation import MAX_COUNT
 from bpo.core import distributions
 from bpo.core.distributions import Dist
 from bpo.core.returns import TrajMode, tis_lambda_returns
@@ -327,13 +328,12 @@ class ProbeSettings:
                 raise ValueError(f"{name} must be >= 2, got {getattr(self, name)}")
         if not 0.0 < self.level < 1.0:
             raise ValueError(f"level must be in (0, 1), got {self.level}")
-        limit = 2**31 - 1  # the probe's programs index its states' segments and steps in int32
         counts = (("m x horizon (the start states' steps)", self.m * self.horizon),
                   ("2 x m x k x horizon (the segments' steps)", 2 * self.m * self.k * self.horizon),
                   ("m x ref_k x ref_horizon (the reference's steps)", self.m * self.ref_k * self.ref_horizon))
         for what, steps in counts:
-            if steps > limit:
-                raise ValueError(f"{what} must be <= {limit:,} (counted in 32 bits), got {steps:,}; allowed: a "
+            if steps > MAX_COUNT:  # the probe's programs index its states' segments and steps in int32
+                raise ValueError(f"{what} must be <= {MAX_COUNT:,} (counted in 32 bits), got {steps:,}; allowed: a "
                                  "smaller m, k or horizon")
 
 

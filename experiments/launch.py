@@ -234,6 +234,11 @@ class SlurmRun:
     with the stopped job's process, so the requeued job takes it at once."""
 
     def __call__(self, sweep_dir: str, run_id: str) -> dict | None:
+        # Before XLA starts its threads: every signal Slurm or submitit sends the job reaches a Python
+        # handler through a thread of its own, never on top of compiled code (bpo.infra.processes).
+        # Threads started while submitit loaded this call (NumPy's) run no compiled XLA code.
+        preemption = getattr(signal, "SIG" + os.environ.get("SUBMITIT_PREEMPT_SIGNAL", "USR2"))  # as submitit reads it
+        processes.receive_signals_on_a_thread(also=(preemption, signal.SIGCONT))
         load_plugins()  # the job's methods and presets: BPO_PLUGINS, inherited from the submitting shell
         deadline = time.monotonic() + SLURM_LOCK_WAIT_S
         while (lock := store.try_lock_run(sweep_dir, run_id)) is None and time.monotonic() < deadline:

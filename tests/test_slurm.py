@@ -5,11 +5,14 @@ its checkpoint on its own, with the same results as an uninterrupted local run."
 
 import json
 import os
+import pathlib
+import signal
 import subprocess
 import sys
 import time
 
 import pytest
+from test_processes import blocked_signals
 
 from slurm_cluster import ensure_slurm_installed, slurm_env  # noqa: F401 - the fixture
 
@@ -102,13 +105,30 @@ def _wait_for(proc, out, condition, what: str) -> None:
         time.sleep(0.1)
 
 
+def _xla_threads_unprotected(pid: int) -> tuple[int, dict[str, list[str]]]:
+    """Of the job process ``pid``'s XLA threads: how many there are, and which signals each of them
+    that does not block every signal Slurm or submitit sends the job leaves unblocked."""
+    sent = {signal.SIGINT, signal.SIGTERM, signal.SIGUSR2, signal.SIGCONT}
+    xla = [t for t in os.listdir(f"/proc/{pid}/task")
+           if pathlib.Path(f"/proc/{pid}/task/{t}/comm").read_text().startswith("tf_XLA")]
+    open_to = {t: sorted(signal.Signals(s).name for s in sent - blocked_signals(pid, int(t))) for t in xla}
+    return len(xla), {t: names for t, names in open_to.items() if names}
+
+
 def test_a_cancelled_job_is_reported_with_its_slurm_state_and_keeps_its_checkpoint(slurm_env, tmp_path):  # noqa: F811
     """``scancel`` of a running job: no result will come, so the sweep reports the run failed with
-    the state Slurm gives it (CANCELLED), rather than waiting on it, and the checkpoint stays."""
+    the state Slurm gives it (CANCELLED), rather than waiting on it, and the checkpoint stays.
+    While it trains, none of its XLA threads can take a signal Slurm or submitit sends (one taken on
+    top of compiled code once ended a job in glibc's "corrupted size vs. prev_size";
+    bpo.infra.processes)."""
     proc, _, out, info = _start_requeue_sweep(slurm_env["partition"], tmp_path)
     run_id = REQUEUE_RUN
     try:
         _wait_for(proc, out, info.exists, "checkpoint")
+        log = "".join(p.read_text() for p in (out / ".slurm").glob("*/*_log.out"))
+        pid = int(log.split("training in process ")[1].split()[0])
+        count, unprotected = _xla_threads_unprotected(pid)
+        assert count > 0 and not unprotected, (count, unprotected)
         job_id = json.loads((out / ".slurm" / "jobs.json").read_text())[run_id]
         subprocess.run(["scancel", job_id], check=True, capture_output=True, timeout=60)
         output, _ = proc.communicate(timeout=300)

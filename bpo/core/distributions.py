@@ -10,12 +10,13 @@ rollouts: ``noise = latent @ E`` with an exploration matrix ``E ~ N(0, exp(log_s
 fixed for ``sde_sample_freq`` steps, so actions are smooth in time.
 """
 
+import math
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 
-LOG_2PI = jnp.log(2.0 * jnp.pi)
+LOG_2PI = math.log(2.0 * math.pi)  # a Python float: a jnp constant here would start XLA on import
 SDE_EPS = 1e-6  # added to the gSDE variance, as SB3 does
 
 

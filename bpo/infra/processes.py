@@ -26,8 +26,11 @@ thread hundreds of times a second); a handler run on top of JIT-generated kernel
 every library XLA links (oneDNN documents heap corruption from exactly this, its AVX-512 GEMM
 keeping its stack pointer in heap memory). Twice a CI run's ``bpo train`` aborted in glibc
 ("corrupted size vs. prev_size") right after a test sent it SIGINT or SIGTERM, before it printed
-its message; neither was reproducible on the development machine (AMD, no AVX-512). So the
-``bpo`` command and its sweep workers call ``receive_signals_on_a_thread()`` first: SIGINT and
+its message; neither was reproducible on the development machine (AMD, no AVX-512), and a third
+came in a Slurm job, after ``scancel --signal`` sent it SIGTERM and SIGUSR2. So the ``bpo``
+command, its sweep workers and a sweep's Slurm jobs (``experiments.launch.SlurmRun``, which adds
+submitit's SIGUSR2 and SIGCONT) call ``receive_signals_on_a_thread()`` before XLA starts its
+threads (no module computes with JAX on import, so importing ``bpo`` starts none): SIGINT and
 SIGTERM are blocked in every thread (threads inherit the mask, XLA's included) and one thread
 that runs nothing else takes them with ``sigwait`` and hands each to the main thread as Python
 would (``_thread.interrupt_main``: the installed Python handler runs there, between bytecodes),
@@ -86,30 +89,33 @@ def die_with_parent(parent_pid: int | None = None, keep_sigint: bool = False) ->
         os._exit(1)
 
 
-def receive_signals_on_a_thread() -> None:
-    """From now on SIGINT and SIGTERM reach this process's Python handlers only through a thread of
-    their own (module docstring), never by interrupting a thread that runs compiled code. Call it
-    from the main thread before any other thread starts; once per process."""
+def receive_signals_on_a_thread(also: tuple[int, ...] = ()) -> None:
+    """From now on SIGINT and SIGTERM, and the signals ``also`` (a Slurm job: submitit's SIGUSR2 and
+    SIGCONT), reach this process's Python handlers only through a thread of their own (module
+    docstring), never by interrupting a thread that runs compiled code. Call it from the main thread
+    before XLA starts its threads; once per process."""
     if threading.current_thread() is not threading.main_thread():
         raise RuntimeError("receive_signals_on_a_thread: call it from the main thread")
     # multiprocessing's resource tracker, when it starts, unblocks both signals in the thread that
     # started it (a pool or a vector env would start it from the main thread mid-run): start it now.
     resource_tracker.ensure_running()
-    signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
-    threading.Thread(target=_hand_over_signals, daemon=True, name="bpo-signals").start()
+    signals = (*_STOP_SIGNALS, *also)
+    signal.pthread_sigmask(signal.SIG_BLOCK, signals)
+    threading.Thread(target=_hand_over_signals, args=(signals,), daemon=True, name="bpo-signals").start()
 
 
-def _hand_over_signals() -> None:
-    """Take each stop signal and do what its disposition says: run the Python handler in the main
-    thread, ignore it, or end the process by that signal."""
+def _hand_over_signals(signals: tuple[int, ...]) -> None:
+    """Take each of ``signals`` and do what its disposition says: run the Python handler in the main
+    thread, ignore it, or act as the default disposition does (end the process, or nothing)."""
     while True:
-        signum = signal.sigwait(_STOP_SIGNALS)
+        signum = signal.sigwait(signals)
         handler = signal.getsignal(signum)
         if handler is signal.SIG_IGN:
             continue
         if handler is signal.SIG_DFL or handler is None:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, [signum])  # on this thread only: the default action
             signal.raise_signal(signum)
+            signal.pthread_sigmask(signal.SIG_BLOCK, [signum])  # still here: a default that ends nothing (SIGCONT)
             continue
         _thread.interrupt_main(signum)
 

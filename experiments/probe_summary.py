@@ -5,8 +5,11 @@ file of the same numbers with their provenance (docs/probe.md, "Summarising a me
 
 Every ``FOLDER/*/probe/probe.json`` is read and checked (``read_probe``) together with its run's
 own files (``experiments.reader.read_run``: the row comes from ``spec.json`` as in ``bpo table``);
-one that cannot be used stops the command with one line naming the file, because a summary that
-quietly left a run out would compare the rows on unequal terms.
+one that cannot be used (a damaged or foreign probe.json or run file) is skipped and named, on
+stderr and in the summary's notes, and the command exits with 1 (``--allow-skipped``: 0), because a
+summary that quietly left a run out would compare the rows on unequal terms; with no usable probe
+at all it writes nothing and exits with 2, as it does for a bad ``--name`` or ``--baseline``,
+which are checked before the output folder is made.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from bpo.config.schema import ConfigError
 from bpo.infra.provenance import code_version
 from bpo.infra.results import atomic_write_json, atomic_write_text, ensure_writable_dir
 from bpo.instruments.stats import describe
+from bpo.training.probe_run import FINAL, check_probe_name
 from experiments.arguments import parse
 from experiments.common import (
     format_p,
@@ -55,7 +59,6 @@ from experiments.reader import (
 )
 
 STEM = "probe_summary"
-FINAL = "final"  # bpo.training.probe_run.FINAL; not imported, which would load JAX for a table
 _WHOLE: Check = (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0, "an integer >= 0")
 _OBJECT: Check = (lambda v: isinstance(v, dict), "an object")
 PROBE_FIELDS: dict[str, Check] = {
@@ -90,12 +93,14 @@ class ProbedRun:
         return self.run.env, self.run.preset
 
 
-def _check_part(part, fields: dict[str, Check], path: Path, where: str) -> None:
-    """An object of probe.json with ``fields``; a ``BadFile`` says where in the file it failed."""
+def check_part(part, fields: dict[str, Check], path: Path, where: str, optional: dict[str, Check] = ()) -> None:
+    """An object inside a JSON file (probe.json, a summary, a table) with ``fields`` (and, where
+    present, ``optional``: ``experiments.reader.check_fields``); a ``BadFile`` says where in the file
+    it failed."""
     if not isinstance(part, dict):
         raise BadFile(path, f"{where}holds a JSON {_json_type(part)}, not an object")
     try:
-        check_fields(part, path, fields)
+        check_fields(part, path, fields, optional)
     except BadFile as e:
         raise BadFile(path, where + e.reason) from None
 
@@ -104,12 +109,12 @@ def _check_point(point, path: Path, where: str, m: int) -> None:
     """One entry of ``points``: its fields, its pooled and per-seed statistics (seeds named by their
     index), and that the pooled states are every seed's M (a point cut from another probe would not
     add up)."""
-    _check_part(point, POINT_FIELDS, path, where)
-    _check_part(point["pooled"], STAT_FIELDS, path, f"{where}pooled: ")
+    check_part(point, POINT_FIELDS, path, where)
+    check_part(point["pooled"], STAT_FIELDS, path, f"{where}pooled: ")
     for seed, stats in point["seeds"].items():
         if not seed.isdigit():
             raise BadFile(path, f"{where}seeds: {_shown(seed)} is not a seed index")
-        _check_part(stats, STAT_FIELDS, path, f"{where}seeds[{seed!r}]: ")
+        check_part(stats, STAT_FIELDS, path, f"{where}seeds[{seed!r}]: ")
     expected = len(point["seeds"]) * m
     if point["pooled"]["states"] != expected:
         raise BadFile(path, f"{where}pooled states is {point['pooled']['states']}, not {len(point['seeds'])} seeds "
@@ -300,15 +305,44 @@ def run_entry(r: ProbedRun, label: str) -> dict:
             "points": [point_entry(point, p["settings"]["m"]) for point in p["points"]]}
 
 
+SUMMARY_POINT_FIELDS: dict[str, Check] = {
+    "update": _WHOLE, "env_steps": _WHOLE, "seeds": COUNT, "states_per_seed": COUNT, **STAT_FIELDS}
+"""What ``point_entry`` writes of a point and ``bpo report`` reads."""
+SUMMARY_RUN_FIELDS: dict[str, Check] = {
+    "run_id": NAME, "label": NAME, "env": NAME, "preset": NAME, "points": PROBE_FIELDS["points"],
+    "probe_provenance": (lambda v: v is None or (isinstance(v, dict) and NUMBER_OR_NULL[0](v.get("wall_time_s"))
+                                                 and isinstance(v.get("code_version", ""), str)),
+                         "an object (wall_time_s a number, code_version a string) or null")}
+"""What ``run_entry`` writes of a run and ``bpo report`` reads."""
+
+
+def read_probe_summary(path: Path) -> dict:
+    """A summary this command wrote (NAME_summary.json), checked for what ``bpo report`` reads from
+    it: its level and, per run, what it is and its points (``SUMMARY_RUN_FIELDS``,
+    ``SUMMARY_POINT_FIELDS``); anything else is a ``BadFile``."""
+    data = read_json_object(path)
+    check_fields(data, path, {"runs": PROBE_FIELDS["points"], "level": NAME})
+    for i, run in enumerate(data["runs"]):
+        check_part(run, SUMMARY_RUN_FIELDS, path, f"runs[{i}]: ")
+        for j, point in enumerate(run["points"]):
+            check_part(point, SUMMARY_POINT_FIELDS, path, f"runs[{i}]: points[{j}]: ")
+    return data
+
+
+def check_baseline(runs: list[ProbedRun], baseline: str | None) -> None:
+    """``--baseline``: None, or the row of a probed run (a ``ConfigError`` listing the rows)."""
+    rows = sorted({r.run.row for r in runs})
+    if baseline is not None and baseline not in rows:
+        raise ConfigError("baseline", f"no probed run has the row {baseline!r}; rows: {rows}")
+
+
 def summarise(runs: list[ProbedRun], folder: Path, argv: list[str], baseline: str | None = None,
               skipped: list[Skipped] = ()) -> dict:
     """The summary the table and the JSON file are both written from, with its notes: differing
     code or MuJoCo versions of the runs (``report_provenance``), differing probe settings and the
     probes skipped; with a ``baseline`` row, each other run of a setting tested against it
     (``compare_rows``)."""
-    if baseline is not None and baseline not in {r.run.row for r in runs}:
-        raise ConfigError("baseline", f"no probed run has the row {baseline!r}; rows: "
-                                      f"{sorted({r.run.row for r in runs})}")
+    check_baseline(runs, baseline)
     notes = report_provenance([r.run.summary for r in runs], "bpo probe-summary")
     distinct = {json.dumps(r.probe["settings"], sort_keys=True) for r in runs}
     if len(distinct) > 1:
@@ -480,8 +514,8 @@ class ProbeSummaryArgs:
     out: Path | None = None
     """Where to write probe_summary.png/.pdf/.md/.json; default FOLDER."""
     name: str = "probe"
-    """Read FOLDER/*/NAME/probe.json (``bpo probe --name``) and write NAME_summary.* (probe_summary.*
-    for the default)."""
+    """Read FOLDER/*/NAME/probe.json (``bpo probe --name``: a plain folder name of letters, digits, _
+    and -, not a pattern) and write NAME_summary.* (probe_summary.* for the default)."""
     baseline: str | None = None
     """A row, as spec.json names it (e.g. 'bpo_c1.0_rho1.5 bpo.use_q_hat=False'), to test each other
     row of its setting against (Welch, two-sided, on the seeds' log median ratios); default none."""
@@ -504,11 +538,16 @@ def write_summary(runs: list[ProbedRun], summary: dict, out: Path, name: str = "
 
 
 def probe_summary_main(argv: list[str]) -> int:
-    """``bpo probe-summary``: 0 when written, 2 when refused (a bad argument, a damaged or foreign
-    probe.json or run file, no probe results)."""
+    """``bpo probe-summary``: 0 when written; 1 when written from the others after skipping a damaged
+    or foreign probe.json or run file (0 with ``--allow-skipped``); 2 when refused (a bad argument, no
+    usable probe results), with nothing written."""
     args = parse(ProbeSummaryArgs, argv, prog="bpo probe-summary")
     try:
+        # --name is a glob pattern and part of the output files' names: a pattern would pool other
+        # probes (probe-untruncated with probe) into one summary, so it is a plain name, as bpo probe's.
+        check_probe_name(args.name)
         runs, skipped = find_probes(args.folder, args.name)
+        check_baseline(runs, args.baseline)  # before the output folder is made: a refusal leaves nothing
         out = ensure_writable_dir(args.out or args.folder, "--out")
         summary = summarise(runs, args.folder, argv, args.baseline, skipped)
         paths = write_summary(runs, summary, out, args.name)

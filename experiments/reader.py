@@ -112,24 +112,34 @@ def _shown(value) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def read_json_object(path: Path) -> dict:
-    """A JSON file that must hold an object; anything else is a ``BadFile`` saying what it holds."""
+def read_text(path: Path, kind: str = "") -> str:
+    """A results file's text; a ``BadFile`` naming it when it is missing, unreadable or not UTF-8
+    (``kind``, e.g. ": not a JSON file", ends that reason)."""
     path = Path(path)
     try:
-        text = path.read_text()
+        return path.read_text()
     except FileNotFoundError:
         raise BadFile(path, "missing") from None
     except UnicodeDecodeError:
-        raise BadFile(path, "not text (not UTF-8): not a JSON file") from None
+        raise BadFile(path, f"not text (not UTF-8){kind}") from None
     except OSError as e:
         raise BadFile(path, f"cannot be read ({e.strerror or e})") from None
+
+
+def read_json_object(path: Path) -> dict:
+    """A JSON file that must hold an object; anything else is a ``BadFile`` saying what it holds."""
+    path = Path(path)
+    text = read_text(path, ": not a JSON file")
     if not text.strip():
         raise BadFile(path, "empty")
     try:
         data = json.loads(text)
     except (json.JSONDecodeError, RecursionError) as e:
-        where = f" at line {e.lineno} column {e.colno}" if isinstance(e, json.JSONDecodeError) else ""
+        where = (f"{'' if e.msg.endswith(' at') else ' at'} line {e.lineno} column {e.colno}"  # "starting at"
+                 if isinstance(e, json.JSONDecodeError) else "")
         raise BadFile(path, f"not valid JSON ({getattr(e, 'msg', 'too deeply nested')}{where})") from None
+    except ValueError as e:  # valid JSON Python will not read: an integer of more than 4,300 digits
+        raise BadFile(path, f"not readable JSON ({e})") from None
     if not isinstance(data, dict):
         raise BadFile(path, f"holds a JSON {_json_type(data)}, not an object")
     return data

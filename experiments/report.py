@@ -5,11 +5,15 @@ the files under ``results/``: the table ``bpo table`` wrote for a sweep's folder
 ``bpo verify-variance`` wrote, the headline cell beside the paper's numbers, and the one-line
 summaries of the README. ``bpo report --check`` changes nothing and fails when a block differs from
 what the results give (the test suite runs it), so a page cannot drift from its results.
+
+Every results file a block reads is read and checked by ``experiments.reader`` (``read_json_object``,
+``check_fields``, the run directories by ``scan``) for the fields the block uses: a damaged or
+foreign one stops the command with one line naming the file and what is wrong with it (exit 2),
+before any page is written, rather than a traceback or a page made from part of the results.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import sys
@@ -18,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bpo.config.presets import PAPER_TABLE1, paper_setting
-from bpo.infra.results import atomic_write_text, read_curve, read_summary
+from bpo.infra.results import atomic_write_text
 from bpo.instruments.stats import describe
 from experiments.arguments import parse
 from experiments.authors_verdict import authors_verdict_block
@@ -32,9 +36,21 @@ from experiments.common import (
     welch_p_from_stats,
     welch_power,
 )
-from experiments.probe_summary import ratio_text
+from experiments.probe_summary import check_part, ratio_text, read_probe_summary
 from experiments.probe_summary import stem as summary_stem
-from experiments.store import build_index
+from experiments.reader import (
+    COUNT,
+    NAME,
+    NUMBER,
+    NUMBER_OR_NULL,
+    BadFile,
+    Check,
+    check_fields,
+    read_curve,
+    read_json_object,
+    read_text,
+    scan,
+)
 from experiments.sweep import expand, load_sweep
 from experiments.table import format_number, multiple_comparisons, read_cells
 
@@ -69,10 +85,29 @@ class ReportArgs:
     """Write nothing; exit 1 when a page's block differs from what the results give."""
 
 
+def _provenance_ok(value) -> bool:
+    return value is None or (isinstance(value, dict) and isinstance(value.get("packages", {}), dict)
+                             and all(isinstance(value.get(k, ""), str) for k in ("code_version", "device")))
+
+
+_WHOLE: Check = (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0, "an integer >= 0")
+_OBJECT: Check = (lambda v: isinstance(v, dict), "an object")
+_LIST: Check = (lambda v: isinstance(v, list), "a list")
+_NON_EMPTY_LIST: Check = (lambda v: isinstance(v, list) and bool(v), "a non-empty list")
+PROVENANCE: Check = (_provenance_ok, "an object (code_version and device strings, packages an object) or null")
+"""What ``provenance_line`` reads of a record's provenance."""
+
+
 def _runs(folder: Path) -> list[dict]:
-    """The finished runs of a results folder, each with its summary.json (read only: nothing is written)."""
-    return [{**r, "summary": read_summary(folder / r["run_id"])}
-            for r in build_index(folder)["runs"] if r["status"] == "finished"]
+    """The finished runs of a results folder, each with its summary.json, read and checked by
+    ``experiments.reader.scan`` (read only: nothing is written). A run directory it cannot use is a
+    ``BadFile`` naming the file: the provenance and the wall time would quietly leave the run out."""
+    runs, skipped = scan(folder)
+    if skipped:
+        raise BadFile(skipped[0].run_dir / skipped[0].file, skipped[0].reason)
+    for run in runs:
+        check_fields(run.summary, run.path / "summary.json", {}, {"provenance": PROVENANCE})
+    return [{"run_id": run.run_id, "summary": run.summary} for run in runs]
 
 
 def _mean_se(cell: dict) -> str:
@@ -126,16 +161,67 @@ def sweep_block(results: Path, name: str) -> str:
     curves = f"\n![{SWEEPS[name]}](../results/{name}/curves.png)\n" if (folder / "curves.png").is_file() else ""
     return (f"Made by `bpo reproduce {name} --out results/{name}`. {provenance_line(summaries)} "
             f"{_wall_line(summaries)}\n\n"
-            + (folder / "table1.md").read_text() + curves)
+            + read_text(folder / "table1.md") + curves)
+
+
+_BOOL: Check = (lambda v: isinstance(v, bool), "true or false")
+MDP_FIELDS: dict[str, Check] = {"theorem2_holds": _BOOL, "theorem2_holds_eq6_vpi": _BOOL, "mc_agrees": _BOOL}
+SHORT_CORRIDOR_FIELDS: dict[str, Check] = {name: NUMBER for name in ("var_pi", "var_mu_hat", "var_mu_hat_eq6_vpi")}
+"""What the variance blocks read of verify-variance's table.json: each MDP's verdicts, and the
+variances of ShortCorridor."""
+
+
+def _variance_table(results: Path) -> dict:
+    """``results/variance/table.json`` (``bpo verify-variance``), checked for what the blocks read."""
+    path = results / "variance" / "table.json"
+    data = read_json_object(path)
+    check_fields(data, path, {"mdps": _OBJECT}, {"provenance": PROVENANCE})
+    mdps = data["mdps"]
+    if "ShortCorridor" not in mdps:
+        raise BadFile(path, "mdps: no ShortCorridor (bpo verify-variance writes it first)")
+    for name, mdp in mdps.items():
+        check_part(mdp, MDP_FIELDS, path, f"mdps[{name!r}]: ")
+    check_part(mdps["ShortCorridor"], SHORT_CORRIDOR_FIELDS, path, "mdps['ShortCorridor']: ")
+    return data
 
 
 def variance_block(results: Path) -> str:
     folder = results / "variance"
     if not (folder / "table.md").is_file():
         return "*Not made yet: `bpo verify-variance --out results/variance`.*\n"
-    data = json.loads((folder / "table.json").read_text())
+    data = _variance_table(results)
     return (f"Made by `bpo verify-variance --out results/variance`. {provenance_line([data])}\n\n"
-            + (folder / "table.md").read_text())
+            + read_text(folder / "table.md"))
+
+
+_NAME_OR_NULL: Check = (lambda v: v is None or NAME[0](v), "a string or null")
+CELL_FIELDS: dict[str, Check] = {
+    "env": NAME, "preset": NAME, "row": NAME, "n": _WHOLE, "not_finite": _WHOLE, "mean": NUMBER_OR_NULL,
+    "sd": NUMBER_OR_NULL, "se": NUMBER_OR_NULL, "p": NUMBER_OR_NULL,
+    "mark": ((lambda v: isinstance(v, str)), "a string")}
+CELL_OPTIONAL: dict[str, Check] = {name: NUMBER_OR_NULL for name in ("p_greater", "p_holm", "p_worse_holm")}
+AGAINST_PAPER_FIELDS: dict[str, Check] = {
+    "env": NAME, "preset": NAME, "row": NAME, "difference": NUMBER, "p_two_sided": NUMBER_OR_NULL}
+TABLE_OPTIONAL: dict[str, Check] = {
+    "alpha": ((lambda v: NUMBER[0](v) and 0 < v < 1), "a number in (0, 1)"), "alternative": NAME,
+    "against_paper": ((lambda v: v is None or isinstance(v, dict)), "an object or null")}
+"""What the blocks read of a table1.json (``bpo table``), besides its cells and baseline."""
+
+
+def _table(folder: Path) -> tuple[dict, dict]:
+    """``experiments.table.read_cells`` of ``folder``, after its table1.json has been checked for
+    the fields the blocks use: read_cells checks only that it is JSON, so a cell without one was a
+    traceback."""
+    path = folder / "table1.json"
+    data = read_json_object(path)
+    check_fields(data, path, {"cells": _LIST, "baseline": _NAME_OR_NULL}, TABLE_OPTIONAL)
+    for i, cell in enumerate(data["cells"]):
+        check_part(cell, CELL_FIELDS, path, f"cells[{i}]: ", CELL_OPTIONAL)
+    against = data.get("against_paper") or {}
+    check_part(against, {}, path, "against_paper: ", {"cells": _LIST})
+    for i, cell in enumerate(against.get("cells", [])):
+        check_part(cell, AGAINST_PAPER_FIELDS, path, f"against_paper: cells[{i}]: ")
+    return read_cells(folder)
 
 
 VS_PAPER = {"headline": "*Not made yet: `bpo reproduce headline --out results/headline`.*\n",
@@ -154,9 +240,9 @@ def vs_paper_block(results: Path, name: str) -> str:
     folder = results / name
     if not (folder / "table1.json").is_file():
         return VS_PAPER[name]
-    cells, data = read_cells(folder)
+    cells, data = _table(folder)
     # table.against_paper's tests, as the table wrote them: the block reads them, not computes them again
-    vs_paper = {((c["env"], c["preset"]), c["row"]): c for c in data.get("against_paper", {}).get("cells", [])}
+    vs_paper = {((c["env"], c["preset"]), c["row"]): c for c in (data.get("against_paper") or {}).get("cells", [])}
     settings, rows = sort_settings({s for s, _ in cells}), sort_rows({r for _, r in cells})
     lines = [f"| setting | row | ours: mean ± SE (SD), n | ours: one-sided p vs {row_label(data['baseline'])} "
              "| the paper: mean (SD), n = 10 "
@@ -169,7 +255,7 @@ def vs_paper_block(results: Path, name: str) -> str:
             if c is None:
                 continue
             ours = f"{_mean_se(c)} (SD {_sd(c)}), {c['n']}"
-            if (v := vs_paper.get((setting, row))) is not None:
+            if (v := vs_paper.get((setting, row))) is not None and row in paper:
                 mean, sd = paper[row]
                 theirs, diff, p = f"{mean} (SD {sd})", f"{v['difference']:+.0f}", format_p(v["p_two_sided"])
             else:
@@ -188,6 +274,36 @@ def _curve_points(steps_by_seed: list[dict[int, float]], step: int) -> str:
     return "–" if d["n"] < 2 else f"{d['mean']:.0f} ± {d['se']:.0f}"
 
 
+def _numbers(value) -> bool:
+    return isinstance(value, list) and bool(value) and all(NUMBER[0](x) for x in value)
+
+
+REFERENCE_RUN_FIELDS: dict[str, Check] = {"steps": (_numbers, "a non-empty list of numbers"),
+                                          "eval_return": (_numbers, "a non-empty list of numbers")}
+
+
+def _a2c_reference(path: Path) -> dict:
+    """The reference's curves (``benchmarks/sb3_a2c_reference.py``), checked: its version, and per
+    run (seed) as many returns as steps."""
+    ref = read_json_object(path)
+    check_fields(ref, path, {"stable_baselines3": NAME, "runs": _NON_EMPTY_LIST})
+    for i, run in enumerate(ref["runs"]):
+        check_part(run, REFERENCE_RUN_FIELDS, path, f"runs[{i}]: ")
+        if len(run["steps"]) != len(run["eval_return"]):
+            raise BadFile(path, f"runs[{i}]: {len(run['steps'])} steps but {len(run['eval_return'])} eval_return")
+    return ref
+
+
+def _seeds(run_dir: Path) -> int | None:
+    """The seeds a run's summary.json gives (None where it gives none: the block reads the file only as
+    the mark of a finished run), which ``read_curve`` checks the curve against: a curve cut off
+    inside its first seed is whole rows of one seed, and passes every other check."""
+    path = run_dir / "summary.json"
+    summary = read_json_object(path)
+    check_fields(summary, path, {}, {"seeds": COUNT})
+    return summary.get("seeds")
+
+
 def a2c_reference_block(results: Path) -> str:
     """Our A2C on CartPole beside Stable-Baselines3's A2C with the same settings and evaluation: the
     two curves at a few points and the final returns with Welch's two-sided test and interval."""
@@ -196,10 +312,10 @@ def a2c_reference_block(results: Path) -> str:
     if not path.is_file() or not (run_dir / "summary.json").is_file():
         return (f"*Not made yet: `bpo reproduce {name} --out results/{name}` and "
                 f"`python benchmarks/sb3_a2c_reference.py --seeds 5 --out results/{name}/{file}`.*\n")
-    ref = json.loads(path.read_text())
+    ref = _a2c_reference(path)
     theirs = [dict(zip(r["steps"], r["eval_return"], strict=True)) for r in ref["runs"]]
     ours: dict[int, dict[int, float]] = {}
-    for row in read_curve(run_dir):
+    for row in read_curve(run_dir, _seeds(run_dir)):
         ours.setdefault(int(row["seed"]), {})[int(row["step"])] = row["eval_return"]
     mine = list(ours.values())
     a, b = ([s[max(s)] for s in x] for x in (mine, theirs))
@@ -255,7 +371,7 @@ def _glance_sweep(results: Path, name: str, link: bool = True) -> str | None:
     folder = results / name
     if not (folder / "table1.json").is_file():
         return None
-    cells, data = read_cells(folder)
+    cells, data = _table(folder)
     runs = _runs(folder)
     budgets = sorted({_budget(r["summary"]["total_timesteps"]) if "total_timesteps" in r["summary"]
                       else f"{r['summary'].get('episodes')} episodes" for r in runs})
@@ -300,10 +416,9 @@ def _marks_text(cells: dict, data: dict) -> str:
 
 
 def _glance_variance(results: Path, link: bool = True) -> str | None:
-    path = results / "variance" / "table.json"
-    if not path.is_file():
+    if not (results / "variance" / "table.json").is_file():
         return None
-    mdps = json.loads(path.read_text())["mdps"]
+    mdps = _variance_table(results)["mdps"]
     n = len(mdps)
     pdis = sum(m["theorem2_holds"] for m in mdps.values())
     eq6 = sum(m["theorem2_holds_eq6_vpi"] for m in mdps.values())
@@ -318,7 +433,7 @@ def _glance_variance(results: Path, link: bool = True) -> str | None:
 
 def _probe_summary(results: Path, name: str = "probe") -> dict | None:
     path = results / PROBE / f"{summary_stem(name)}.json"
-    return json.loads(path.read_text()) if path.is_file() else None
+    return read_probe_summary(path) if path.is_file() else None
 
 
 def _glance_probe(results: Path, link: bool = True, name: str = "probe") -> str | None:
@@ -357,7 +472,11 @@ def probe_block(results: Path, name: str = "probe") -> str:
     costs = [f"`{run}` {train[run] / 60:.1f} min of training, {probe[run] / 60:.1f} min of probing"
              for run in probe if run in train and probe[run] is not None]
     versions = sorted({(r["probe_provenance"] or {}).get("code_version", "unknown") for r in summary["runs"]})
-    text = (folder / f"{summary_stem(name)}.md").read_text().split("\n", 2)[2]  # without its '# title' line
+    md = folder / f"{summary_stem(name)}.md"
+    parts = read_text(md).split("\n", 2)
+    if len(parts) < 3 or not parts[0].startswith("# "):
+        raise BadFile(md, "not a probe summary's table (`bpo probe-summary` writes a '# title' line, then the table)")
+    text = parts[2]  # without its '# title' line
     table = re.sub(r"^## ", "#### ", text, flags=re.M)  # below the page's own headings
     return (f"Made by `bpo reproduce {PROBE} --out results/{PROBE}` (the runs, then `bpo probe` on each and "
             f"`bpo probe-summary`). Probed by code {', '.join(versions)}. Wall time of each run's training (a "
@@ -372,6 +491,15 @@ def glance_block(results: Path) -> str:
                                *(_glance_probe(results, name=name) for name in PROBES), _glance_variance(results)]
              if line is not None]
     return "\n".join(lines) + "\n"
+
+
+def _authors_verdict(results: Path) -> str:
+    """``authors_verdict_block``, after the table1.json files whose cells it reads (its ``five_ways``:
+    authors_code's and headline's) have been checked here: it reads them with read_cells alone."""
+    for name in ("authors_code", "headline"):
+        if (results / name / "table1.json").is_file():
+            _table(results / name)
+    return authors_verdict_block(results)
 
 
 def _line(line: str | None, made_by: str) -> str:
@@ -395,7 +523,7 @@ def blocks(results: Path) -> dict[str, Callable[[], str]]:
                                                          f"bpo reproduce {PROBE} --out results/{PROBE}"))
            for name in PROBES},
         "a2c-reference": lambda: a2c_reference_block(results),
-        "authors-verdict": lambda: authors_verdict_block(results),
+        "authors-verdict": lambda: _authors_verdict(results),
         "variance": lambda: variance_block(results),
         "line-variance": lambda: _line(_glance_variance(results, link=False),
                                        "bpo verify-variance --out results/variance"),
@@ -431,23 +559,29 @@ def report(results: Path, root: Path, check: bool) -> list[Path]:
         blocks_found += len(BLOCK.findall(text))
         new = render(text, results)
         if new != text:
-            differing.append(path)
-            if not check:
-                atomic_write_text(path, new)
+            differing.append((path, new))
     if not blocks_found:
         raise ValueError(f"root: no results block in {', '.join(PAGES)} under {str(root)!r}; run it from the "
                          "checkout or give --root")
-    return differing
+    # Every page is made before any is written: a damaged results file met on a later page leaves the
+    # earlier ones as they were, not some pages rewritten from the results and some not.
+    if not check:
+        for path, new in differing:
+            atomic_write_text(path, new)
+    return [path for path, _ in differing]
 
 
 def report_main(argv: list[str]) -> int:
+    """``bpo report``: 0 when written (with --check: when every block matches), 1 with --check when a
+    block differs, 2 when refused (a bad argument, a damaged or foreign results file), with no page
+    written."""
     args = parse(ReportArgs, argv, prog="bpo report")
     if not args.results.is_dir():
         print(f"error: results: {str(args.results)!r} is not a folder", file=sys.stderr)
         return 2
     try:
         differing = report(args.results, args.root, args.check)
-    except ValueError as e:
+    except ValueError as e:  # BadFile (a results file, named) and ConfigError are ValueErrors too
         print(f"error: {e}", file=sys.stderr)
         return 2
     if args.check:

@@ -28,7 +28,6 @@ What a cell may hold, so that no number in the table is silently wrong:
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Collection
 from pathlib import Path
@@ -55,7 +54,7 @@ from experiments.common import (
     welch_p,
     welch_p_from_stats,
 )
-from experiments.reader import Run, Skipped
+from experiments.reader import Run, Skipped, read_json_object
 from experiments.store import EXECUTION_ONLY
 
 PAPER_RUNS = 10
@@ -710,7 +709,7 @@ def write_tables(runs: list[Run], out: Path, baseline: str | None = None, alpha:
 def read_cells(folder: Path) -> tuple[dict, dict]:
     """The cells of the table1.json that ``write_tables`` wrote in ``folder``, keyed by ((env,
     preset), row), and the file's header fields."""
-    data = json.loads((Path(folder) / "table1.json").read_text())
+    data = read_json_object(Path(folder) / "table1.json")  # a BadFile naming it when it is not JSON
     # JSON's null for a number that does not exist (the SD of one seed, the mean of none) is nan
     # again, as the table computed with it.
     cells = [{**c, **{k: math.nan for k in ("mean", "sd", "se") if c.get(k) is None}} for c in data["cells"]]

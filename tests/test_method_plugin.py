@@ -1,20 +1,15 @@
-"""A method of one's own is one file, and the package does not change: this module defines a small
-policy-gradient method (VPG, below), registers it with a preset and defines a sweep of it, and the
-tests train it alone and with BPO through ``bpo train``, run the sweep and tabulate it with
-``bpo table``, with ``BPO_PLUGINS`` naming this file (docs/methods.md).
-
-VPG is the vanilla policy gradient with a learned baseline (Williams 1992; Sutton et al. 2000): one
-step per rollout of -mean(w_t A_t log pi_theta(a_t|s_t)) on the actor and of 0.5 mean((V - G)^2) on
-the critic, each network with its own optimiser state. With BPO (data from mu) it weights each
-step by w_t = min(rho_bar, pi_old/mu), as BPO-A2C does.
+"""A method of one's own is one file, and the package does not change: ``examples/vpg.py`` defines
+a small policy-gradient method (VPG), registers it with a preset and defines a sweep of it, and the
+tests train it alone and with BPO through ``bpo train``, check its update by hand, run the sweep
+and tabulate it with ``bpo table``, with ``BPO_PLUGINS`` naming that file (docs/methods.md).
 """
 
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -22,92 +17,25 @@ import numpy as np
 import optax
 import pytest
 
-from bpo.agents.a2c import behaviour_weights
 from bpo.agents.learner import bpo_ppo_batch, make_learner
 from bpo.agents.methods import get_method, register_method, validate
-from bpo.config.presets import PRESETS, register_preset
-from bpo.config.schema import ConfigError, OnPolicyTrainConfig, traced_hyperparams, with_bpo
+from bpo.config.presets import PRESETS
+from bpo.config.schema import ConfigError, traced_hyperparams, with_bpo
 from bpo.core import distributions
 from bpo.infra.plugins import load_plugins
 from envs import make_env
 from experiments.cli import main
-from experiments.sweep import Grid, Sweep
 
-THIS_FILE = str(Path(__file__).resolve())
-
-
-# --- the method: all a researcher writes ---------------------------------------------------------
-
-
-class VPGState(NamedTuple):
-    actor_params: dict
-    critic_params: dict
-    actor_opt_state: optax.OptState
-    critic_opt_state: optax.OptState
-
-
-def vpg_actor_loss(actor_params, actor_apply, batch, discrete: bool):
-    """-mean(w_t A_t log pi_theta(a_t|s_t)); A_t and w_t (``adv_weight``) are constants."""
-    dist, _ = actor_apply(actor_params, batch["obs"])
-    return -jnp.mean(batch["adv_weight"] * batch["advantage"] * distributions.log_prob(dist, batch["action"], discrete))
-
-
-class VPG:
-    name = "vpg"
-    label = "VPG"
-
-    def validate(self, cfg: OnPolicyTrainConfig) -> None:
-        if cfg.ppo.kl_coef > 0:
-            raise ConfigError("ppo.kl_coef", "is PPO's KL penalty; method vpg has none (leave it 0)")
-        if cfg.returns.weight_on_advantage:  # the batch would already carry min(rho_bar, pi_old/mu)
-            raise ConfigError("returns.weight_on_advantage", "chooses the form of PPO's ratio; BPO on VPG "
-                              "weights the advantage in behaviour_batch (leave it False)")
-
-    def init(self, ctx, actor_params, critic_params, hp) -> VPGState:
-        tx = ctx.optimizer(hp.learning_rate)
-        return VPGState(actor_params, critic_params, tx.init(actor_params), tx.init(critic_params))
-
-    def behaviour_batch(self, batch, hp):  # V-trace's weights, as BPO-A2C's: the package's own function
-        return {**batch, "adv_weight": behaviour_weights(batch["adv_weight"], batch["pi_old_log_prob"],
-                                                         batch["behaviour_log_prob"], hp.rho_bar)}
-
-    def update(self, ctx, key, state: VPGState, batch, hp, progress_remaining):
-        tx = ctx.scheduled_optimizer(hp, progress_remaining)
-        pg_loss, actor_grads = jax.value_and_grad(vpg_actor_loss)(state.actor_params, ctx.actor_apply, batch,
-                                                                   ctx.discrete)
-
-        def critic_loss(params):
-            return 0.5 * jnp.mean((ctx.critic_apply(params, batch["obs"]) - batch["return"]) ** 2)
-
-        v_loss, critic_grads = jax.value_and_grad(critic_loss)(state.critic_params)
-        a_updates, a_opt = tx.update(actor_grads, state.actor_opt_state, state.actor_params)
-        c_updates, c_opt = tx.update(critic_grads, state.critic_opt_state, state.critic_params)
-        new = VPGState(optax.apply_updates(state.actor_params, a_updates),
-                       optax.apply_updates(state.critic_params, c_updates), a_opt, c_opt)
-        return new, {"pg_loss": pg_loss, "value_loss": v_loss}
-
-
-register_method(VPG())
-register_preset(replace(
-    PRESETS["cartpole_ppo"], preset="cartpole_vpg", method="vpg", total_timesteps=1024,
-    eval_every=512, eval_episodes=2,
-    ppo=replace(PRESETS["cartpole_ppo"].ppo, n_steps=32, n_envs=8, lr_schedule="constant"),
-    bpo=replace(PRESETS["cartpole_ppo"].bpo, replay_size=512, q_batch_size=128, mu_batch_size=128, n_qvf_epochs=1,
-                n_mu_epochs=1),
-))
-SWEEP = Sweep(
-    name="vpg", description="VPG alone and BPO on VPG, CartPole-v1", baseline="vpg",
-    grids=(Grid(preset="cartpole_vpg", variants=("vpg", "bpo"), seeds=2),),
-)
-
-
-# --- the tests ---------------------------------------------------------------------------------
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "vpg.py"
+load_plugins({"BPO_PLUGINS": str(EXAMPLE)})  # as every bpo command does with BPO_PLUGINS naming it
+_vpg = sys.modules["bpo_plugin_vpg"]
+VPG, vpg_actor_loss = _vpg.VPG, _vpg.vpg_actor_loss
 
 
 @pytest.fixture
 def plugin(monkeypatch):
-    """``BPO_PLUGINS`` naming this file, as a user sets it; the commands' workers inherit it."""
-    monkeypatch.setenv("BPO_PLUGINS", THIS_FILE)
+    """``BPO_PLUGINS`` naming examples/vpg.py, as a user sets it; the commands' workers inherit it."""
+    monkeypatch.setenv("BPO_PLUGINS", str(EXAMPLE))
 
 
 def _summary(run: Path) -> dict:
@@ -181,7 +109,7 @@ def test_a_sweep_and_bpo_table_of_the_method(plugin, tmp_path):
     """The sweep this module defines, run by worker processes (which import this file through the
     inherited BPO_PLUGINS), then tabulated: a VPG row and a BPO row, BPO tested against VPG."""
     out = tmp_path / "sweep"
-    assert main(["sweep", THIS_FILE, "--out", str(out), "--workers", "1", "--no-progress"]) == 0
+    assert main(["sweep", str(EXAMPLE), "--out", str(out), "--workers", "1", "--no-progress"]) == 0
     runs = sorted(p.name for p in out.iterdir() if (p / "summary.json").exists())
     assert runs == ["CartPole-v1-cartpole_vpg-bpo", "CartPole-v1-cartpole_vpg-vpg"]
     assert main(["table", str(out), "--baseline", "vpg", "--bootstrap-reps", "100"]) == 0
@@ -217,9 +145,10 @@ def test_bad_methods_and_plugins_are_refused_with_the_name(monkeypatch, tmp_path
         assert "BPO_PLUGINS" in capsys.readouterr().err
 
 
-def test_a_method_whose_init_returns_no_state_is_named():
+def test_a_method_whose_init_returns_no_state_is_named(tmp_path, capsys):
     """The skeleton of docs/methods.md with ``...`` as ``init``'s body returns None: the learner
-    says which method and what its state needs, instead of failing later on a None attribute."""
+    says which method and what its state needs, instead of failing later on a None attribute; and
+    ``bpo train`` says it in one line (not a traceback) and leaves no empty run folder."""
     class Skeleton(VPG):
         name, label = "vpg_skeleton", "VPG skeleton"
 
@@ -231,6 +160,12 @@ def test_a_method_whose_init_returns_no_state_is_named():
     spec = make_env(cfg.env).spec
     learner = make_learner(cfg, spec)
     obs0 = jnp.zeros((cfg.ppo.n_envs, spec.obs_dim))
-    with pytest.raises(TypeError, match="method 'vpg_skeleton': init returned NoneType, not a state with the fields "
-                                        "actor_params and critic_params"):
+    said = "method: 'vpg_skeleton': init returned NoneType, not a state with the fields actor_params and critic_params"
+    with pytest.raises(ConfigError, match=said):
         learner.init(jax.random.split(jax.random.PRNGKey(0), 3), traced_hyperparams(cfg), obs0)
+    out = tmp_path / "run"
+    assert main(["train", "cartpole_vpg", "--method", "vpg_skeleton", "--no-bpo", "--total-timesteps", "512",
+                 "--out", str(out), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert f"error: {said}" in err and "Traceback" not in err, err
+    assert not out.exists()

@@ -31,7 +31,7 @@ from bpo.agents.bpo import Behaviour, BehaviourState, DistFn, make_behaviour
 from bpo.agents.methods import get_method
 from bpo.agents.ppo import linear_schedule
 from bpo.agents.target import Batch, TargetUpdate, UpdateContext
-from bpo.config.schema import OnPolicyReturnConfig, OnPolicyTrainConfig, PPOHyperparams
+from bpo.config.schema import ConfigError, OnPolicyReturnConfig, OnPolicyTrainConfig, PPOHyperparams
 from bpo.core import diagnostics as dg
 from bpo.core import distributions
 from bpo.core import replay as rb
@@ -159,8 +159,9 @@ class Learner:
         critic_params = self.critic.init(k_critic, obs0)
         target_state = self.target.init(self.context, actor_params, critic_params, hp)
         if not all(hasattr(target_state, f) for f in ("actor_params", "critic_params")):  # a plug-in's slip
-            raise TypeError(f"method {self.target.name!r}: init returned {type(target_state).__name__}, not a state "
-                            "with the fields actor_params and critic_params (bpo.agents.target.TargetUpdate)")
+            raise ConfigError("method", f"{self.target.name!r}: init returned {type(target_state).__name__}, not a "
+                              "state with the fields actor_params and critic_params; allowed: a state as "
+                              "bpo.agents.target.TargetUpdate.init describes (docs/methods.md)")
         bstate, replay = (), ()
         if self.behaviour is not None:
             action0 = jnp.int32(0) if discrete else jnp.zeros(spec.n_actions, jnp.float32)

@@ -107,8 +107,10 @@ _USAGE = """usage: bpo [--version] {{train,sweep,plot,table,reproduce,evaluate,p
       HalfCheetah-v5 and Hopper-v5, 300k steps, then `bpo probe` on each run and `bpo probe-summary`;
       table1, ablations. The committed results are regenerated with an explicit --out results/NAME.
   bpo evaluate RUN [--episodes N] [--which pi|mu] [--stochastic] [--backend jax|mjx|threads] [--seed S]
+                   [--out DIR] [--video FILE]
       Re-evaluate a run's saved policies (every seed); with the defaults the episodes of its final
-      evaluation, so the same number. Writes RUN/evaluations/*.json.
+      evaluation, so the same number. Writes RUN/evaluations/*.json (or DIR/*.json); --video also
+      renders episodes of one seed's policy to a .gif or .mp4.
   bpo probe RUN [--m 32] [--k 32] [--horizon 256] [--points ...] [--seeds ...] [--backend ...] [--yes]
       Probe a BPO-PPO run's return estimator at its kept policies (save_policies_every) and the end:
       Var and MSE of eq. (6) under mu over pi (docs/probe.md). Writes RUN/probe/probe.json and probe.png.
@@ -118,9 +120,9 @@ _USAGE = """usage: bpo [--version] {{train,sweep,plot,table,reproduce,evaluate,p
   bpo verify-variance [--out DIR] [--n-random 20] [--episodes N] [--seed S] [--checkpoints ...] [--no-train]
       Theorem 2 by exact DP and Monte Carlo on ShortCorridor and random MDPs; variance under
       BPO-REINFORCE's learned mu at training checkpoints. Default out: runs/variance.
-  bpo report [--results results] [--check]
-      Rewrite the results blocks of README.md, docs/results.md and docs/reproduction.md from the
-      committed results (--check: only fail when one differs).
+  bpo report [--results results] [--root DIR] [--check]
+      Rewrite the results blocks of README.md and docs/ (results, reproduction, backends, a2c) from
+      the committed results (--check: only fail when one differs).
 """
 
 
@@ -158,7 +160,7 @@ class TrainArgs:
 @dataclass(frozen=True)
 class OnPolicyTrainArgs:
     """Train one configuration and write a run directory (config.json, curve.csv, train_metrics.csv,
-    summary.json)."""
+    summary.json, policies.msgpack)."""
 
     config: Annotated[OnPolicyTrainConfig, tyro.conf.arg(name="")] = field(default_factory=OnPolicyTrainConfig)
     out: Path | None = None
@@ -244,7 +246,7 @@ def _parse_train_args(argv: list[str]):
         args = OnPolicyTrainArgs(**{f.name: getattr(args, f.name) for f in dataclasses.fields(OnPolicyTrainArgs)
                                     if f.name != "config"}, config=_plain(args.config))
     on = preset.bpo is not None if bpo_on is None else bpo_on
-    return _without_unused_bpo(args, shown.bpo, on)
+    return _without_unused_bpo(args, shown, on)
 
 
 def _refuse_on_policy_only(argv: list[str]) -> None:
@@ -310,14 +312,17 @@ def _bpo_switch(argv: list[str]) -> tuple[list[str], bool | None]:
 
 
 def _without_unused_bpo(args, shown, bpo_on: bool):
-    """``args`` of a run without BPO, its bpo section dropped; a ``--bpo.FIELD`` flag that changed
-    the section would be silently unused, so it is refused."""
+    """``args`` of a run without BPO, its bpo section dropped; a ``--bpo.FIELD`` or ``--returns.FIELD``
+    flag that changed what ``shown`` (the starting config) has would be silently unused (the returns
+    section is BPO's off-policy estimator, eq. (6)), so it is refused."""
     if bpo_on:
         return args
-    changed = [f.name for f in dataclasses.fields(shown) if getattr(args.config.bpo, f.name) != getattr(shown, f.name)]
-    if changed:
-        raise ConfigError(f"bpo.{changed[0]}", f"sets the behaviour step of a run without BPO "
-                                               f"({args.config.method} alone); add --bpo, or leave it out")
+    for section in ("bpo", "returns"):
+        given, default = getattr(args.config, section), getattr(shown, section)
+        changed = [f.name for f in dataclasses.fields(default) if getattr(given, f.name) != getattr(default, f.name)]
+        if changed:
+            raise ConfigError(f"{section}.{changed[0]}", "is read by BPO runs only, and this run has no behaviour "
+                              f"step ({args.config.method} alone); add --bpo, or leave it out")
     return dataclasses.replace(args, config=with_bpo(args.config, False))
 
 
@@ -354,7 +359,9 @@ def starting_config(argv: list[str]):
 def resume_main(argv: list[str]) -> int:
     """``bpo train --resume DIR [--no-progress]``: continue the run whose checkpoint is in DIR/checkpoint,
     with the output options it was started with (``--tensorboard``, ``--track``)."""
-    given = _preparse(argv, "--resume") or ""
+    given = _preparse(argv, "--resume")
+    if not given or given.startswith("-"):
+        return _fail("resume: give the run's folder, the OUT it was trained into: bpo train --resume OUT")
     # the folder as typed: `DIR/`, as shell completion writes it, is the same folder as DIR
     rest = [a for a in argv if a not in ("--resume", given) and not a.startswith("--resume=")]
     if rest not in ([], ["--no-progress"], ["--progress"]):
@@ -425,6 +432,17 @@ def _preparse(argv: list[str], flag: str) -> str | None:
     return value
 
 
+def _empty_path(argv: list[str]) -> str | None:
+    """The first path option given an empty string (``--out ''``, an unset shell variable), which
+    the path would read as the current folder and fill with a run's files; or None."""
+    for i, arg in enumerate(argv):
+        flag, eq, value = arg.partition("=")
+        if flag in ("--out", "--resume", "--results", "--root", "--video") and (
+                value == "" if eq else i + 1 < len(argv) and argv[i + 1] == ""):
+            return flag.removeprefix("--")
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     """``bpo``; output cut off by its reader (``bpo ... --help | head -1``) ends it quietly. As the
     program itself (no ``argv``: the ``bpo`` script, ``python -m experiments.cli``) it first takes
@@ -453,6 +471,8 @@ def _dispatch(argv: list[str]) -> int:
         print(f"bpo {importlib.metadata.version('bpo')} ({code_version()})")
         return 0
     command, rest = argv[0], argv[1:]
+    if (empty := _empty_path(rest)) is not None:
+        return _fail(f"{empty}: an empty path; allowed: a folder or file path ('.' for the current folder)")
     try:
         load_plugins()  # methods and presets of one's own, before any name is looked up
     except ConfigError as e:

@@ -18,7 +18,6 @@ configurations) is an error with exit code 2 (1 in ``bpo reproduce``, whose runs
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import sys
@@ -29,7 +28,7 @@ from typing import Annotated, Literal
 import tyro
 
 from bpo.config.schema import ConfigError
-from bpo.infra.results import ensure_writable_dir
+from bpo.infra.results import ensure_writable_dir, left_as_found
 from bpo.infra.settings import validate_environment
 from experiments import launch, progress, store
 from experiments.arguments import parse
@@ -40,6 +39,8 @@ from experiments.sweep import Grid, RunSpec, Sweep, expand, load_sweep, parse_as
 from experiments.table import MixedRuns, check_baseline, write_tables
 
 RUNS_DIR = Path("runs")
+MAX_BOOTSTRAP_REPS = 100_000
+"""bpo table --bootstrap-reps at most: rliable resamples every run once per rep, so time and memory grow with it."""
 """Where sweeps and reproductions write by default: git-ignored, so the committed results/ stay as they are."""
 HOW_TO_CONTINUE = "run the same command again: finished runs are kept, interrupted runs continue from their checkpoints"
 
@@ -73,14 +74,14 @@ class SweepArgs:
     hyperparameters, e.g. Table 1's per-decision BPO rows of one column) as one program each, in
     this process, one program after another: for one accelerator. Each run still gets its own run
     directory; its results equal the run alone to float rounding, not bitwise. Local backend only;
-    groups are not checkpointed."""
+    each program is checkpointed as a run is (MJX programs cannot be yet)."""
     preset: str | None = None
     """Without a sweep file: the preset."""
     envs: tuple[str, ...] = ()
     """Without a sweep file: environments (default: the preset's)."""
     variants: tuple[str, ...] = ()
-    """Without a sweep file: Table 1 rows or ablations, or bpo (the preset's own BPO settings) for PPO
-    presets; reinforce/bpo for episodic presets."""
+    """Without a sweep file: Table 1 rows or ablations, bpo (the preset's own BPO settings) or a plug-in
+    method's name (the method alone) for on-policy presets; reinforce/bpo for episodic presets."""
     grid: tuple[str, ...] = ()
     """Without a sweep file: swept fields, KEY=V1,V2 (or KEY=[V1, V2]), e.g. returns.c_bar=1.0,1.5."""
     set: tuple[str, ...] = ()
@@ -163,21 +164,17 @@ def _plan_sweep(args: SweepArgs) -> tuple[Sweep, Path, list[RunSpec]] | None:
     """Check the arguments, prove the results folder writable and expand the sweep into its runs:
     (sweep, results folder, runs), or None after printing the error of a bad argument. Nothing is
     started or compiled here, so a bad argument costs nothing but the message."""
-    created: list[Path] = []
     try:
         _check_sweep_flags(args)
         validate_environment()
         sweep = build_sweep(args)
         sweep_dir = args.out or RUNS_DIR / sweep.name
-        if not args.dry_run:  # a dry run writes nothing
-            created = [p for p in (sweep_dir, *sweep_dir.parents) if not p.exists()]
-            ensure_writable_dir(sweep_dir, "--out")
-        launch.recorded_jobs(sweep_dir)  # a damaged record of earlier Slurm jobs: refused here, by name
-        return sweep, sweep_dir, expand(sweep)
+        with left_as_found(sweep_dir):
+            if not args.dry_run:  # a dry run writes nothing
+                ensure_writable_dir(sweep_dir, "--out")
+            launch.recorded_jobs(sweep_dir)  # a damaged record of earlier Slurm jobs: refused here, by name
+            return sweep, sweep_dir, expand(sweep)
     except (ConfigError, BadFile) as e:
-        for folder in created:  # made just now for the check: leave no empty folder behind
-            with contextlib.suppress(OSError):
-                folder.rmdir()
         print(f"error: {e}", file=sys.stderr)
         return None
 
@@ -196,7 +193,7 @@ def _print_dry_run(runs: list[progress.RunProgress], sweep_dir: Path, group_rows
     for run in runs:
         cfg = run.spec.config()
         unit, amount = progress.budget(cfg)
-        overrides = " ".join(f"{k}={v}" for k, v in run.spec.overrides)
+        overrides = " ".join(f"{k}={v}" for k, v in dict(run.spec.overrides).items())  # the value that counts
         line = f"{run.state:>8}  {run.spec.run_id}  [{cfg.algo}, {cfg.seeds} seeds, {amount} {unit}] {overrides}"
         print(line.rstrip() + (f"  {run.detail()}" if run.detail() else ""))
     counts = {state: sum(r.state == state for r in runs) for state in ("finished", "running", "resumes")}
@@ -264,7 +261,8 @@ class ReproduceArgs:
     and Hopper, 300k steps; table1_small; headline: the paper's headline cell, HalfCheetah PPO vs BPO (1.0, 1.5) at 1.5M
     steps in two settings; authors_code: our BPO with the authors' code's bugs in the headline cell, 10 seeds; a2c: A2C
     vs BPO-A2C on CartPole, Pendulum and HalfCheetah; probe: the return-estimator probe of BPO (1.0, 1.5) with and
-    without Q-hat on HalfCheetah and Hopper, 300k steps; table1, ablations) or a path to one."""
+    without Q-hat on HalfCheetah and Hopper, 300k steps; backend_check: the threads backend against the Gymnasium host
+    runner; table1, ablations) or a path to one."""
     out: Path | None = None
     """Results folder; default runs/NAME (git-ignored). The committed results: --out results/NAME."""
     seeds: int | None = None
@@ -416,17 +414,19 @@ def table_main(argv: list[str]) -> int:
         _check_results_dir(args.results_dir)
         if not 0 < args.alpha < 1:
             raise ConfigError("alpha", f"must be in (0, 1), got {args.alpha}")
-        if args.bootstrap_reps < 100:
-            raise ConfigError("bootstrap_reps", f"must be an integer >= 100, got {args.bootstrap_reps}")
+        if not 100 <= args.bootstrap_reps <= MAX_BOOTSTRAP_REPS:  # each rep resamples every run: time and memory
+            raise ConfigError("bootstrap_reps", f"must be an integer in [100, {MAX_BOOTSTRAP_REPS:,}], "
+                                                f"got {args.bootstrap_reps}")
         if not 0 < args.optimality_gap_gamma <= 1:
             raise ConfigError("optimality_gap_gamma", f"must be in (0, 1] (scores are min-max normalised to [0, 1]), "
                                                       f"got {args.optimality_gap_gamma}")
         runs, skipped = _load_runs(args.results_dir, "bpo table")
         check_baseline(runs, args.baseline)  # a typo fails before --out is made
-        ensure_writable_dir(args.out or args.results_dir, "--out")
-        paths = write_tables(runs, args.out or args.results_dir, baseline=args.baseline, alpha=args.alpha,
-                             alternative=args.alternative, reps=args.bootstrap_reps, skipped=skipped,
-                             gamma=args.optimality_gap_gamma)
+        with left_as_found(args.out or args.results_dir):
+            ensure_writable_dir(args.out or args.results_dir, "--out")
+            paths = write_tables(runs, args.out or args.results_dir, baseline=args.baseline, alpha=args.alpha,
+                                 alternative=args.alternative, reps=args.bootstrap_reps, skipped=skipped,
+                                 gamma=args.optimality_gap_gamma)
     except ANALYSIS_ERRORS as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -441,10 +441,11 @@ def plot_main(argv: list[str]) -> int:
         if args.smooth < 1:  # before anything is made or read
             raise ConfigError("smooth", f"must be an integer >= 1, got {args.smooth}")
         _check_results_dir(args.results_dir)
-        ensure_writable_dir(args.out or args.results_dir, "--out")
         runs, skipped = _load_runs(args.results_dir, "bpo plot")
-        paths, no_curve = _plot(runs, args.results_dir, args.out or args.results_dir, "bpo plot",
-                                PlotOptions(args.metric, args.per_seed, args.smooth, args.x))
+        with left_as_found(args.out or args.results_dir):  # a metric the runs lack is found in _plot
+            ensure_writable_dir(args.out or args.results_dir, "--out")
+            paths, no_curve = _plot(runs, args.results_dir, args.out or args.results_dir, "bpo plot",
+                                    PlotOptions(args.metric, args.per_seed, args.smooth, args.x))
     except ANALYSIS_ERRORS as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -18,7 +18,7 @@ from bpo.infra.processes import end_at_once
 from bpo.infra.publish import save_or_rescue
 from bpo.infra.results import atomic_write_json, ensure_writable_dir
 from bpo.infra.settings import validate_environment
-from bpo.training.evaluate import EvalRequest, evaluate_saved
+from bpo.training.evaluate import EvalRequest, check_evaluable, evaluate_saved
 from bpo.training.policies import load_policies
 from experiments.arguments import parse
 from experiments.video import check_video, record_video
@@ -71,6 +71,7 @@ def check_args(args: EvaluateArgs) -> Path:
     if args.seed is not None and not 0 <= args.seed < 2**32:
         raise ConfigError("seed", f"must be in [0, 2**32 - 1], got {args.seed}")
     saved = load_policies(args.run)  # refuses a folder without policies before anything compiles
+    check_evaluable(saved)
     if args.video is not None:
         check_video(args.video, saved.config.env, args.video_episodes, args.video_frames)
         if not 0 <= args.video_policy_seed < saved.seeds:

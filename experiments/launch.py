@@ -480,7 +480,9 @@ class _LocalWorkers:
             _report_elsewhere(console, spec.run_id)
         elif self.out.signal is not None:
             self.out.interrupted.append(spec.run_id)
-            console.print(f"[yellow]stopped[/] {spec.run_id} (exit code {returncode}); log {log_path}")
+            how = (f"killed after {STOP_GRACE_S:.0f} s or a second Ctrl-C: it continues from its last checkpoint"
+                   if returncode == -signal.SIGKILL else f"exit code {returncode}")
+            console.print(f"[yellow]stopped[/] {spec.run_id} ({how}); log {log_path}")
         elif returncode == EXIT_STALLED and self.stall_retries.get(spec.run_id, 0) < STALL_RETRIES:
             self.stall_retries[spec.run_id] = tries = self.stall_retries.get(spec.run_id, 0) + 1
             console.print(f"[yellow]stalled[/] {spec.run_id} (a compiled call waited with no CPU; log {log_path}): "

@@ -279,8 +279,43 @@ def _check_not_the_variants(spec: RunSpec, pairs) -> None:
     for name, value in pairs:
         if name in fields and value != fields[name]:
             raise ConfigError(name, f"is set by the variant {spec.variant!r} (to {fields[name]!r}), whose name "
-                                    "labels the run's row; allowed: another variant, or a grid of the field "
-                                    "(--grid, which names its value in the row)")
+                                    "labels the run's row; allowed: another variant, or a grid of the field, "
+                                    "which names its value in the row (--grid with --preset and --variants; in "
+                                    "a sweep file, a Grid's grid=)")
+
+
+def _check_each_field_once(grid: Grid) -> None:
+    """A grid value labels the runs it makes (``RunSpec.row``), so a field swept twice, or swept and
+    also given a value (fixed, ``--set``: ``RunSpec.build`` applies it after the grid's), would label
+    runs with values they did not use."""
+    names = [k for k, _ in grid.grid]
+    given = {k: option for option, pairs in (("fixed", grid.fixed), ("--set", grid.set_values)) for k, _ in pairs}
+    for name in names:
+        if names.count(name) > 1:
+            raise ConfigError(name, "is swept by two grids; allowed: one grid of the field, with all its values")
+        if name in given:
+            raise ConfigError(name, f"is swept by the grid and also given one value ({given[name]}), which every run "
+                                    "would use whatever its label; allowed: one of the two")
+
+
+def _check_read(cfg, label, variant) -> None:
+    """A grid value labels the run, so it must be of a field the run reads: the ``bpo`` and ``returns``
+    sections (the behaviour step and its off-policy returns, eq. (6)) are BPO's alone."""
+    if cfg.bpo is not None:
+        return
+    for name, _ in label:
+        if name.partition(".")[0] in ("bpo", "returns"):
+            raise ConfigError(name, f"is read by BPO runs only, and the {variant or cfg.algo} runs of the grid have no "
+                                    "behaviour step: they would be one run under several labels; allowed: a grid of "
+                                    "BPO variants only (in a sweep file, one Grid for them and one for the others)")
+
+
+def _check_distinct(configs: dict, cfg, run_id: str) -> None:
+    """Two runs of one configuration would be computed twice and shown as two rows (a value spelt
+    two ways, ``1`` and ``1.0``)."""
+    if (twin := configs.setdefault(cfg, run_id)) != run_id:
+        raise ConfigError("grids", f"runs {twin!r} and {run_id!r} have the same configuration; allowed: grid values "
+                                   "that differ once read as the field's type")
 
 
 def _run_id(cfg, grid: Grid, variant, label, without_set) -> str:
@@ -311,12 +346,13 @@ def _check_applied(grid: Grid, applied: set[str]) -> None:
 def expand(sweep: Sweep) -> list[RunSpec]:
     """Every run of the sweep, in a fixed order; each config is built and validated here, so a bad
     value fails before any process starts or anything compiles."""
-    specs, seen = [], {}
+    specs, configs = [], {}  # each config -> its run id
     for grid in sweep.grids:
         if grid.seeds < 1:
             raise ConfigError("seeds", f"must be an integer >= 1, got {grid.seeds!r}")
         for pairs, option in ((grid.grid, "grid"), (grid.fixed, "fixed"), (grid.set_values, "set")):
             check_settable(pairs, option)
+        _check_each_field_once(grid)
         names, applied = [k for k, _ in grid.grid], set()
         for env, variant, values in itertools.product(grid.envs or (None,), grid.variants or (None,),
                                                        itertools.product(*(v for _, v in grid.grid))):
@@ -327,13 +363,14 @@ def expand(sweep: Sweep) -> list[RunSpec]:
             _check_not_the_variants(spec, (*grid.fixed, *grid.set_values))
             spec = dataclasses.replace(spec, overrides=spec.overrides + tuple(grid.set_values))
             cfg = spec.config()
+            _check_read(cfg, label, variant)
             applied |= {k for k, _ in spec.overrides if _has_section_of(cfg, k)}
             if sweep.probe is not None:
                 check_probe_plan(sweep.probe, cfg)
             run_id = _run_id(cfg, grid, variant, label, without_set)
-            if run_id in seen:
+            if run_id in configs.values():
                 raise ConfigError("grids", f"two runs share the id {run_id!r}; make their grid values differ")
-            seen[run_id] = True
+            _check_distinct(configs, cfg, run_id)
             specs.append(dataclasses.replace(spec, run_id=run_id))
         _check_applied(grid, applied)
     if not specs:
@@ -378,9 +415,9 @@ def load_sweep(name_or_path: str) -> Sweep:
     path = Path(name_or_path)
     if not path.suffix:
         path = SWEEPS_DIR / f"{name_or_path}.py"
-    if not path.exists():
-        raise ConfigError("sweep", f"no sweep file {str(path)!r}; allowed names: {sweep_names()} or a path to a .py "
-                          "file")
+    if not path.exists() or path.suffix != ".py" or not path.is_file():
+        what = "no sweep file" if not path.exists() else "not a sweep file (a Python module, .py)"
+        raise ConfigError("sweep", f"{what}: {str(path)!r}; allowed names: {sweep_names()} or a path to a .py file")
     module_spec = importlib.util.spec_from_file_location(f"bpo_sweep_{path.stem}", path)
     module = importlib.util.module_from_spec(module_spec)
     try:

@@ -54,7 +54,9 @@ CLI_BAD_INPUTS = [
     (["train", "pendulum_ppo", "--ppo.log-std-init", "nan"], "ppo.log_std_init", "must be a finite number, got nan"),
     (["train", "pendulum_ppo", "--bpo.mu-loss", "reverse_kl"], "bpo.mu_loss", "chooses between the discrete losses"),
     (["train", "cartpole_ppo", "--no-bpo", "--returns.trust-region-delta", "0.1"], "returns.trust_region_delta",
-     "masks segments by pi/mu"),
+     "is read by BPO runs only, and this run has no behaviour step (ppo alone); add --bpo"),
+    (["train", "short_corridor", "--no-bpo", "--returns.c-bar", "0.5"], "returns.c_bar",
+     "is read by BPO runs only, and this run has no behaviour step (reinforce alone); add --bpo"),
     (["train", "cartpole_ppo", "--seeds", "0"], "seeds", "must be an integer >= 1, got 0"),
     # Counts beyond 32 bits (the programs count in int32).
     (["train", "short_corridor", "--episodes", "2147483648"], "episodes", "must be an integer <= 2,147,483,647"),
@@ -62,7 +64,7 @@ CLI_BAD_INPUTS = [
     # BPO on or off: the bpo section, not the flag it replaced; none of its fields without it.
     (["train", "cartpole_ppo", "--algo", "ppo"], "--algo", "was replaced by the bpo section: --bpo runs BPO"),
     (["train", "cartpole_ppo", "--no-bpo", "--bpo.q-lr", "0.1"], "bpo.q_lr",
-     "sets the behaviour step of a run without BPO (ppo alone); add --bpo"),
+     "is read by BPO runs only, and this run has no behaviour step (ppo alone); add --bpo"),
     (["train", "cartpole_ppo", "--variant", "ppo", "--bpo"], "--bpo", "contradicts --variant ppo"),
     (["train", "cartpole_a2c", "--variant", "ppo"], "variant", "'ppo' runs ppo alone; preset 'cartpole_a2c' runs"),
     # A method reads its own section: another method's flags would change nothing.
@@ -83,6 +85,8 @@ CLI_BAD_INPUTS = [
     (["train"], "preset", "missing; allowed: ["),
     (["train", "mujoco_default", "--variant", "bpo_c9"], "variant", "unknown variant 'bpo_c9'; allowed: ['ppo', "),
     (["train", "--resume", "/nonexistent/run"], "resume", "no checkpoint in '/nonexistent/run/checkpoint'"),
+    (["train", "--resume"], "resume", "give the run's folder, the OUT it was trained into: bpo train --resume OUT"),
+    (["train", "--resume", "--no-progress"], "resume", "give the run's folder"),
     # a trailing slash, as shell completion writes it, names the same folder (not an extra argument)
     (["train", "--resume", "/nonexistent/run/"], "resume", "no checkpoint in '/nonexistent/run/checkpoint'"),
     (["train", "--resume", str(FINISHED_RUN)], "resume", "holds a finished run (its summary.json is written"),
@@ -121,6 +125,26 @@ CLI_BAD_INPUTS = [
      "must be a number within float range"),
     (["sweep", "table1", "--group-rows", "--backend", "slurm"], "group_rows", "allowed with --backend local"),
     (["sweep", "table9"], "sweep", "no sweep file"),
+    (["sweep", str(REPO / "results" / "classic" / "sweep.json")], "sweep", "not a sweep file (a Python module, .py)"),
+    # Runs labelled with values they did not use: a grid value overridden by --set, a field swept twice,
+    # two spellings of one value, a BPO field swept over runs without BPO (one run under two labels).
+    (["sweep", "--preset", "short_corridor", "--variants", "bpo", "--grid", "returns.c_bar=1.0,1.5", "--set",
+      "returns.c_bar=2.0"], "returns.c_bar", "is swept by the grid and also given one value (--set)"),
+    (["sweep", "--preset", "short_corridor", "--variants", "bpo", "--grid", "returns.c_bar=1.0,inf",
+      "returns.c_bar=2.0"], "returns.c_bar", "is swept by two grids"),
+    (["sweep", "--preset", "short_corridor", "--variants", "bpo", "--grid", "returns.c_bar=1,1.0"], "grids",
+     "'ShortCorridor-v0-short_corridor-bpo-returns.c_bar=1' and "
+     "'ShortCorridor-v0-short_corridor-bpo-returns.c_bar=1.0' have the same configuration"),
+    (["sweep", "--preset", "cartpole_ppo", "--variants", "bpo", "ppo", "--grid", "returns.c_bar=1.0,1.5"],
+     "returns.c_bar", "is read by BPO runs only, and the ppo runs of the grid have no behaviour step"),
+    (["sweep", "--preset", "short_corridor", "--variants", "bpo", "reinforce", "--grid", "bpo.q_lr=0.1,0.2"],
+     "bpo.q_lr", "is read by BPO runs only, and the reinforce runs of the grid"),
+    (["train", "short_corridor", "--out", ""], "out", "an empty path; allowed: a folder or file path"),
+    (["table", str(REPO / "results" / "classic"), "--bootstrap-reps", str(10**20)], "bootstrap_reps",
+     "must be an integer in [100, 100,000], got 100000000000000000000"),
+    # A metric the runs lack is found once the output folder is made: it is removed again.
+    (["plot", str(REPO / "results" / "classic"), "--out", "plots", "--metric", "nosuch"], "metric",
+     "no run's curve.csv has 'nosuch'"),
     (["table", "/nonexistent/results"], "results_dir", "'/nonexistent/results' is not a folder"),
     (["reproduce", "table9"], "sweep", "no sweep file"),
     (["reproduce", "fig2", "--seeds", "0"], "seeds", "must be an integer >= 1, got 0"),
@@ -395,6 +419,18 @@ def test_version_names_the_package_and_the_code(capsys):
     assert out.startswith("bpo 0.") and "(" in out  # the package version and the commit (or 'unknown')
 
 
+def test_an_episodic_run_is_refused_by_evaluate_before_its_folder_is_made(tmp_path, capsys):
+    """``bpo evaluate`` of a ShortCorridor run (evaluated exactly by verify-variance): one line, and
+    no empty evaluations/ folder left in the run (it was made before the refusal)."""
+    run = tmp_path / "sc"
+    assert main(["train", "short_corridor", "--episodes", "10", "--eval-every", "10", "--out", str(run),
+                 "--no-progress"]) == 0
+    capsys.readouterr()
+    assert main(["evaluate", str(run), "--episodes", "1"]) == 2
+    assert "error: run: episodic runs (ShortCorridor) are evaluated exactly by" in capsys.readouterr().err
+    assert not (run / "evaluations").exists()
+
+
 def test_a_run_is_replayed_from_its_own_config_json(tmp_path, capsys):
     """`bpo train RUN/config.json`: the recorded run again, the same numbers; flags still apply."""
     first, again = tmp_path / "first", tmp_path / "again"
@@ -424,5 +460,5 @@ def test_progress_written_to_a_log_is_one_whole_line(tmp_path):
                           env={k: v for k, v in os.environ.items() if k != "COLUMNS"})
     assert proc.returncode == 0, proc.stderr
     lines = (proc.stdout + proc.stderr).splitlines()
-    bar = [line for line in lines if "6/6" in line]  # 3 evaluations x 2 seeds
+    bar = [line for line in lines if "3/3 evaluations" in line]  # of 2 seeds each
     assert len(bar) == 1 and "eval return" in bar[0] and "…" not in bar[0], lines

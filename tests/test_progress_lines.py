@@ -32,12 +32,13 @@ def test_a_run_whose_output_is_a_log_writes_a_line_at_each_evaluation_and_betwee
                tmp_path)
     assert proc.returncode == 0, proc.stderr
     lines = [line for line in proc.stdout.splitlines() if line.startswith("short_corridor/ShortCorridor-v0/bpo ")]
-    counts = [int(re.search(r" (\d+)/14 evaluations", line).group(1)) for line in lines]
-    # 7 evaluations of 2 seeds: a line when each is done, the last one full
-    assert {2, 4, 6, 8, 10, 12, 14} <= set(counts) and counts[-1] == 14 and counts == sorted(counts)
-    # while it compiled (seconds, no evaluation yet) the run was not silent
-    assert counts[0] == 0 and "elapsed" in lines[0]
-    assert "eval return" in lines[-1] and "\x1b[" not in proc.stdout  # plain lines, no terminal codes
+    counts = [int(re.search(r" (\d+)/7 evaluations", line).group(1)) for line in lines]
+    # 7 evaluations (of 2 seeds each): a line when each is done, the last one full
+    assert set(range(1, 8)) <= set(counts) and counts[-1] == 7 and counts == sorted(counts)
+    # while it compiled (seconds, no evaluation yet) the run was not silent, and said why
+    assert counts[0] == 0 and "elapsed" in lines[0] and "compiling" in lines[0]
+    assert "eval return" in lines[-1] and "(mean of 2 seeds)" in lines[-1]
+    assert "\x1b[" not in proc.stdout  # plain lines, no terminal codes
 
 
 def test_a_bad_log_interval_is_refused_before_any_work(tmp_path):
@@ -145,6 +146,25 @@ def test_a_log_line_gives_the_time_left_at_the_pace_since_the_first_evaluation(m
     now[0] = 30.0
     bar.update(1, 3.0), bar.update(1, 4.0)
     assert bar.seconds_left() == pytest.approx(20.0)
-    assert lines.line() == "run 4/6 evaluations, elapsed 0:00:30, eval return 4.00, eta 0:00:20"
+    assert lines.line() == "run 2/3 evaluations, elapsed 0:00:30, eval return 3.50 (mean of 2 seeds), eta 0:00:20"
     bar.update(2, 5.0), bar.update(2, 6.0)
     assert bar.seconds_left() is None
+
+
+def test_the_throughput_counts_from_the_segment_s_first_evaluation(monkeypatch):
+    """Two seeds, four evaluations (8 calls) over 1,000 steps, continued after two: the first
+    evaluation after the resume only starts the clock (its calls come together: counted as work
+    done, they gave tens of millions of steps/s); the next, 10 s later, is a quarter of the run's
+    calls, so 250 steps in 10 s. The return shown is the mean of the last evaluation's seeds."""
+    now = [0.0]
+    monkeypatch.setattr(progress.time, "perf_counter", lambda: now[0])
+    bar = progress.EvalProgress("run", total_calls=8, enabled=False, total_env_steps=1000.0, seeds=2)
+    bar.resume(4)
+    now[0] = 5.0
+    bar.update(2, 1.0)
+    now[0] = 5.001
+    bar.update(2, 3.0)
+    assert bar.rate == 0.0 and bar.latest == 2.0
+    now[0] = 15.0
+    bar.update(3, 5.0), bar.update(3, 7.0)
+    assert bar.rate == pytest.approx(25.0) and bar.latest == 6.0

@@ -32,13 +32,14 @@ TINY_SC = (("episodes", 20), ("eval_every", 10), ("eval_episodes", 3))
 
 def test_expand_is_the_product_with_ids_and_validated_configs():
     sweep = Sweep(name="t", grids=(
-        Grid(preset="cartpole_ppo", variants=("ppo", "bpo_c1.0_rho1.5"), grid=(("returns.c_bar", (1.0, 2.0)),),
-             fixed=(("total_timesteps", 4096),), seeds=3),
+        Grid(preset="cartpole_ppo", variants=("bpo_c1.5_rho1.5", "bpo_c1.0_rho1.5"),
+             grid=(("returns.c_bar", (1.0, 2.0)),), fixed=(("total_timesteps", 4096),), seeds=3),
         Grid(preset="short_corridor", variants=("reinforce", "bpo"), seeds=2),
     ))
     specs = expand(sweep)
     assert [s.run_id for s in specs] == [
-        "CartPole-v1-cartpole_ppo-ppo-returns.c_bar=1.0", "CartPole-v1-cartpole_ppo-ppo-returns.c_bar=2.0",
+        "CartPole-v1-cartpole_ppo-bpo_c1.5_rho1.5-returns.c_bar=1.0",
+        "CartPole-v1-cartpole_ppo-bpo_c1.5_rho1.5-returns.c_bar=2.0",
         "CartPole-v1-cartpole_ppo-bpo_c1.0_rho1.5-returns.c_bar=1.0",
         "CartPole-v1-cartpole_ppo-bpo_c1.0_rho1.5-returns.c_bar=2.0",
         "ShortCorridor-v0-short_corridor-reinforce", "ShortCorridor-v0-short_corridor-bpo"]

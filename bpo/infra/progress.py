@@ -37,10 +37,11 @@ def console() -> Console:
 
 
 class EvalProgress:
-    """Counts evaluation callbacks (one per seed per evaluation) and shows the latest return and,
-    when ``total_env_steps`` is given, the training throughput in environment steps per second
-    (the share of evaluations done times the run's steps, over the time since the first one).
-    A run continued from a checkpoint starts the count where it stopped (``resume``)."""
+    """Counts evaluation callbacks (one per seed per evaluation) and shows the latest evaluation's
+    return, the mean over seeds once every seed has reported it, and, when ``total_env_steps`` is
+    given, the training throughput in environment steps per second (the share of evaluations done
+    since the segment's first, whose calls start the clock, times the run's steps, over the time
+    since). A run continued from a checkpoint starts the count where it stopped (``resume``)."""
 
     def __init__(self, label: str, total_calls: int, enabled: bool = True, total_env_steps: float | None = None,
                  seeds: int = 1):
@@ -49,6 +50,7 @@ class EvalProgress:
         self.total_calls = total_calls
         self.total_env_steps = total_env_steps
         self._calls = self._calls_before = 0
+        self._round: list[float] = []  # the returns of the evaluation under way, one per seed so far
         self._start = None
         out = console()
         self._lines = LogLines(self, out) if enabled and not out.is_terminal else None
@@ -67,10 +69,12 @@ class EvalProgress:
         if self._start is None:
             self._start = now  # the first evaluation happens before training: time counts from it
         self._calls += 1
-        self.latest = float(eval_return)
-        if rate is None and self.total_env_steps and now > self._start:
-            share = (self._calls - self._calls_before) / self.total_calls  # of this segment's work
-            rate = share * self.total_env_steps / (now - self._start)
+        self._round.append(float(eval_return))
+        if len(self._round) == self.seeds:  # every seed's return of this evaluation: their mean
+            self.latest, self._round = sum(self._round) / self.seeds, []
+        done = self._calls - self._calls_before - self.seeds  # calls since the segment's first evaluation
+        if rate is None and self.total_env_steps and done > 0 and now > self._start:
+            rate = done / self.total_calls * self.total_env_steps / (now - self._start)
         self.rate = rate or 0.0
         self._progress.update(self._task, advance=1, latest=self.latest, rate=self.rate)
         if self._lines is not None and self._calls % self.seeds == 0:  # an evaluation of every seed
@@ -121,9 +125,11 @@ class LogLines:
     def line(self) -> str:
         bar, elapsed = self.bar, time.perf_counter() - self._began
         evaluations = bar.calls // bar.seeds
-        parts = [f"{bar.label} {bar.calls}/{bar.total_calls} evaluations", f"elapsed {_clock(elapsed)}"]
+        parts = [f"{bar.label} {evaluations}/{bar.total_calls // bar.seeds} evaluations", f"elapsed {_clock(elapsed)}"]
         if evaluations:
-            parts.append(f"eval return {bar.latest:.2f}")
+            parts.append(f"eval return {bar.latest:.2f}" + (f" (mean of {bar.seeds} seeds)" if bar.seeds > 1 else ""))
+        elif bar.calls == 0:  # a first run of a configuration compiles for minutes before its first evaluation
+            parts.append("compiling (cached for the next run of this configuration), then the first evaluation")
         if bar.rate:
             parts.append(f"{bar.rate:,.0f} steps/s")
         if (left := bar.seconds_left()) is not None:

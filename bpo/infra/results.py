@@ -98,6 +98,22 @@ def ensure_writable_dir(path: Path, field: str = "--out") -> Path:
     return path
 
 
+@contextlib.contextmanager
+def left_as_found(path: Path) -> Iterator[None]:
+    """Within the block, the folders of ``path`` that did not exist before it (``ensure_writable_dir``
+    makes them) are removed again if the block raises and leaves them empty: a command refused
+    after making its output folder leaves nothing behind."""
+    path = Path(path).absolute()
+    created = [p for p in (path, *path.parents) if not p.exists()]
+    try:
+        yield
+    except BaseException:
+        for folder in created:  # deepest first
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        raise
+
+
 def json_number(x: float | None) -> float | None:
     """A number as strict JSON holds it: None (null) for NaN or an infinity, which JSON lacks (an
     undefined statistic: the SD of one seed)."""

@@ -47,13 +47,18 @@ def episode_keys(saved: SavedPolicies, request: EvalRequest, episodes: int) -> j
     return jax.random.split(jax.random.PRNGKey(request.seed), saved.seeds * episodes).reshape(saved.seeds, episodes, -1)
 
 
+def check_evaluable(saved: SavedPolicies) -> None:
+    """A ConfigError for saved policies this module does not evaluate: an episodic run's."""
+    if isinstance(saved.config, EpisodicTrainConfig):
+        raise ConfigError("run", "episodic runs (ShortCorridor) are evaluated exactly by `bpo verify-variance`; "
+                                 "allowed here: on-policy runs (PPO, BPO-PPO)")
+
+
 def evaluate_saved(run_dir: Path, request: EvalRequest) -> dict:
     """Every seed's policy for ``episodes`` episodes: per seed the returns and lengths, and the
     mean, SD and SE over seeds of the per-seed mean return (the statistics of ``summary.json``)."""
     saved = load_policies(run_dir)
-    if isinstance(saved.config, EpisodicTrainConfig):
-        raise ConfigError("run", "episodic runs (ShortCorridor) are evaluated exactly by `bpo verify-variance`; "
-                                 "allowed here: on-policy runs (PPO, BPO-PPO)")
+    check_evaluable(saved)
     episodes = request.episodes or saved.config.eval_episodes
     backend = task_backend(saved, request.backend)
     cfg = saved.config

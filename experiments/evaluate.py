@@ -16,7 +16,7 @@ from bpo.config.schema import ConfigError
 from bpo.config.validation import MAX_COUNT
 from bpo.infra.processes import end_at_once
 from bpo.infra.publish import save_or_rescue
-from bpo.infra.results import atomic_write_json, ensure_writable_dir
+from bpo.infra.results import atomic_write_json, ensure_writable_dir, read_summary
 from bpo.infra.settings import validate_environment
 from bpo.training.evaluate import EvalRequest, check_evaluable, evaluate_saved
 from bpo.training.policies import load_policies
@@ -82,6 +82,17 @@ def check_args(args: EvaluateArgs) -> Path:
         args.run / "evaluations", "run")
 
 
+def _recorded(args: EvaluateArgs) -> float | None:
+    """With the defaults the episodes are those of the run's final evaluation: the mean return it
+    recorded then (summary.json), to set beside; None for other episodes or an unreadable summary."""
+    if (args.episodes, args.backend, args.seed, args.stochastic, args.which) != (None, None, None, False, "pi"):
+        return None
+    try:
+        return float(read_summary(args.run)["final_mean"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def evaluate_main(argv: list[str]) -> int:
     args = parse(EvaluateArgs, argv, prog="bpo evaluate")
     try:
@@ -103,6 +114,9 @@ def evaluate_main(argv: list[str]) -> int:
     print(f"{args.which} on {result['backend']}: mean return {result['mean']:.2f}{spread}, "
           f"{result['episodes_per_seed']} episodes per seed, mean length {result['mean_length']:.1f} -> "
           f"{path if rescued is None else rescued / path.name}")
+    if (recorded := _recorded(args)) is not None:
+        print(f"the run's final evaluation, the same episodes, recorded {recorded:.2f} (docs/runs.md: the last digits "
+              "can differ on another machine)")
     if args.video is not None:
         made = record_video(args.run, args.video, seed=args.video_policy_seed, which=args.which,
                             deterministic=not args.stochastic, episodes=args.video_episodes,

@@ -39,7 +39,7 @@ def test_the_readme_policy_example_acts_with_a_committed_policy(monkeypatch, cap
     assert -2000 < episode_return <= 0
 
 
-def test_bpo_evaluate_repeats_the_committed_final_return_the_readme_quotes(tmp_path):
+def test_bpo_evaluate_repeats_the_committed_final_return_the_readme_quotes(tmp_path, capsys):
     """``bpo evaluate`` on a copy of the committed run gives every seed's recorded final return
     exactly, and the README quotes their mean. Exactly only on the CPU model that recorded it:
     on another one the compiled kernels differ and Pendulum's episodes drift apart (an AMD EPYC
@@ -57,6 +57,8 @@ def test_bpo_evaluate_repeats_the_committed_final_return_the_readme_quotes(tmp_p
     (result,) = [json.loads(p.read_text()) for p in (run / "evaluations").glob("*.json")]
     summary = json.loads((run / "summary.json").read_text())
     assert f"{summary['final_mean']:.2f} over {summary['seeds']} seeds" in (ROOT / "README.md").read_text()
+    # what the run recorded is printed beside the new number, to compare by eye
+    assert f"the same episodes, recorded {summary['final_mean']:.2f}" in capsys.readouterr().out
     here, recorded = provenance("cpu")["device"], summary["provenance"]["device"]
     if here != recorded:
         pytest.skip(f"the run was recorded on {recorded!r} and this CPU is {here!r}: exact repetition holds on "

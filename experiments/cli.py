@@ -137,7 +137,8 @@ def usage() -> str:
 @dataclass(frozen=True)
 class TrainArgs:
     """Train one configuration and write a run directory (config.json, curve.csv, train_metrics.csv,
-    summary.json, policies.msgpack)."""
+    summary.json, policies.msgpack). Besides the options below: --bpo / --no-bpo (BPO-REINFORCE or
+    REINFORCE alone) and `bpo train --resume OUT` (continue a stopped run from its checkpoint)."""
 
     config: Annotated[EpisodicTrainConfig, tyro.conf.arg(name="")] = field(default_factory=EpisodicTrainConfig)
     out: Path | None = None
@@ -160,7 +161,9 @@ class TrainArgs:
 @dataclass(frozen=True)
 class OnPolicyTrainArgs:
     """Train one configuration and write a run directory (config.json, curve.csv, train_metrics.csv,
-    summary.json, policies.msgpack)."""
+    summary.json, policies.msgpack). Besides the options below: --bpo / --no-bpo (BPO on the method,
+    or the method alone), --variant NAME (a Table 1 row or ablation, applied before the other
+    options) and `bpo train --resume OUT` (continue a stopped run from its checkpoint)."""
 
     config: Annotated[OnPolicyTrainConfig, tyro.conf.arg(name="")] = field(default_factory=OnPolicyTrainConfig)
     out: Path | None = None
@@ -241,7 +244,9 @@ def _parse_train_args(argv: list[str]):
     args_cls = _SHOWING[method_section(shown.method)][1] if isinstance(shown, OnPolicyTrainConfig) else TrainArgs
     if args_cls is TrainArgs:
         _refuse_on_policy_only(argv)
-    args = parse(args_cls, argv[1:], default=args_cls(config=shown), prog=f"bpo train {argv[0]}")
+    base = OnPolicyTrainArgs if issubclass(args_cls, OnPolicyTrainArgs) else TrainArgs  # its own docstring
+    args = parse(args_cls, argv[1:], default=args_cls(config=shown), prog=f"bpo train {argv[0]}",
+                 description=" ".join(base.__doc__.split()))  # help_text wraps it
     if isinstance(shown, OnPolicyTrainConfig):  # back to the classes the library knows
         args = OnPolicyTrainArgs(**{f.name: getattr(args, f.name) for f in dataclasses.fields(OnPolicyTrainArgs)
                                     if f.name != "config"}, config=_plain(args.config))

@@ -39,6 +39,7 @@ import tyro
 from bpo.agents.methods import validate
 from bpo.config.presets import PRESETS, VARIANTS, apply_variant, get_preset
 from bpo.config.schema import (
+    BPO_SECTIONS,
     METHOD_SECTIONS,
     ConfigError,
     EpisodicTrainConfig,
@@ -322,7 +323,7 @@ def _without_unused_bpo(args, shown, bpo_on: bool):
     section is BPO's off-policy estimator, eq. (6)), so it is refused."""
     if bpo_on:
         return args
-    for section in ("bpo", "returns"):
+    for section in BPO_SECTIONS:
         given, default = getattr(args.config, section), getattr(shown, section)
         changed = [f.name for f in dataclasses.fields(default) if getattr(given, f.name) != getattr(default, f.name)]
         if changed:

@@ -19,7 +19,15 @@ from typing import Any
 
 from bpo.agents.methods import validate
 from bpo.config.presets import VARIANTS, apply_variant, get_preset, variant_changes
-from bpo.config.schema import EXECUTION_ONLY, ConfigError, EpisodicTrainConfig, get_dotted, replace, with_bpo
+from bpo.config.schema import (
+    BPO_SECTIONS,
+    EXECUTION_ONLY,
+    ConfigError,
+    EpisodicTrainConfig,
+    get_dotted,
+    replace,
+    with_bpo,
+)
 from bpo.instruments.probe import ProbeSettings
 from bpo.training.probe_run import check_probe_name, with_truncation
 
@@ -304,7 +312,7 @@ def _check_read(cfg, label, variant) -> None:
     if cfg.bpo is not None:
         return
     for name, _ in label:
-        if name.partition(".")[0] in ("bpo", "returns"):
+        if name.partition(".")[0] in BPO_SECTIONS:
             raise ConfigError(name, f"is read by BPO runs only, and the {variant or cfg.algo} runs of the grid have no "
                                     "behaviour step: they would be one run under several labels; allowed: a grid of "
                                     "BPO variants only (in a sweep file, one Grid for them and one for the others)")

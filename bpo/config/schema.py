@@ -603,6 +603,11 @@ def algorithm_name(cfg) -> str:
     return "bpo" if cfg.bpo is not None else cfg.method
 
 
+BPO_SECTIONS = ("bpo", "returns")
+"""The sections only BPO reads: the behaviour step and the off-policy returns of eq. (6). A run
+without BPO refuses a value given to one (``bpo train``, a sweep's grid): it would change nothing."""
+
+
 def with_bpo(cfg, on: bool, section=None):
     """``cfg`` with BPO on (its own ``bpo`` section, else ``section``, else the defaults) or off
     (the method alone: no ``bpo`` section)."""

@@ -428,22 +428,23 @@ def bar_count(stdout: str, label: str) -> tuple[int, int]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("args, label, calls", [
-    (SHORT_CORRIDOR, "short_corridor/ShortCorridor-v0/bpo", 2 * 21),
-    (CARTPOLE_HOST, "cartpole_ppo/CartPole-v1/bpo", 2 * 5),
+@pytest.mark.parametrize("args, label, evaluations", [
+    (SHORT_CORRIDOR, "short_corridor/ShortCorridor-v0/bpo", 21),  # 200 episodes / 10, and the one before training
+    (CARTPOLE_HOST, "cartpole_ppo/CartPole-v1/bpo", 5),  # 4096 / 1024 steps, and the one before training
 ], ids=["jax-runner", "gymnasium-host-runner"])
-def test_the_progress_bar_of_a_resumed_run_starts_where_it_stopped_and_ends_full(tmp_path, args, label, calls):
+def test_the_progress_bar_of_a_resumed_run_starts_where_it_stopped_and_ends_full(tmp_path, args, label, evaluations):
     """Stopped by Ctrl-C after a checkpoint and run again with the same command, the progress bar
-    counts on from the evaluations made before (it ended at e.g. 4/42 before)."""
+    counts on from the evaluations made before (it ended at e.g. 4/21 before). The bar counts
+    evaluations, each of every seed, not evaluations x seeds."""
     args = [a for a in args if a != "--no-progress"] + ["--out", str(tmp_path / "run")]
     code, out, err = interrupted_after_a_checkpoint(args, tmp_path / "run")
     assert code == 130, err
     stopped_at, total = bar_count(out, label)
-    assert total == calls and 0 < stopped_at < calls
+    assert total == evaluations and 0 < stopped_at < evaluations
     again = bpo(args)
     assert again.returncode == 0, again.stderr
     assert "continuing the interrupted run from its checkpoint" in again.stderr
-    assert bar_count(again.stdout, label) == (calls, calls)
+    assert bar_count(again.stdout, label) == (evaluations, evaluations)
 
 
 def test_a_checkpoint_that_names_the_target_state_ppo_still_loads(tmp_path):

@@ -438,14 +438,22 @@ def _preparse(argv: list[str], flag: str) -> str | None:
     return value
 
 
-def _empty_path(argv: list[str]) -> str | None:
-    """The first path option given an empty string (``--out ''``, an unset shell variable), which
-    the path would read as the current folder and fill with a run's files; or None."""
+PATH_POSITIONALS = {"table": "results_dir", "plot": "results_dir", "evaluate": "run", "probe": "run",
+                    "probe-summary": "folder"}
+"""The commands whose positional argument is a path, and its field's name."""
+
+
+def _empty_path(command: str, argv: list[str]) -> str | None:
+    """The first path given an empty string (``--out ''``, ``bpo table "$UNSET"``), which the path
+    would read as the current folder and fill with a run's or a table's files; or None. An empty
+    argument that is not an option's value is the command's positional path."""
     for i, arg in enumerate(argv):
         flag, eq, value = arg.partition("=")
         if flag in ("--out", "--resume", "--results", "--root", "--video") and (
                 value == "" if eq else i + 1 < len(argv) and argv[i + 1] == ""):
             return flag.removeprefix("--")
+        if arg == "" and command in PATH_POSITIONALS and (i == 0 or not argv[i - 1].startswith("-")):
+            return PATH_POSITIONALS[command]
     return None
 
 
@@ -477,7 +485,7 @@ def _dispatch(argv: list[str]) -> int:
         print(f"bpo {importlib.metadata.version('bpo')} ({code_version()})")
         return 0
     command, rest = argv[0], argv[1:]
-    if (empty := _empty_path(rest)) is not None:
+    if (empty := _empty_path(command, rest)) is not None:
         return _fail(f"{empty}: an empty path; allowed: a folder or file path ('.' for the current folder)")
     try:
         load_plugins()  # methods and presets of one's own, before any name is looked up

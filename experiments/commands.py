@@ -39,9 +39,9 @@ from experiments.sweep import Grid, RunSpec, Sweep, expand, load_sweep, parse_as
 from experiments.table import MixedRuns, check_baseline, write_tables
 
 RUNS_DIR = Path("runs")
+"""Where sweeps and reproductions write by default: git-ignored, so the committed results/ stay as they are."""
 MAX_BOOTSTRAP_REPS = 100_000
 """bpo table --bootstrap-reps at most: rliable resamples every run once per rep, so time and memory grow with it."""
-"""Where sweeps and reproductions write by default: git-ignored, so the committed results/ stay as they are."""
 HOW_TO_CONTINUE = "run the same command again: finished runs are kept, interrupted runs continue from their checkpoints"
 
 

@@ -204,7 +204,20 @@ def read_summary(run_dir: Path) -> dict:
         raise BadFile(path, "final_eval_returns is empty")
     if len(returns) != data["seeds"]:
         raise BadFile(path, f"final_eval_returns has {len(returns)} values for {data['seeds']} seeds")
-    return {**data, "final_eval_returns": [math.nan if x is None else float(x) for x in returns]}
+    returns = [math.nan if x is None else float(x) for x in returns]
+    _check_final_mean(path, data["final_mean"], returns)
+    return {**data, "final_eval_returns": returns}
+
+
+def _check_final_mean(path: Path, recorded: float | None, returns: list[float]) -> None:
+    """``final_mean`` is the mean of ``final_eval_returns`` (null where a seed's is NaN): the table
+    reads the returns and ``bpo evaluate`` the mean, so an edited one would make them disagree."""
+    mean = math.fsum(returns) / len(returns) if all(map(math.isfinite, returns)) else None
+    undefined = recorded is None or not math.isfinite(recorded)  # null, or NaN from a lax JSON writer
+    if undefined != (mean is None) or (
+            mean is not None and not math.isclose(recorded, mean, rel_tol=1e-9, abs_tol=1e-9)):
+        shown = "null" if mean is None else f"{mean:.6g}"
+        raise BadFile(path, f"final_mean is {_shown(recorded)} but the mean of final_eval_returns is {shown}")
 
 
 CONFIG_FIELDS: dict[str, Check] = {"preset": NAME, "env": NAME, "seeds": COUNT,

@@ -328,27 +328,31 @@ def _check_distinct(configs: dict, cfg, run_id: str) -> None:
 
 def _run_id(cfg, grid: Grid, variant, label, without_set) -> str:
     """ENV-PRESET-VARIANT, the grid values, then the ``--set`` values that change the run."""
-    changed = [(k, get_dotted(cfg, k)) for k, _ in grid.set_values
-               if k.split(".")[-1] not in EXECUTION_ONLY and get_dotted(cfg, k) != get_dotted(without_set, k)]
+    changed = [(k, get_dotted(cfg, k)) for k, _ in grid.set_values if k.split(".")[-1] not in EXECUTION_ONLY
+               and _reads(cfg, k) and get_dotted(cfg, k) != get_dotted(without_set, k)]
     parts = [cfg.env, grid.preset, variant or cfg.algo] + [f"{k}={_fmt(v)}" for k, v in (*label, *changed)]
     return _slug("-".join(parts))
 
 
-def _has_section_of(cfg, name: str) -> bool:
-    """Whether ``cfg`` has the section a dotted field belongs to (``apply_overrides`` leaves a run
-    without it as it is)."""
+def _reads(cfg, name: str) -> bool:
+    """Whether a run of ``cfg`` reads the field ``name``: it has the field's section
+    (``apply_overrides`` leaves a run without it as it is), and a field of ``BPO_SECTIONS`` only
+    where the run has BPO (a run without it has a ``returns`` section that nothing reads)."""
     head, dot, _ = name.partition(".")
+    if head in BPO_SECTIONS:
+        return cfg.bpo is not None
     return not dot or getattr(cfg, head) is not None
 
 
 def _check_applied(grid: Grid, applied: set[str]) -> None:
-    """Refuse a setting that changed no run of ``grid``: one of a section none of its runs has
-    (``ppo.*`` in a sweep of A2C runs, ``bpo.*`` of runs without BPO) would be silently ignored."""
+    """Refuse a setting that changed no run of ``grid``: one of a section none of its runs reads
+    (``ppo.*`` in a sweep of A2C runs, ``bpo.*`` or ``returns.*`` of runs without BPO) would be
+    silently ignored."""
     for name, _ in (*grid.grid, *grid.fixed, *grid.set_values):
         if name not in applied:
             head = name.partition(".")[0]
             raise ConfigError(name, f"sets the {head} section, which no run of the grid on preset {grid.preset!r} "
-                                    f"has; allowed: the sections its runs read")
+                                    f"reads; allowed: the sections its runs read")
 
 
 def expand(sweep: Sweep) -> list[RunSpec]:
@@ -372,7 +376,7 @@ def expand(sweep: Sweep) -> list[RunSpec]:
             spec = dataclasses.replace(spec, overrides=spec.overrides + tuple(grid.set_values))
             cfg = spec.config()
             _check_read(cfg, label, variant)
-            applied |= {k for k, _ in spec.overrides if _has_section_of(cfg, k)}
+            applied |= {k for k, _ in spec.overrides if _reads(cfg, k)}
             if sweep.probe is not None:
                 check_probe_plan(sweep.probe, cfg)
             run_id = _run_id(cfg, grid, variant, label, without_set)

@@ -140,6 +140,10 @@ CLI_BAD_INPUTS = [
     (["sweep", "--preset", "short_corridor", "--variants", "bpo", "reinforce", "--grid", "bpo.q_lr=0.1,0.2"],
      "bpo.q_lr", "is read by BPO runs only, and the reinforce runs of the grid"),
     (["train", "short_corridor", "--out", ""], "out", "an empty path; allowed: a folder or file path"),
+    # An unset variable as the folder to analyse: the current folder, which got table1.* and the aggregates.
+    (["table", ""], "results_dir", "an empty path; allowed: a folder or file path"),
+    (["plot", "--out", "plots", ""], "results_dir", "an empty path; allowed: a folder or file path"),
+    (["evaluate", ""], "run", "an empty path; allowed: a folder or file path"),
     (["table", str(REPO / "results" / "classic"), "--bootstrap-reps", str(10**20)], "bootstrap_reps",
      "must be an integer in [100, 100,000], got 100000000000000000000"),
     # A metric the runs lack is found once the output folder is made: it is removed again.

@@ -154,12 +154,16 @@ def test_a_log_line_gives_the_time_left_at_the_pace_since_the_first_evaluation(m
 def test_the_throughput_counts_from_the_segment_s_first_evaluation(monkeypatch):
     """Two seeds, four evaluations (8 calls) over 1,000 steps, continued after two: the first
     evaluation after the resume only starts the clock (its calls come together: counted as work
-    done, they gave tens of millions of steps/s); the next, 10 s later, is a quarter of the run's
-    calls, so 250 steps in 10 s. The return shown is the mean of the last evaluation's seeds."""
+    done, they gave tens of millions of steps/s); the next, 10 s later, ends one of the run's three
+    stretches of training (the first evaluation comes before any), so 333 steps in 10 s. The return
+    shown is the mean of the last evaluation's seeds; the bar counts evaluations, not calls."""
     now = [0.0]
     monkeypatch.setattr(progress.time, "perf_counter", lambda: now[0])
     bar = progress.EvalProgress("run", total_calls=8, enabled=False, total_env_steps=1000.0, seeds=2)
+    lines = progress.LogLines(bar, Console(file=StringIO()))
     bar.resume(4)
+    assert lines.line() == ("run 2/4 evaluations, elapsed 0:00:00, continued from its checkpoint: compiling, "
+                            "then the next evaluation")
     now[0] = 5.0
     bar.update(2, 1.0)
     now[0] = 5.001
@@ -167,4 +171,19 @@ def test_the_throughput_counts_from_the_segment_s_first_evaluation(monkeypatch):
     assert bar.rate == 0.0 and bar.latest == 2.0
     now[0] = 15.0
     bar.update(3, 5.0), bar.update(3, 7.0)
-    assert bar.rate == pytest.approx(25.0) and bar.latest == 6.0
+    assert bar.rate == pytest.approx(1000 / 3 / 10) and bar.latest == 6.0
+    (task,) = bar._progress.tasks
+    assert (task.completed, task.total) == (4, 4)
+
+
+def test_a_fresh_run_s_throughput_is_its_steps_over_the_time_after_its_first_evaluation(monkeypatch):
+    """One seed, three evaluations over 1,000 steps at 50 steps/s: the first at t = 0 before any
+    training, the others at 10 s and 20 s; the rate shown is 50 at each (it was 33.3 when the
+    evaluation before training was counted as a share of the training)."""
+    now = [0.0]
+    monkeypatch.setattr(progress.time, "perf_counter", lambda: now[0])
+    bar = progress.EvalProgress("run", total_calls=3, enabled=False, total_env_steps=1000.0)
+    for t in (0.0, 10.0, 20.0):
+        now[0] = t
+        bar.update(0, 1.0)
+    assert bar.rate == pytest.approx(50.0)

@@ -92,6 +92,8 @@ DAMAGE = {
                            'final_mean must be a number or null, got "high"'),
     "summary-no-returns": ("summary.json", lambda p: edit_json(p, lambda d: d.update(final_eval_returns=[])),
                            "final_eval_returns is empty"),
+    "summary-mean-edited": ("summary.json", lambda p: edit_json(p, lambda d: d.update(final_mean=d["final_mean"] + 1)),
+                            "final_mean is "),
     "summary-foreign": ("summary.json", lambda p: shutil.copy(p.parents[1] / OTHER / "summary.json", p),
                         'preset is "cartpole_ppo" but config.json says "pendulum_ppo": the summary of another run?'),
     "config-missing": ("config.json", lambda p: p.unlink(), "missing"),
@@ -332,7 +334,7 @@ def test_a_nan_final_return_is_counted_and_left_out_of_the_statistics(tmp_path, 
     synthetic_results(tmp_path, {HOPPER: NAN_RUNS, ("Walker2d-v5", "mujoco_default"): HOPPER_RUNS})
     # A strict writer puts null where the NaN is: the same.
     edit_json(tmp_path / "Walker2d-v5" / "mujoco_default" / "ppo" / "summary.json",
-              lambda d: d.update(final_eval_returns=[*d["final_eval_returns"][:3], None], seeds=4))
+              lambda d: d.update(final_eval_returns=[*d["final_eval_returns"][:3], None], seeds=4, final_mean=None))
     code, err = analyse("table", tmp_path, capsys)
     assert code == 0, err
     cells = cells_of(tmp_path / "table1.json")

@@ -583,6 +583,7 @@ def test_workers_keep_to_a_core_each_and_a_stalled_run_is_started_again(tmp_path
 
 @pytest.mark.parametrize(("variants", "setting"), [
     (("ppo",), "bpo.q_lr=0.01"),  # PPO alone has no behaviour step
+    (("ppo",), "returns.c_bar=2.0"),  # nor its off-policy returns: it was taken, and named the run after it
     (("a2c", "bpo_c1.0_rho1.5"), "ppo.learning_rate=0.01"),  # A2C's runs read the a2c section
 ])
 def test_a_setting_that_changes_no_run_of_the_sweep_is_refused(variants, setting, capsys):
@@ -591,6 +592,14 @@ def test_a_setting_that_changes_no_run_of_the_sweep_is_refused(variants, setting
     name = setting.partition("=")[0]
     assert code == 2 and f"error: {name}: sets the {name.partition('.')[0]} section, which no run of the grid" in \
         capsys.readouterr().err
+
+
+def test_a_setting_of_bpo_s_returns_names_only_the_runs_with_bpo():
+    """``--set returns.c_bar=2.0`` over PPO and BPO runs changes the BPO run, whose id says so; the
+    PPO run does not read it, and its id is that of PPO without the setting."""
+    specs = expand(build_sweep(SweepArgs(preset="cartpole_ppo", variants=("ppo", "bpo"), set=("returns.c_bar=2.0",))))
+    assert [s.run_id for s in specs] == ["CartPole-v1-cartpole_ppo-ppo",
+                                         "CartPole-v1-cartpole_ppo-bpo-returns.c_bar=2.0"]
 
 
 def test_a_slurm_job_counts_as_ended_only_in_a_final_state_or_forgotten_on_two_checks():

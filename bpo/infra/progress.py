@@ -4,6 +4,7 @@ seconds (default 30) in between, so a run under nohup or Slurm is never silent f
 the runners from the host after each loop iteration."""
 
 import contextlib
+import math
 import os
 import threading
 import time
@@ -37,11 +38,12 @@ def console() -> Console:
 
 
 class EvalProgress:
-    """Counts evaluation callbacks (one per seed per evaluation) and shows the latest evaluation's
-    return, the mean over seeds once every seed has reported it, and, when ``total_env_steps`` is
-    given, the training throughput in environment steps per second (the share of evaluations done
-    since the segment's first, whose calls start the clock, times the run's steps, over the time
-    since). A run continued from a checkpoint starts the count where it stopped (``resume``)."""
+    """Counts evaluation callbacks (one per seed per evaluation) and shows evaluations done (each of
+    every seed), the mean return of the last one over seeds, and, when ``total_env_steps`` is
+    given, the training throughput in environment steps per second: the training between the
+    evaluations since the segment's first (whose calls start the clock), over the time since. The
+    first evaluation comes before any training, so ``n`` evaluations frame ``n - 1`` stretches of
+    it. A run continued from a checkpoint starts the count where it stopped (``resume``)."""
 
     def __init__(self, label: str, total_calls: int, enabled: bool = True, total_env_steps: float | None = None,
                  seeds: int = 1):
@@ -59,7 +61,7 @@ class EvalProgress:
         if total_env_steps:
             columns.append(TextColumn("{task.fields[rate]:,.0f} steps/s"))
         self._progress = Progress(*columns, disable=not enabled or self._lines is not None, console=out)
-        self._task = self._progress.add_task(label, total=total_calls, latest=float("nan"), rate=0.0)
+        self._task = self._progress.add_task(label, total=total_calls // seeds, latest=float("nan"), rate=0.0)
 
     def update(self, step, eval_return, rate: float | None = None) -> None:
         """One evaluation of one seed. ``rate``: training steps/s measured by the caller (the host
@@ -70,26 +72,33 @@ class EvalProgress:
             self._start = now  # the first evaluation happens before training: time counts from it
         self._calls += 1
         self._round.append(float(eval_return))
-        if len(self._round) == self.seeds:  # every seed's return of this evaluation: their mean
+        complete = len(self._round) == self.seeds  # every seed's return of this evaluation: their mean
+        if complete:
             self.latest, self._round = sum(self._round) / self.seeds, []
         done = self._calls - self._calls_before - self.seeds  # calls since the segment's first evaluation
-        if rate is None and self.total_env_steps and done > 0 and now > self._start:
-            rate = done / self.total_calls * self.total_env_steps / (now - self._start)
+        stretches = self.total_calls - self.seeds  # calls that each end a share of the training
+        if rate is None and self.total_env_steps and done > 0 and stretches > 0 and now > self._start:
+            rate = done / stretches * self.total_env_steps / (now - self._start)
         self.rate = rate or 0.0
-        self._progress.update(self._task, advance=1, latest=self.latest, rate=self.rate)
+        self._progress.update(self._task, advance=int(complete), latest=self.latest, rate=self.rate)
         if self._lines is not None and self._calls % self.seeds == 0:  # an evaluation of every seed
             self._lines.write()
 
     def resume(self, calls_done: int) -> None:
         """The run continues from a checkpoint after ``calls_done`` evaluation callbacks: the bar
-        counts on from there to ``total_calls`` (it started at 0 and ended short, e.g. at 4/12),
-        and the throughput counts only this segment's evaluations."""
+        counts on from there (it started at 0 and ended short, e.g. at 2/6 evaluations), and the
+        throughput counts only this segment's evaluations."""
         self._calls = self._calls_before = calls_done
-        self._progress.update(self._task, completed=calls_done)
+        self._progress.update(self._task, completed=calls_done // self.seeds)
 
     @property
     def calls(self) -> int:
         return self._calls
+
+    @property
+    def calls_before(self) -> int:
+        """The calls made before this segment (a run continued from a checkpoint), else 0."""
+        return self._calls_before
 
     def seconds_left(self) -> float | None:
         """The time the remaining evaluations will take at this segment's pace since its first
@@ -126,10 +135,12 @@ class LogLines:
         bar, elapsed = self.bar, time.perf_counter() - self._began
         evaluations = bar.calls // bar.seeds
         parts = [f"{bar.label} {evaluations}/{bar.total_calls // bar.seeds} evaluations", f"elapsed {_clock(elapsed)}"]
-        if evaluations:
-            parts.append(f"eval return {bar.latest:.2f}" + (f" (mean of {bar.seeds} seeds)" if bar.seeds > 1 else ""))
-        elif bar.calls == 0:  # a first run of a configuration compiles for minutes before its first evaluation
+        if bar.calls == bar.calls_before == 0:  # a first run of a configuration compiles for minutes
             parts.append("compiling (cached for the next run of this configuration), then the first evaluation")
+        elif bar.calls == bar.calls_before:  # a continued run compiles (or loads) its program again
+            parts.append("continued from its checkpoint: compiling, then the next evaluation")
+        elif not math.isnan(bar.latest):
+            parts.append(f"eval return {bar.latest:.2f}" + (f" (mean of {bar.seeds} seeds)" if bar.seeds > 1 else ""))
         if bar.rate:
             parts.append(f"{bar.rate:,.0f} steps/s")
         if (left := bar.seconds_left()) is not None:

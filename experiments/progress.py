@@ -152,9 +152,10 @@ def sweep_progress(sweep_dir: Path, specs: list[RunSpec], group_rows: bool = Fal
     return runs
 
 
-def _rate(run: RunProgress, measured: list[RunProgress], kinds: dict[str, tuple]) -> float | None:
-    """Worker seconds per unit of budget of the measured runs closest to ``run`` (module docstring);
-    ``measured``: the runs with a wall time, finished or up to their checkpoints."""
+def _rate(run: RunProgress, measured: list[RunProgress], kinds: dict[str, tuple]) -> tuple[float | None, bool]:
+    """Worker seconds per unit of budget of the measured runs closest to ``run`` (module docstring),
+    and whether they are of another preset (other networks, other budget per update: the price may
+    be far off); ``measured``: the runs with a wall time, finished or up to their checkpoints."""
     algo, unit, _, seeds = kinds[run.spec.run_id]
     like = [m for m in measured if kinds[m.spec.run_id][:2] == (algo, unit) and kinds[m.spec.run_id][3] == seeds]
     setting = (run.spec.env, run.spec.preset)
@@ -165,9 +166,9 @@ def _rate(run: RunProgress, measured: list[RunProgress], kinds: dict[str, tuple]
              like)
     basis = next((tier for tier in tiers if tier), None)
     if basis is None:
-        return None
-    return (sum(m.wall_s / m.shared for m in basis)
-            / sum(kinds[m.spec.run_id][2] * m.fraction_done for m in basis))
+        return None, False
+    rate = sum(m.wall_s / m.shared for m in basis) / sum(kinds[m.spec.run_id][2] * m.fraction_done for m in basis)
+    return rate, basis is tiers[-1] and all(m.spec.preset != run.spec.preset for m in basis)
 
 
 def time_line(runs: list[RunProgress]) -> str:
@@ -178,10 +179,12 @@ def time_line(runs: list[RunProgress]) -> str:
     spent = sum(r.wall_s or 0.0 for r in finished)
     partial = sum({r.checkpoint: r.wall_s or 0.0 for r in left if r.done is not None}.values())  # a group's once
     measured = [r for r in runs if r.wall_s is not None and r.fraction_done > 0]
-    rates = {r.spec.run_id: _rate(r, measured, kinds) for r in left}
+    priced_by = {r.spec.run_id: _rate(r, measured, kinds) for r in left}
+    rates = {k: rate for k, (rate, _) in priced_by.items()}
     estimate = sum(rates[r.spec.run_id] * kinds[r.spec.run_id][2] * (1 - r.fraction_done)
                    for r in left if rates[r.spec.run_id] is not None)
     unmeasured = sum(v is None for v in rates.values())
+    by_other = sum(other for _, other in priced_by.values())
     line = f"worker time: {spent / 3600:.2f} h in the finished runs, {partial / 3600:.2f} h in the unfinished " \
            f"ones' checkpoints"
     priced = len(left) - unmeasured
@@ -189,6 +192,7 @@ def time_line(runs: list[RunProgress]) -> str:
         line += f"; left, at the measured rates of the runs most like them: about {estimate / 3600:.1f} h"
         line += f" for {priced} runs, and {unmeasured} without a measured run like them to price them by" \
             if unmeasured else ""
+        line += f" ({by_other} of them priced by runs of another preset, which may be far off)" if by_other else ""
     elif left:
         line += f"; left: {len(left)} runs, none with a measured run like it to price it by"
     return line

@@ -338,23 +338,26 @@ def test_aggregates_use_every_seed_per_task_and_say_which_runs_the_cross_task_on
 
 
 def test_a_row_missing_from_a_task_is_named_as_left_out_of_the_cross_task_aggregates(tmp_path):
-    """A campaign part-way: the BPO rows on the first column only. The aggregates are PPO's alone,
-    and aggregates.json and the table say which rows are left out and which tasks they lack."""
+    """A campaign part-way: two BPO rows on the first column only, and a third whose runs on the
+    second all ended in NaN. The aggregates are PPO's alone, and aggregates.json and the table say
+    which rows are left out, which tasks they lack, and whether for want of a run or of a finite
+    return (the committed Table 1 said "no finite final return" of cells not run yet)."""
     rng = np.random.default_rng(3)
     cells = {ANT: {"ppo": rng.normal(0, 1, 4), "bpo_c1.0_rho1.5": rng.normal(0.5, 1, 4),
-                   "bpo_c1.5_rho1.5": rng.normal(0.5, 1, 4)},
-             HOPPER: {"ppo": rng.normal(0, 1, 4)}}
+                   "bpo_c1.5_rho1.5": rng.normal(0.5, 1, 4), "bpo_c1.0_rho1.0": rng.normal(0.5, 1, 4)},
+             HOPPER: {"ppo": rng.normal(0, 1, 4), "bpo_c1.0_rho1.0": [math.nan] * 4}}
     synthetic_results(tmp_path / "res", cells)
     assert main(["table", str(tmp_path / "res"), "--bootstrap-reps", "200"]) == 0
     agg = json.loads((tmp_path / "res" / "aggregates.json").read_text())
     assert list(agg["iqm"]) == ["ppo"]
     note = ("Left out of the cross-task aggregates, which need every row on all 2 tasks that have the baseline: "
-            "bpo_c1.5_rho1.5, bpo_c1.0_rho1.5 (no finite final return on Hopper-v5 mujoco_default).")
+            "bpo_c1.5_rho1.5, bpo_c1.0_rho1.5 (no run yet on Hopper-v5 mujoco_default); "
+            "bpo_c1.0_rho1.0 (no finite final return on Hopper-v5 mujoco_default).")
     assert any(note in n for n in agg["notes"])
     assert note in (tmp_path / "res" / "table1.md").read_text()
     text = figure_text(iqm_figure(agg, "ppo"))  # under the figure, wrapped to keep its width
     assert note in " ".join(text.split()) and max(map(len, text.splitlines())) <= 120
-    for row in ("bpo_c1.0_rho1.5", "bpo_c1.5_rho1.5"):  # once they are on every task, no note
+    for row in ("bpo_c1.0_rho1.5", "bpo_c1.5_rho1.5", "bpo_c1.0_rho1.0"):  # once they are on every task, no note
         cells[HOPPER][row] = rng.normal(0.5, 1, 4)
     synthetic_results(tmp_path / "whole", cells)
     assert main(["table", str(tmp_path / "whole"), "--bootstrap-reps", "200"]) == 0

@@ -202,9 +202,10 @@ def train_main(argv: list[str]) -> int:
     if argv and (argv[0] == "--resume" or argv[0].startswith("--resume=")):
         return resume_main(argv)
     if not argv or argv[0].startswith("-"):
-        if argv and argv[0] in ("-h", "--help"):
+        if argv and argv[0] in ("-h", "--help"):  # the fields and their values are a preset's: name one
             print(usage())
-            tyro.cli(OnPolicyTrainArgs, args=["--help"], prog="bpo train PRESET")
+            print("`bpo train PRESET --help` lists every option of `bpo train` with that preset's values "
+                  "(e.g. `bpo train cartpole_ppo --help`).")
             return 0
         return _fail(f"preset: missing; allowed: {sorted(PRESETS)}")
     try:
@@ -422,7 +423,8 @@ def _train(job: Job, show_progress: bool) -> int:
         print(f"warning: {warning}", file=sys.stderr)
     print(f"{cfg.algo} on {cfg.env}: final eval return {final_return_text(summary)}; "
           f"wall {summary['wall_time_s']:.1f}s (compile {summary['compile_time_s']:.1f}s); "
-          f"{summary['train_steps_per_s']:.0f} env steps/s -> {job.out_dir}")
+          f"{summary['train_steps_per_s']:.0f} training env steps/s (wall less compile and evaluation) "
+          f"-> {job.out_dir}")
     return 0
 
 

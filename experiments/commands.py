@@ -70,7 +70,7 @@ class SweepArgs:
     progress: bool = True
     """Show the sweep's progress bar."""
     group_rows: bool = False
-    """Train the runs that can share one compiled program (JAX or MJX runs differing only in traced
+    """Train the runs that can share one compiled program (JAX, MJX or threads runs differing only in traced
     hyperparameters, e.g. Table 1's per-decision BPO rows of one column) as one program each, in
     this process, one program after another: for one accelerator. Each run still gets its own run
     directory; its results equal the run alone to float rounding, not bitwise. Local backend only;
@@ -375,7 +375,8 @@ class TableArgs(AnalysisArgs):
     """Significance level of the test."""
     alternative: Literal["greater", "two-sided"] = "greater"
     """greater: one-sided test of the improvement (row mean > baseline mean); two-sided: p of the
-    two-sided test, still marked only when the row's mean is higher."""
+    two-sided test. Either way bold and italic mark only a higher mean, and † a lower mean that
+    the test for a lower one finds significant."""
     bootstrap_reps: int = 2000
     """Stratified-bootstrap resamples for the rliable intervals."""
     optimality_gap_gamma: float = 1.0

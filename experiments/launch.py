@@ -133,7 +133,7 @@ def execute(sweep_dir: str | Path, run_id: str, lock: store.Lock | None = None) 
 
 
 def group_specs(specs: list[RunSpec]) -> list[list[RunSpec]]:
-    """Runs that can share one compiled program (JAX or MJX runs that differ only in traced
+    """Runs that can share one compiled program (JAX, MJX or threads runs that differ only in traced
     hyperparameters, ``bpo.training.rows``: a Table 1 column's per-decision BPO rows), grouped in
     the order they come; every other run is a group of its own."""
     groups: dict[str, list[RunSpec]] = {}

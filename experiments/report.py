@@ -587,6 +587,8 @@ def report_main(argv: list[str]) -> int:
     if args.check:
         for path in differing:
             print(f"bpo report --check: {path} differs from {args.results}; run `bpo report`", file=sys.stderr)
+        if not differing:
+            print(f"bpo report --check: every results block matches {args.results}")
         return 1 if differing else 0
     print("rewrote " + (", ".join(map(str, differing)) or "nothing (every block already matches)"))
     return 0

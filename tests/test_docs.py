@@ -161,6 +161,16 @@ def test_bpo_help_lists_every_preset_and_variant_within_its_width(capsys):
     assert set(PRESETS) <= set(listed) and set(VARIANTS) <= set(listed)
 
 
+def test_bpo_train_help_without_a_preset_says_to_name_one(capsys):
+    """Without a preset, ``bpo train --help`` printed the overview and then some 490 lines of base
+    defaults that are no preset's (--env CartPole-v1, 100000 steps, both --ppo.* and --a2c.*)."""
+    from experiments.cli import main
+
+    assert main(["train", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert out.rstrip().endswith("(e.g. `bpo train cartpole_ppo --help`).") and "--a2c." not in out
+
+
 def test_every_sweep_file_is_named_in_the_readme_and_in_bpo_sweep_s_help():
     """The README's list of sweep files and ``bpo sweep --help`` are typed by hand; a sweep file
     added to ``experiments/sweeps`` without them (``a2c`` and ``authors_code`` were, until

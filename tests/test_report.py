@@ -202,7 +202,9 @@ def test_report_rewrites_drifted_blocks_and_check_fails_until_then(headline_resu
     text = page.read_text()
     assert "Made by `bpo reproduce headline --out results/headline`" in text and "| PPO |" in text
     assert "*Not made yet: `bpo reproduce fig2 --out results/fig2`.*" in text  # no such folder
+    capsys.readouterr()
     assert main([*args, "--check"]) == 0
+    assert capsys.readouterr().out == f"bpo report --check: every results block matches {headline_results}\n"
     page.write_text(text + "<!-- results:nope -->\n<!-- /results -->\n")
     assert main(args) == 2 and "unknown results block 'nope'" in capsys.readouterr().err
 

@@ -33,7 +33,8 @@ ROW_FIELDS = {OnPolicyTrainConfig: ("seed", "variant", *traced_fields(OnPolicyTr
 
 def can_share(cfg: TrainConfig) -> bool:
     """Whether ``cfg`` can share a compiled program with other rows: an on-policy run whose
-    environments step inside the program (JAX or MJX, not Gymnasium on the host)."""
+    environments step inside the program (JAX or MJX, or MuJoCo on threads called from it; not the
+    Gymnasium host runner, whose loop is in Python)."""
     return type(cfg) in ROW_FIELDS and cfg.backend != "gymnasium"
 
 

@@ -40,6 +40,7 @@ from bpo.agents.methods import validate
 from bpo.config.presets import PRESETS, VARIANTS, apply_variant, get_preset
 from bpo.config.schema import (
     BPO_SECTIONS,
+    COMPATIBLE_ADDITIONS,
     METHOD_SECTIONS,
     ConfigError,
     EpisodicTrainConfig,
@@ -47,6 +48,7 @@ from bpo.config.schema import (
     check_run_config,
     from_dict,
     method_section,
+    missing_fields,
     unknown_fields,
     with_bpo,
     with_method,
@@ -345,7 +347,7 @@ def starting_config(argv: list[str]):
                                                                "already include them; set single fields instead")
         try:
             data = json.loads(Path(argv[0]).read_text())
-        except (OSError, ValueError) as e:
+        except (OSError, ValueError, RecursionError) as e:  # RecursionError: arrays nested thousands deep
             raise ConfigError("config", f"{argv[0]!r} cannot be read as a run's config.json ({type(e).__name__}: "
                                         f"{e})") from None
         check_run_config(data, argv[0])
@@ -355,10 +357,17 @@ def starting_config(argv: list[str]):
                                           "--help` lists" + (f" ({len(unknown)} such keys: {unknown})"
                                                              if len(unknown) > 1 else ""))
         try:
-            return from_dict(data), None
+            cfg = from_dict(data)
+        except ConfigError:
+            raise
         except (ValueError, TypeError, AttributeError) as e:
             raise ConfigError("config", f"{argv[0]!r} cannot be read as a run's config.json ({type(e).__name__}: "
                                         f"{e})") from None
+        if stale := sorted(set(missing_fields(data)) - set(COMPATIBLE_ADDITIONS)):  # its default is not the run's
+            raise ConfigError(stale[0], f"is missing from {argv[0]!r}: replayed with today's default, the run "
+                                        "would not be the one recorded; allowed: a config.json as `bpo train` wrote it"
+                                        + (f" ({len(stale)} such fields: {stale})" if len(stale) > 1 else ""))
+        return cfg, None
     preset = get_preset(argv[0], env)
     return (apply_variant(preset, variant) if variant else preset), preset.bpo
 

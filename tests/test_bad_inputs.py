@@ -456,6 +456,37 @@ def test_a_run_is_replayed_from_its_own_config_json(tmp_path, capsys):
         assert capsys.readouterr().err.startswith(f"error: {name}: in ") and not (tmp_path / "y").exists()
 
 
+def test_a_hand_edited_config_json_is_refused_not_replayed_with_defaults(tmp_path, capsys):
+    """A recorded config.json with a section that is not an object, a field deleted, a path for its
+    preset or arrays nested past Python's recursion limit: each refused, naming the field, before
+    any compile. They replayed with the defaults of the sections or fields (another run than the
+    recorded one), wrote the run under the preset's path, or ended in a traceback."""
+    first = tmp_path / "first"
+    assert main(["train", "short_corridor", "--bpo", "--episodes", "10", "--eval-every", "10", "--seeds", "1",
+                 "--no-progress", "--out", str(first)]) == 0
+    recorded = json.loads((first / "config.json").read_text())
+    reinforce = dict(recorded["reinforce"])
+    dropped = next(iter(reinforce))
+    del reinforce[dropped]
+    without_eval_every = {k: v for k, v in recorded.items() if k != "eval_every"}
+    cases = [({**recorded, "reinforce": "x"}, "reinforce: must be an object (a section of the config), got str"),
+             ({**recorded, "reinforce": None}, "reinforce: must be an object (a section of the config), got NoneType"),
+             ({**recorded, "returns": [1]}, "returns: must be an object (a section of the config), got list"),
+             ({**recorded, "bpo": "yes"}, "bpo: must be an object (a section of the config) or null, got str"),
+             (without_eval_every, "eval_every: is missing from"),
+             ({**recorded, "reinforce": reinforce}, f"reinforce.{dropped}: is missing from"),
+             ({**recorded, "preset": str(tmp_path / "abs")}, "preset: must be a name of letters, digits")]
+    for data, error in cases:
+        (tmp_path / "edited.json").write_text(json.dumps(data))
+        capsys.readouterr()
+        assert main(["train", str(tmp_path / "edited.json"), "--no-progress", "--out", str(tmp_path / "y")]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: {error}") and not (tmp_path / "y").exists(), (error, err)
+    (tmp_path / "deep.json").write_text('{"junk": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    assert main(["train", str(tmp_path / "deep.json"), "--out", str(tmp_path / "y")]) == 2
+    assert "error: config: " in capsys.readouterr().err and not (tmp_path / "abs").exists()
+
+
 def test_progress_written_to_a_log_is_one_whole_line(tmp_path):
     """Written to a pipe, the bar's last frame is one line, not wrapped at 80 columns nor cut."""
     proc = subprocess.run([sys.executable, "-m", "experiments.cli", "train", "short_corridor", "--bpo",

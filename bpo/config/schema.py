@@ -862,6 +862,21 @@ RUN_CONFIG_KEYS = ("preset", "env", "seeds", "seed")
 """Fields every run's config.json has had, whatever its version (with its method's section)."""
 
 
+OPTIONAL_SECTIONS = ("bpo", *METHOD_SECTIONS)
+"""The sections a run's config may hold as None: the behaviour step of a run without BPO, and the
+section of a method the run does not use."""
+
+
+def _check_section(instance, f, value, prefix: str) -> None:
+    """A section of a recorded config is an object, or null where the run may lack it
+    (``OPTIONAL_SECTIONS``): read as fields, a string or a list gave every field its default (a
+    hand-edited ``"ppo": "x"`` replayed PPO's defaults, not the run's settings)."""
+    optional = not prefix and f.name in OPTIONAL_SECTIONS
+    if not isinstance(value, dict) and not (value is None and optional):
+        raise ConfigError(prefix + f.name, f"must be an object (a section of the config){' or null' * optional}, "
+                                           f"got {type(value).__name__}")
+
+
 def check_run_config(data, source: str) -> None:
     """Refuse what is not a run's config.json before ``from_dict`` fills the gaps with defaults: a
     run's ``summary.json``, a checkpoint's ``checkpoint.json`` or ``{}`` would otherwise train a
@@ -882,15 +897,17 @@ def check_run_config(data, source: str) -> None:
                                     "in a run's folder")
 
 
-def _build(cls, data: dict):
+def _build(cls, data: dict, prefix: str = ""):
     kwargs, instance = {}, cls()
     for f in dataclasses.fields(cls):
         if f.name not in data:
             continue  # a field added since the file was written keeps its default
         value = data[f.name]
         default = _section(instance, f)  # an optional section absent by default: its type's defaults
+        if dataclasses.is_dataclass(default):
+            _check_section(instance, f, value, prefix)
         if dataclasses.is_dataclass(default) and value is not None:  # None: an optional section absent
-            value = _build(type(default), value)
+            value = _build(type(default), value, f"{prefix}{f.name}.")
         elif isinstance(value, list):
             value = tuple(value)
         elif isinstance(value, str) and value in ("inf", "-inf") and isinstance(default, float):

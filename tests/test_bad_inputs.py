@@ -435,6 +435,27 @@ def test_an_episodic_run_is_refused_by_evaluate_before_its_folder_is_made(tmp_pa
     assert not (run / "evaluations").exists()
 
 
+def test_evaluate_refuses_what_the_run_cannot_do_before_its_folder_is_made(tmp_path, capsys):
+    """mu of a PPO run and CartPole on MJX were refused after RUN/evaluations was made; an edited
+    config.json (eval_episodes 0) gave a mean of NaN over no episodes and exit 0."""
+    run = tmp_path / "ppo"
+    assert main(["train", "cartpole_ppo", "--no-bpo", "--total-timesteps", "1024", "--ppo.n-steps", "256",
+                 "--eval-every", "1024", "--eval-episodes", "1", "--seeds", "1", "--out", str(run),
+                 "--no-progress"]) == 0
+    recorded = json.loads((run / "config.json").read_text())
+    cases = [(["--which", "mu"], "which: not a BPO run: it has no mu; allowed: pi"),
+             (["--backend", "mjx"], "backend: mjx does not have the run's task CartPole-v1; allowed: ['jax']")]
+    for flags, error in cases:
+        capsys.readouterr()
+        assert main(["evaluate", str(run), *flags]) == 2
+        assert capsys.readouterr().err.startswith(f"error: {error}") and not (run / "evaluations").exists()
+    (run / "config.json").write_text(json.dumps({**recorded, "eval_episodes": 0}))
+    assert main(["evaluate", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: eval_episodes: must be") and "config.json" in err, err
+    assert not (run / "evaluations").exists()
+
+
 def test_a_run_is_replayed_from_its_own_config_json(tmp_path, capsys):
     """`bpo train RUN/config.json`: the recorded run again, the same numbers; flags still apply."""
     first, again = tmp_path / "first", tmp_path / "again"

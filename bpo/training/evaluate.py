@@ -22,6 +22,8 @@ from bpo.instruments.stats import describe
 from bpo.runners.evaluation import run_episodes
 from bpo.runners.onpolicy import run_env
 from bpo.training.policies import SavedPolicies, acting_function, load_policies, task_backend
+from envs import FUNCTIONAL_ENVS
+from envs.gymnasium_envs import MUJOCO_ENVS
 
 
 @dataclass(frozen=True)
@@ -47,18 +49,27 @@ def episode_keys(saved: SavedPolicies, request: EvalRequest, episodes: int) -> j
     return jax.random.split(jax.random.PRNGKey(request.seed), saved.seeds * episodes).reshape(saved.seeds, episodes, -1)
 
 
-def check_evaluable(saved: SavedPolicies) -> None:
-    """A ConfigError for saved policies this module does not evaluate: an episodic run's."""
+def check_evaluable(saved: SavedPolicies, which: str = "pi", backend: str | None = None) -> None:
+    """A ConfigError for what this module does not evaluate: an episodic run's policies, mu of a
+    run without BPO, or the run's task on a backend that does not have it (checked before ``bpo
+    evaluate`` makes its output folder)."""
     if isinstance(saved.config, EpisodicTrainConfig):
         raise ConfigError("run", "episodic runs (ShortCorridor) are evaluated exactly by `bpo verify-variance`; "
                                  "allowed here: on-policy runs (PPO, BPO-PPO)")
+    if which == "mu" and "mu_params" not in saved.final:
+        raise ConfigError("which", "not a BPO run: it has no mu; allowed: pi")
+    backend, env = task_backend(saved, backend), saved.config.env
+    if backend in ("mjx", "threads") and env not in MUJOCO_ENVS or backend == "jax" and env not in FUNCTIONAL_ENVS:
+        allowed = [b for b, envs in (("jax", FUNCTIONAL_ENVS), ("mjx", MUJOCO_ENVS), ("threads", MUJOCO_ENVS))
+                   if env in envs]
+        raise ConfigError("backend", f"{backend} does not have the run's task {env}; allowed: {allowed}")
 
 
 def evaluate_saved(run_dir: Path, request: EvalRequest) -> dict:
     """Every seed's policy for ``episodes`` episodes: per seed the returns and lengths, and the
     mean, SD and SE over seeds of the per-seed mean return (the statistics of ``summary.json``)."""
     saved = load_policies(run_dir)
-    check_evaluable(saved)
+    check_evaluable(saved, request.which, request.backend)
     episodes = request.episodes or saved.config.eval_episodes
     backend = task_backend(saved, request.backend)
     cfg = saved.config

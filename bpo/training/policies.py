@@ -34,7 +34,8 @@ import numpy as np
 from flax import serialization
 
 from bpo.agents.learner import make_learner
-from bpo.config.schema import ConfigError, EpisodicTrainConfig, from_dict, traced_hyperparams
+from bpo.agents.methods import validate
+from bpo.config.schema import ConfigError, EpisodicTrainConfig, check_run_config, from_dict, traced_hyperparams
 from bpo.core import distributions
 from bpo.core.normalization import RunningStats
 from bpo.infra import results
@@ -95,6 +96,26 @@ class SavedPolicies:
         return int(jax.tree.leaves(self.final)[0].shape[0])
 
 
+def run_config(run_dir: Path):
+    """The run's config.json, read and checked as ``bpo train`` checks a config: the policies are
+    evaluated by its settings (an edited ``eval_episodes: 0`` gave a mean of NaN over no episodes,
+    and -3 a JAX traceback). A ``ConfigError`` naming the file and the field otherwise."""
+    path = Path(run_dir) / "config.json"
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError, RecursionError) as e:
+        raise ConfigError("run", f"{str(path)!r} cannot be read as a run's config.json ({type(e).__name__}: "
+                                 f"{e})") from None
+    check_run_config(data, str(path))
+    try:
+        return validate(from_dict(data))
+    except ConfigError as e:
+        raise ConfigError(e.field_name, f"{str(e).removeprefix(e.field_name + ': ')} (in {str(path)!r})") from None
+    except (TypeError, AttributeError) as e:
+        raise ConfigError("run", f"{str(path)!r} cannot be read as a run's config.json ({type(e).__name__}: "
+                                 f"{e})") from None
+
+
 def load_policies(run_dir: Path) -> SavedPolicies:
     """A run directory's config and saved policies, checked (``NoPolicies`` naming what is wrong)."""
     run_dir = Path(run_dir)
@@ -105,9 +126,9 @@ def load_policies(run_dir: Path) -> SavedPolicies:
                                    f"{str(run_dir)!r}")
         raise NoPolicies(path, "no saved policies (runs written before policies were saved have none; "
                                "train the run again)")
+    config = run_config(run_dir)
     try:
         payload = serialization.msgpack_restore(path.read_bytes())
-        config = from_dict(json.loads((run_dir / "config.json").read_text()))
     except Exception as e:  # noqa: BLE001 -- whatever a damaged file makes a parser raise
         raise NoPolicies(path, f"cannot be read ({type(e).__name__}: {e})") from None
     during = (payload.get("during") or {}) if isinstance(payload, dict) else None

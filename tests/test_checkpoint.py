@@ -20,6 +20,7 @@ from bpo.config.presets import get_preset
 from bpo.config.schema import ConfigError, replace, with_bpo
 from bpo.infra import checkpoint as ckpt
 from bpo.training import driver, run
+from bpo.training.job import resume_job
 from envs.gymnasium_envs import make_vector_env
 
 SHORT_CORRIDOR = ["train", "short_corridor", "--bpo", "--episodes", "200", "--eval-every", "10",
@@ -294,6 +295,24 @@ def test_a_checkpoint_whose_progress_is_not_a_count_is_refused(tmp_path, info, w
     for read in (lambda: ckpt.read_info(tmp_path), lambda: ckpt.load(tmp_path, {"x": np.zeros(2, np.float32)})):
         with pytest.raises(ckpt.UnreadableCheckpoint, match=re.escape(why)):
             read()
+
+
+@pytest.mark.parametrize("edit, why", [
+    ({"config": []}, "holds no config of the run (an object)"),
+    ({"options": [1]}, "its output options (an object) or seed chunk (a count) are not what `bpo train` writes"),
+    ({"seed_chunk": "x"}, "its output options (an object) or seed chunk (a count) are not what `bpo train` writes"),
+])
+def test_a_checkpoint_whose_settings_are_not_bpo_train_s_is_refused_by_resume(tmp_path, edit, why):
+    """A checkpoint is checked by its digest, and one of a version before the digest is read as it
+    is: settings of the wrong type in it gave AttributeError and TypeError tracebacks at --resume."""
+    where = tmp_path / "checkpoint"
+    info = {"iterations_done": 1, "iterations": 2, "checkpoint_every": 1, "seed_chunk": None, "options": {}}
+    ckpt.save(where, {"x": np.zeros(2, np.float32)}, {}, info, get_preset("short_corridor"))
+    raw = ckpt.read_payload(where)
+    raw["info"] = json.dumps({**json.loads(raw["info"]), **edit})
+    ckpt.write_payload(where, raw)
+    with pytest.raises(ConfigError, match=re.escape(why)):
+        resume_job(tmp_path)
 
 
 def test_a_checkpoint_is_checked_against_the_run_s_dtypes_and_axes_and_a_digest_less_one_still_loads(tmp_path):

@@ -178,12 +178,18 @@ def resume_job(directory: Path) -> Job:
     if not isinstance(info.get("checkpoint_every"), int) or info["checkpoint_every"] < 1:
         raise ConfigError("resume", f"{str(where)!r} does not say how often it checkpoints (checkpoint_every); "
                                     "remove it to start the run again")
+    if not isinstance(info.get("config"), dict):
+        raise ConfigError("resume", f"{str(where)!r} holds no config of the run (an object); remove it to start "
+                                    "the run again")
     try:
         cfg = validate(from_dict(info["config"]))
-    except (ConfigError, TypeError) as e:
+    except (ConfigError, TypeError, AttributeError) as e:
         raise ConfigError("resume", f"the checkpoint's config is not valid for this version: {e}") from None
-    saved = info.get("options") or {}  # older checkpoints did not keep the output options: none
-    return Job(cfg, directory, info["checkpoint_every"], info.get("seed_chunk"),
+    saved, seed_chunk = info.get("options") or {}, info.get("seed_chunk")  # older checkpoints: no options
+    if not isinstance(saved, dict) or not (seed_chunk is None or type(seed_chunk) is int and seed_chunk >= 0):
+        raise ConfigError("resume", f"{str(where)!r}: its output options (an object) or seed chunk (a count) are "
+                                    "not what `bpo train` writes; remove it to start the run again")
+    return Job(cfg, directory, info["checkpoint_every"], seed_chunk,
                {k: saved.get(k, default) for k, default in OUTPUT_OPTIONS.items()}, "--resume")
 
 

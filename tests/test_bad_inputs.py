@@ -496,7 +496,9 @@ def test_a_hand_edited_config_json_is_refused_not_replayed_with_defaults(tmp_pat
              ({**recorded, "bpo": "yes"}, "bpo: must be an object (a section of the config) or null, got str"),
              (without_eval_every, "eval_every: is missing from"),
              ({**recorded, "reinforce": reinforce}, f"reinforce.{dropped}: is missing from"),
-             ({**recorded, "preset": str(tmp_path / "abs")}, "preset: must be a name of letters, digits")]
+             ({**recorded, "preset": str(tmp_path / "abs")}, "preset: must be a name of letters, digits"),
+             ({**recorded, "algo": ["x"]}, "algo: in "), ({**recorded, "algo": "ppo"}, "algo: in "),
+             ({**recorded, "algo": "bpo", "bpo": None}, "algo: in ")]
     for data, error in cases:
         (tmp_path / "edited.json").write_text(json.dumps(data))
         capsys.readouterr()

@@ -7,6 +7,7 @@ import json
 import logging
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -361,6 +362,11 @@ def test_the_memory_estimate_is_the_state_and_every_output_twice_and_names_the_f
     with pytest.raises(ConfigError) as e:
         check_run_fits(cfg, 10, 3, 5, available=9)
     assert e.value.field_name == "episodes"  # not even one seed fits: the budget
+    # One seed's state alone, 100 / 4 = 25 bytes, is over 20: no budget and no seed count helps (it
+    # said "fewer seeds or a smaller budget" of --bpo.q-hidden 200000 200000 with 1 seed, 1 episode).
+    with pytest.raises(ConfigError, match=re.escape("allowed: smaller networks (the sections' hidden sizes)")) as e:
+        check_run_fits(cfg, 100, 3, 5, available=20)
+    assert e.value.field_name == "state"
 
 
 def test_a_field_of_the_bpo_section_of_a_run_without_it_is_refused_by_name():

@@ -63,16 +63,20 @@ def check_run_fits(cfg, state_bytes: int, per_iteration_bytes: int, n_iterations
                    available: int | None = None) -> int:
     """Refuse a run whose state and kept outputs (every iteration's, twice while they are joined
     at the end) exceed the memory available, with the figures and the field to change: ``seeds``
-    when one seed would fit, else the run's budget. Returns the estimate in bytes."""
+    when one seed would fit, else the run's budget, or, when one seed's state alone does not fit,
+    the network widths and buffer sizes that make it. Returns the estimate in bytes."""
     need = state_bytes + 2 * n_iterations * per_iteration_bytes
     available = available_bytes() if available is None else available
     if available is None or need <= available:
         return need
     budget = "episodes" if hasattr(cfg, "episodes") else "total_timesteps"
     field = "seeds" if need / cfg.seeds <= available else budget
+    allowed = f"fewer seeds or a smaller budget ({budget})"
+    if state_bytes / cfg.seeds > available:  # neither fewer seeds nor a shorter run helps
+        field, allowed = "state", ("smaller networks (the sections' hidden sizes) or buffers (replay_size, the "
+                                   "rollout's n_steps x num_envs)")
     seeds = f"{cfg.seeds:,} seed{'s' if cfg.seeds != 1 else ''}"
     raise ConfigError(field, f"the run needs about {gib(need)} of memory ({seeds}: state "
                              f"{gib(state_bytes)}, outputs {gib(per_iteration_bytes)} per loop iteration x "
                              f"{n_iterations:,} iterations, kept for the results and copied once when they are "
-                             f"joined) and this machine has {gib(available)} available; allowed: fewer seeds or a "
-                             f"smaller budget ({budget})")
+                             f"joined) and this machine has {gib(available)} available; allowed: {allowed}")

@@ -889,6 +889,12 @@ def check_run_config(data, source: str) -> None:
         missing.append("ppo, a2c or reinforce")
     if "bpo" not in data:
         missing.append("bpo")
+    if missing:
+        kind = ("is a run's summary.json, not its config.json" if "final_eval_returns" in data else
+                "is a checkpoint's checkpoint.json, not a run's config.json" if "iterations_done" in data else
+                "is not a run's config.json")
+        raise ConfigError("config", f"{source!r} {kind}: it has no {', '.join(missing)}; allowed: the config.json "
+                                    "in a run's folder")
     if "algo" in data:  # older files: whether the run had BPO ('bpo') or ran its method alone (its name)
         algo, episodic = data["algo"], not ("ppo" in data or "a2c" in data)
         if not isinstance(algo, str) or episodic and algo not in ("bpo", "reinforce") or algo == "bpo" and (
@@ -896,12 +902,6 @@ def check_run_config(data, source: str) -> None:
             method = "reinforce" if episodic else "e.g. ppo, a2c"
             raise ConfigError("algo", f"in {source!r} is {algo!r}; allowed: 'bpo' with a bpo section, or the "
                                       f"method's name ({method}) for the method alone")
-    if missing:
-        kind = ("is a run's summary.json, not its config.json" if "final_eval_returns" in data else
-                "is a checkpoint's checkpoint.json, not a run's config.json" if "iterations_done" in data else
-                "is not a run's config.json")
-        raise ConfigError("config", f"{source!r} {kind}: it has no {', '.join(missing)}; allowed: the config.json "
-                                    "in a run's folder")
 
 
 def _build(cls, data: dict, prefix: str = ""):

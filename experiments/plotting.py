@@ -163,10 +163,21 @@ def _draw_run(ax, run: Run, curve: list[dict], colour: str, options: PlotOptions
     keep = np.isfinite(xs)  # a time recorded as null: the point is left out
     label = _label(run, curve) if options.metric == "eval_return" else f"{row_label(run.row)} ({run.seeds} seeds)"
     ax.plot(xs[keep], mean[keep], color=colour, label=label)
+    if (lone := _isolated(mean[keep])).any():
+        ax.plot(xs[keep][lone], mean[keep][lone], "o", color=colour, markersize=3)
     ax.fill_between(xs[keep], (mean - se)[keep], (mean + se)[keep], color=colour, alpha=0.2)
     if options.per_seed:
         for seed_curve in trailing_mean(seed_matrix(curve, options.metric)[1], options.smooth):
             ax.plot(xs[keep], seed_curve[keep], color=colour, linewidth=0.6, alpha=0.35)
+
+
+def _isolated(values: np.ndarray) -> np.ndarray:
+    """Which finite values have no finite neighbour: a line draws nothing there (a one-evaluation
+    curve, a diagnostic that is NaN at step 0 of a two-evaluation run), so they get a marker."""
+    finite = np.isfinite(values)
+    before = np.concatenate([[False], finite[:-1]])
+    after = np.concatenate([finite[1:], [False]])
+    return finite & ~before & ~after
 
 
 def check_metric(curves: dict[str, list[dict]], metric: str) -> None:

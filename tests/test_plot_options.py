@@ -84,6 +84,22 @@ def test_x_time_draws_each_run_against_its_recorded_seconds(tmp_path):
         np.testing.assert_allclose(line.get_ydata(), [np.mean(finals) * k / 3 for k in (1, 2, 3)])
 
 
+def test_a_point_with_no_finite_neighbour_is_drawn_with_a_marker(tmp_path):
+    """A line draws nothing at a finite value between NaNs (a diagnostic that is NaN at step 0 of a
+    two-evaluation run): it was an invisible series; such points get a marker, no other does."""
+    synthetic_results(tmp_path / "runs", {("CartPole-v1", "cartpole_ppo"): {"ppo": [10.0, 20.0]}})
+    runs, _ = load_runs(tmp_path / "runs")
+    curves, _ = read_curves(runs)
+    (run,) = runs
+    curve = [{**row, "eval_return": float("nan")} if row["step"] != 100 else row for row in curves[run.run_id]]
+    ax = Figure().subplots()
+    for rows in (curves[run.run_id], curve):
+        _draw_run(ax, run, rows, "C0", PlotOptions(), None)
+    whole, line, lone = ax.lines  # no marker for the whole curve; the lone point's, without a legend entry
+    assert whole.get_marker() == line.get_marker() == "None" and lone.get_marker() == "o"
+    assert list(lone.get_xdata()) == [100] and lone.get_label().startswith("_")
+
+
 def test_x_time_writes_its_own_figure_the_same_bytes_every_time(tmp_path):
     two_timed_runs(tmp_path / "runs")
     for out in ("a", "b"):

@@ -45,10 +45,9 @@ from bpo.config.schema import (
     ConfigError,
     EpisodicTrainConfig,
     OnPolicyTrainConfig,
-    check_run_config,
-    from_dict,
     method_section,
     missing_fields,
+    read_recorded_config,
     unknown_fields,
     with_bpo,
     with_method,
@@ -345,24 +344,12 @@ def starting_config(argv: list[str]):
         if env or variant:
             raise ConfigError("--env" if env else "--variant", "not with a recorded config.json, whose settings "
                                                                "already include them; set single fields instead")
-        try:
-            data = json.loads(Path(argv[0]).read_text())
-        except (OSError, ValueError, RecursionError) as e:  # RecursionError: arrays nested thousands deep
-            raise ConfigError("config", f"{argv[0]!r} cannot be read as a run's config.json ({type(e).__name__}: "
-                                        f"{e})") from None
-        check_run_config(data, argv[0])
-        if unknown := unknown_fields(data):  # from_dict would drop them: a misspelt field would not count
+        data, cfg = read_recorded_config(argv[0])
+        if unknown := unknown_fields(data):  # from_dict dropped them: a misspelt field would not count
             raise ConfigError(unknown[0], f"in {argv[0]!r} is no field of today's config (nor of an older "
                                           f"one's); allowed: the fields `bpo train {data.get('preset', 'PRESET')} "
                                           "--help` lists" + (f" ({len(unknown)} such keys: {unknown})"
                                                              if len(unknown) > 1 else ""))
-        try:
-            cfg = from_dict(data)
-        except ConfigError:
-            raise
-        except (ValueError, TypeError, AttributeError) as e:
-            raise ConfigError("config", f"{argv[0]!r} cannot be read as a run's config.json ({type(e).__name__}: "
-                                        f"{e})") from None
         if stale := sorted(set(missing_fields(data)) - set(COMPATIBLE_ADDITIONS)):  # its default is not the run's
             raise ConfigError(stale[0], f"is missing from {argv[0]!r}: replayed with today's default, the run "
                                         "would not be the one recorded; allowed: a config.json as `bpo train` wrote it"

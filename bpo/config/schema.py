@@ -9,8 +9,10 @@ are passed to ``train(key, hparams)`` as arrays, so they can be ``jax.vmap``-ed 
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Annotated, ClassVar, Literal, NamedTuple
 
 import jax.numpy as jnp
@@ -902,6 +904,27 @@ def check_run_config(data, source: str) -> None:
             method = "reinforce" if episodic else "e.g. ppo, a2c"
             raise ConfigError("algo", f"in {source!r} is {algo!r}; allowed: 'bpo' with a bpo section, or the "
                                       f"method's name ({method}) for the method alone")
+
+
+def read_recorded_config(path) -> tuple[dict, object]:
+    """A run's recorded ``config.json`` at ``path``: its data and the config ``from_dict`` reads
+    from them, for ``bpo train`` to replay and ``bpo evaluate`` to act by. What is not one (not
+    JSON, nested past the recursion limit, another results file, a section of the wrong type) is a
+    ``ConfigError`` naming the file."""
+    def unreadable(e: Exception) -> ConfigError:
+        return ConfigError("config", f"{str(path)!r} cannot be read as a run's config.json ({type(e).__name__}: {e})")
+
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError, RecursionError) as e:  # RecursionError: arrays nested thousands deep
+        raise unreadable(e) from None
+    check_run_config(data, str(path))
+    try:
+        return data, from_dict(data)
+    except ConfigError:
+        raise
+    except (ValueError, TypeError, AttributeError) as e:
+        raise unreadable(e) from None
 
 
 def _build(cls, data: dict, prefix: str = ""):

@@ -23,7 +23,6 @@ a callable ``obs -> action`` with the normaliser applied::
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -35,7 +34,7 @@ from flax import serialization
 
 from bpo.agents.learner import make_learner
 from bpo.agents.methods import validate
-from bpo.config.schema import ConfigError, EpisodicTrainConfig, check_run_config, from_dict, traced_hyperparams
+from bpo.config.schema import ConfigError, EpisodicTrainConfig, read_recorded_config, traced_hyperparams
 from bpo.core import distributions
 from bpo.core.normalization import RunningStats
 from bpo.infra import results
@@ -101,19 +100,11 @@ def run_config(run_dir: Path):
     evaluated by its settings (an edited ``eval_episodes: 0`` gave a mean of NaN over no episodes,
     and -3 a JAX traceback). A ``ConfigError`` naming the file and the field otherwise."""
     path = Path(run_dir) / "config.json"
+    _, config = read_recorded_config(path)
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError, RecursionError) as e:
-        raise ConfigError("run", f"{str(path)!r} cannot be read as a run's config.json ({type(e).__name__}: "
-                                 f"{e})") from None
-    check_run_config(data, str(path))
-    try:
-        return validate(from_dict(data))
+        return validate(config)
     except ConfigError as e:
         raise ConfigError(e.field_name, f"{str(e).removeprefix(e.field_name + ': ')} (in {str(path)!r})") from None
-    except (TypeError, AttributeError) as e:
-        raise ConfigError("run", f"{str(path)!r} cannot be read as a run's config.json ({type(e).__name__}: "
-                                 f"{e})") from None
 
 
 def load_policies(run_dir: Path) -> SavedPolicies:

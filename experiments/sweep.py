@@ -308,11 +308,9 @@ def _check_each_field_once(grid: Grid) -> None:
 
 def _check_read(cfg, label, variant) -> None:
     """A grid value labels the run, so it must be of a field the run reads: the ``bpo`` and ``returns``
-    sections (the behaviour step and its off-policy returns, eq. (6)) are BPO's alone."""
-    if cfg.bpo is not None:
-        return
+    sections (the behaviour step and its off-policy returns, eq. (6)) are BPO's alone (``_reads``)."""
     for name, _ in label:
-        if name.partition(".")[0] in BPO_SECTIONS:
+        if name.partition(".")[0] in BPO_SECTIONS and not _reads(cfg, name):
             raise ConfigError(name, f"is read by BPO runs only, and the {variant or cfg.algo} runs of the grid have no "
                                     "behaviour step: they would be one run under several labels; allowed: a grid of "
                                     "BPO variants only (in a sweep file, one Grid for them and one for the others)")

@@ -89,6 +89,9 @@ class SweepArgs:
     a sweep file."""
     seeds: int | None = None
     """Seeds per run (overrides the sweep file's)."""
+    only: tuple[str, ...] = ()
+    """Run only these runs of the sweep, by id as --dry-run prints them (e.g. one Table 1 cell); the others are
+    left as they are, and the sweep's record (sweep.json) still lists them all."""
     name: str | None = None
     """Without a sweep file: the sweep's name (runs/NAME); default 'sweep-PRESET'."""
     slurm_partition: str | None = None
@@ -129,11 +132,12 @@ def run_sweep(args: SweepArgs) -> tuple[int, Path | None]:
     if planned is None:
         return 2, None
     sweep, sweep_dir, specs = planned
+    chosen = [s for s in specs if s.run_id in args.only] if args.only else specs
     if args.dry_run:
         # It asks JAX's backend for the seed chunk a checkpoint must match: beside programs using
         # the accelerator, without taking three quarters of its memory (a user's own setting kept).
         os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-        _print_dry_run(progress.sweep_progress(sweep_dir, specs, args.group_rows), sweep_dir, args.group_rows)
+        _print_dry_run(progress.sweep_progress(sweep_dir, chosen, args.group_rows), sweep_dir, args.group_rows)
         return 0, sweep_dir
     # Staging leftovers of runs no process holds the lock of; Slurm jobs still queued may not have
     # taken theirs yet (and some cluster file systems keep locks per node), so not while they are.
@@ -141,7 +145,7 @@ def run_sweep(args: SweepArgs) -> tuple[int, Path | None]:
         store.clear_staging(sweep_dir)
     store.write_sweep_file(sweep_dir, sweep.name, specs)
     try:
-        outcome = _launch(args, sweep, sweep_dir, specs)
+        outcome = _launch(args, sweep, sweep_dir, chosen)
     except ConfigError as e:  # the Slurm cluster refused the jobs: nothing was submitted
         print(f"error: {e}", file=sys.stderr)
         return 2, None
@@ -160,6 +164,17 @@ def _check_sweep_flags(args: SweepArgs) -> None:
         raise ConfigError("group_rows", "runs a sweep's programs in this process; allowed with --backend local")
 
 
+def _check_only(only: tuple[str, ...], specs: list[RunSpec], name: str) -> None:
+    """``--only``: every id given names a run of the sweep, each once."""
+    ids = [s.run_id for s in specs]
+    for run_id in only:
+        if run_id not in ids:
+            raise ConfigError("only", f"{run_id!r} is not a run of sweep {name}; allowed: its run ids, "
+                                      f"as `--dry-run` lists them ({len(ids)}: {', '.join(ids)})")
+    if len(set(only)) < len(only):
+        raise ConfigError("only", f"a run id is given twice: {list(only)}")
+
+
 def _plan_sweep(args: SweepArgs) -> tuple[Sweep, Path, list[RunSpec]] | None:
     """Check the arguments, prove the results folder writable and expand the sweep into its runs:
     (sweep, results folder, runs), or None after printing the error of a bad argument. Nothing is
@@ -173,7 +188,9 @@ def _plan_sweep(args: SweepArgs) -> tuple[Sweep, Path, list[RunSpec]] | None:
             if not args.dry_run:  # a dry run writes nothing
                 ensure_writable_dir(sweep_dir, "--out")
             launch.recorded_jobs(sweep_dir)  # a damaged record of earlier Slurm jobs: refused here, by name
-            return sweep, sweep_dir, expand(sweep)
+            specs = expand(sweep)
+            _check_only(args.only, specs, sweep.name)
+            return sweep, sweep_dir, specs
     except (ConfigError, BadFile) as e:
         print(f"error: {e}", file=sys.stderr)
         return None
@@ -212,7 +229,8 @@ def _launch(args: SweepArgs, sweep: Sweep, sweep_dir: Path, specs: list[RunSpec]
         todo = [s for s in todo if s.run_id not in in_flight]
         if in_flight:
             print(f"{len(in_flight)} runs still queued or running from an earlier submission: not resubmitted")
-    print(f"sweep {sweep.name}: {len(specs)} runs, {len(specs) - len(todo)} finished or in flight, "
+    runs = f"{len(specs)} runs chosen by --only" if args.only else f"{len(specs)} runs"
+    print(f"sweep {sweep.name}: {runs}, {len(specs) - len(todo)} finished or in flight, "
           f"{len(todo)} to run -> {sweep_dir}")
     if not todo:
         return launch.Outcome()

@@ -621,3 +621,34 @@ def test_a_slurm_job_counts_as_ended_only_in_a_final_state_or_forgotten_on_two_c
         decisions = [watch.ended("7", answer) for answer in answers]
         assert decisions == [i == ended_at for i in range(len(answers))], (answers, decisions)
         assert watch.state["7"] == state
+
+
+def test_only_runs_the_chosen_runs_and_a_later_sweep_the_rest(tmp_path, capsys):
+    """``--only RUN-ID`` (one Table 1 cell, say) runs that run in the sweep's folder and leaves the
+    others; the sweep's record still lists them all, so the same command without ``--only`` then
+    runs just the rest. An id that is not the sweep's is refused before anything is written."""
+    out = tmp_path / "s"
+    argv = ["sweep", "--preset", "short_corridor", "--variants", "reinforce", "bpo", "--seeds", "2",
+            "--set", *[f"{k}={v}" for k, v in TINY_SC], "--out", str(out), "--no-progress"]
+    ids = [s.run_id for s in expand(build_sweep(SweepArgs(preset="short_corridor", variants=("reinforce", "bpo"),
+                                                          set=tuple(f"{k}={v}" for k, v in TINY_SC))))]
+    assert len(ids) == 2
+    assert main([*argv, "--only", "ShortCorridor-v0-nosuch"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: only: 'ShortCorridor-v0-nosuch' is not a run of sweep sweep-short_corridor; "
+                          f"allowed: its run ids, as `--dry-run` lists them (2: {ids[0]}, {ids[1]})"), err
+    assert main([*argv, "--only", ids[1], ids[1]]) == 2
+    assert "error: only: a run id is given twice" in capsys.readouterr().err
+    assert not out.exists()
+    assert main([*argv, "--only", ids[1], "--dry-run"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split()[:7] == ["new", ids[1], "[bpo,", "2", "seeds,", "20", "episodes]"]
+    assert lines[1].startswith("1 runs, 0 finished"), lines
+    assert main([*argv, "--only", ids[1]]) == 0
+    assert "sweep sweep-short_corridor: 1 runs chosen by --only, 0 finished or in flight, 1 to run" in \
+        capsys.readouterr().out
+    assert sorted(p.name for p in out.glob("*/summary.json") for p in [p.parent]) == [ids[1]]
+    assert [s.run_id for s in store.read_specs(out)] == ids
+    assert main(argv) == 0
+    assert "2 runs, 1 finished or in flight, 1 to run" in capsys.readouterr().out
+    assert sorted(p.parent.name for p in out.glob("*/summary.json")) == sorted(ids)

@@ -13,6 +13,7 @@ import zlib
 from pathlib import Path
 from types import SimpleNamespace
 
+import jax
 import numpy as np
 import pytest
 
@@ -217,10 +218,13 @@ def test_non_finite_values_are_found_and_named():
     assert ckpt.non_finite_leaf(tree, "state") == "state['actor']['b']"
 
 
+HOST_TINY = {"backend": "gymnasium", "total_timesteps": 512, "eval_every": 256, "eval_episodes": 1,
+             "eval_in_background": False}
+
+
 @pytest.mark.parametrize("preset, changes", [
     ("short_corridor", {"episodes": 20, "eval_every": 10, "eval_episodes": 2}),
-    ("cartpole_ppo", {"backend": "gymnasium", "total_timesteps": 512, "eval_every": 256,
-                      "eval_episodes": 1, "eval_in_background": False}),
+    ("cartpole_ppo", HOST_TINY),
 ], ids=["jax-runner", "host-runner"])
 def test_a_checkpoint_of_another_configuration_is_refused_before_compiling(tmp_path, preset, changes):
     cfg = replace(with_bpo(get_preset(preset), True), seeds=2, **changes)
@@ -228,6 +232,28 @@ def test_a_checkpoint_of_another_configuration_is_refused_before_compiling(tmp_p
     other = replace(cfg, seed=7)
     with pytest.raises(ConfigError, match="resume: the checkpoint was written by a different configuration"):
         run(other, checkpoint_dir=tmp_path, checkpoint_every=1)
+
+
+@pytest.mark.parametrize("damage, why", [
+    (lambda e: e["train"].update({k: v[:, :-1] for k, v in e["train"].items()}), "its training metrics have shapes"),
+    (lambda e: e.update(updates_done=e["updates_done"] - 1), "it holds 1 updates' environments, its progress says 2"),
+    (lambda e: e.update(eval_returns=e["eval_returns"][:-1]),
+     "its curve has (3,) evaluation steps and returns of shape (2, 2)"),
+    (lambda e: e.update(envs=e["envs"][:-1]), "its environments are not this run's 2 x"),
+    (lambda e: e.pop("obs"), "it has no obs"),
+], ids=["train", "updates", "curve", "envs", "missing"])
+def test_a_host_checkpoint_whose_rollout_state_does_not_fit_its_progress_is_refused(tmp_path, damage, why):
+    """The host runner keeps its training metrics, curve and environments beside the state; a
+    checkpoint whose copies of them do not fit the updates it says were done (a file of another
+    program; a digest-less one of an older version) is refused, naming the file, not half-used
+    (it raised an IndexError from the restore, or ran on with a shorter curve)."""
+    cfg = replace(with_bpo(get_preset("cartpole_ppo"), True), seeds=2, **HOST_TINY)
+    run(cfg, checkpoint_dir=tmp_path, checkpoint_every=1)  # leaves its last checkpoint, after update 2 of 2
+    raw = ckpt.read_payload(tmp_path)
+    damage(raw["extra"])
+    ckpt.write_payload(tmp_path, raw)
+    with pytest.raises(ckpt.UnreadableCheckpoint, match=re.escape(why)):
+        run(cfg, checkpoint_dir=tmp_path, checkpoint_every=1)
 
 
 def _unfinished_run(tmp_path) -> tuple[Path, object]:
@@ -240,7 +266,8 @@ def _unfinished_run(tmp_path) -> tuple[Path, object]:
 
 
 @pytest.mark.parametrize("damage", ["garbage", "truncated", "foreign", "info without progress", "a changed byte",
-                                    "progress past the end", "an array of another shape"])
+                                    "progress past the end", "an array of another shape", "outputs of fewer iterations",
+                                    "progress short of its outputs", "another seed count"])
 def test_a_damaged_checkpoint_is_refused_with_one_line_naming_the_file(tmp_path, damage):
     out, _ = _unfinished_run(tmp_path)
     state = out / "checkpoint" / ckpt.STATE_FILE
@@ -252,11 +279,18 @@ def test_a_damaged_checkpoint_is_refused_with_one_line_naming_the_file(tmp_path,
         at = bytes(data).index(np.asarray(theta).tobytes())
         data[at] ^= 1
         state.write_bytes(bytes(data))
-    elif damage in ("progress past the end", "an array of another shape"):  # well-formed, with a digest that matches
+    elif damage in ("progress past the end", "an array of another shape", "outputs of fewer iterations",
+                    "progress short of its outputs", "another seed count"):  # well-formed, with a digest that matches
         raw = ckpt.read_payload(out / "checkpoint")
         info = json.loads(raw["info"])
         if damage == "progress past the end":
             raw["info"] = json.dumps({**info, "iterations_done": info["iterations"] + 1})
+        elif damage == "progress short of its outputs":  # it would run an iteration again, its outputs twice
+            raw["info"] = json.dumps({**info, "iterations_done": info["iterations_done"] - 1})
+        elif damage == "outputs of fewer iterations":
+            raw["state"]["outputs"] = jax.tree.map(lambda x: x[:, :-1], raw["state"]["outputs"])
+        elif damage == "another seed count":
+            raw["state"]["carry"] = jax.tree.map(lambda x: x[:1], raw["state"]["carry"])
         else:
             params = raw["state"]["carry"]["pi_params"]["params"]
             params["theta"] = np.zeros(np.shape(params["theta"]) + (2,), np.float32)
@@ -277,7 +311,10 @@ def test_a_damaged_checkpoint_is_refused_with_one_line_naming_the_file(tmp_path,
     assert f"checkpoint: '{state}' cannot be used" in done.stderr and "remove the checkpoint folder" in done.stderr
     why = {"a changed byte": "its SHA-256 does not match its contents",
            "progress past the end": "is not a count of the run's iterations",
-           "an array of another shape": "['theta'] is float32[2, 2, 2], the run's float32[2, 2]"}
+           "an array of another shape": "['theta'] is float32[2, 2, 2], the run's float32[2, 2]",
+           "outputs of fewer iterations": "state['outputs'][0]['eval_episode'] is int32[2, 4], the run's int32[2, 5]",
+           "progress short of its outputs": "state['outputs'][0]['eval_episode'] is int32[2, 5], the run's int32[2, 4]",
+           "another seed count": "state['carry'].key is uint32[1, 2], the run's uint32[2, 2]"}
     assert why.get(damage, "") in done.stderr
 
 
@@ -292,7 +329,8 @@ def test_a_damaged_checkpoint_is_refused_with_one_line_naming_the_file(tmp_path,
 def test_a_checkpoint_whose_progress_is_not_a_count_is_refused(tmp_path, info, why):
     cfg = get_preset("short_corridor")
     ckpt.save(tmp_path, {"x": np.zeros(2, np.float32)}, {}, info, cfg)
-    for read in (lambda: ckpt.read_info(tmp_path), lambda: ckpt.load(tmp_path, {"x": np.zeros(2, np.float32)})):
+    template = {"x": np.zeros(2, np.float32)}
+    for read in (lambda: ckpt.read_info(tmp_path), lambda: ckpt.load(tmp_path, lambda _: template)):
         with pytest.raises(ckpt.UnreadableCheckpoint, match=re.escape(why)):
             read()
 
@@ -320,16 +358,20 @@ def test_a_checkpoint_is_checked_against_the_run_s_dtypes_and_axes_and_a_digest_
     ckpt.save(tmp_path, x, {}, {"iterations_done": 1, "iterations": 4}, cfg)
     assert (tmp_path / ckpt.STATE_FILE).read_bytes()[-42:-32] == ckpt.TRAILER
     jax_tree_equal = lambda a, b: all(np.array_equal(a[k], b[k]) and a[k].dtype == b[k].dtype for k in a)  # noqa: E731
-    assert jax_tree_equal(ckpt.load(tmp_path, x)[0], x)
+    dones = []
+    assert jax_tree_equal(ckpt.load(tmp_path, lambda done: dones.append(done) or x)[0], x)
+    assert dones == [1]  # the template is asked for the state after the iterations the checkpoint holds
     with pytest.raises(ckpt.UnreadableCheckpoint, match=re.escape("state['a'] is float32[3], the run's float32[3, 1]")):
-        ckpt.load(tmp_path, {**x, "a": np.zeros((3, 1), np.float32)})
-    assert ckpt.load(tmp_path, {**x, "a": np.zeros(4, np.float32)})  # lengths may differ: outputs grow
+        ckpt.load(tmp_path, lambda _: {**x, "a": np.zeros((3, 1), np.float32)})
+    # Another length (outputs of fewer iterations than its progress says, another seed count) too.
+    with pytest.raises(ckpt.UnreadableCheckpoint, match=re.escape("state['a'] is float32[3], the run's float32[4]")):
+        ckpt.load(tmp_path, lambda _: {**x, "a": np.zeros(4, np.float32)})
     with pytest.raises(ckpt.UnreadableCheckpoint, match=re.escape("state['b'] is uint32[2], the run's int32[2]")):
-        ckpt.load(tmp_path, {**x, "b": np.zeros(2, np.int32)})
+        ckpt.load(tmp_path, lambda _: {**x, "b": np.zeros(2, np.int32)})
     # A file of a version before the digest (msgpack alone) loads as it did.
     path = tmp_path / ckpt.STATE_FILE
     path.write_bytes(path.read_bytes()[:-42])
-    assert jax_tree_equal(ckpt.load(tmp_path, x)[0], x) and ckpt.read_info(tmp_path)["iterations_done"] == 1
+    assert jax_tree_equal(ckpt.load(tmp_path, lambda _: x)[0], x) and ckpt.read_info(tmp_path)["iterations_done"] == 1
 
 
 def test_a_new_run_may_not_start_over_an_unfinished_run_s_checkpoint(tmp_path):
@@ -487,10 +529,10 @@ def test_a_checkpoint_that_names_the_target_state_ppo_still_loads(tmp_path):
     learner_dict["ppo"] = learner_dict.pop("target")  # as the older version wrote it
     path.write_bytes(serialization.msgpack_serialize(raw))
 
-    loaded, _, _ = ckpt.load(tmp_path, {"carry": state}, migrate_state_dict)
+    loaded, _, _ = ckpt.load(tmp_path, lambda _: {"carry": state}, migrate_state_dict)
     jax.tree.map(np.testing.assert_array_equal, loaded, {"carry": state})
     with pytest.raises(Exception, match="target"):
-        ckpt.load(tmp_path, {"carry": state})
+        ckpt.load(tmp_path, lambda _: {"carry": state})
 
 
 def test_a_checkpoint_continues_with_other_physics_threads_but_not_another_seed(tmp_path):

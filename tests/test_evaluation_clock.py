@@ -44,8 +44,11 @@ class FakeRunner:
     def init(self):
         self._spend(100)
 
-    def template(self):
+    def template(self, done):
         return np.zeros(1)
+
+    def extra_problem(self, extra, done):
+        return None
 
     def restore(self, state, extra):
         self.state = state
@@ -105,7 +108,7 @@ def test_a_checkpoint_without_a_clock_gives_a_run_without_one(tmp_path, fake_clo
     monkeypatch.setattr(driver.processes, "requested", lambda: signal.SIGINT if runner.state[0] == 2 else None)
     with pytest.raises(Interrupted):
         driver.drive(runner, cfg, tmp_path, checkpoint_every=4)
-    state, extra, info = ckpt.load(tmp_path, np.zeros(1))
+    state, extra, info = ckpt.load(tmp_path, lambda _: np.zeros(1))
     del extra[driver.CLOCK]  # as a checkpoint written before the clock was kept
     ckpt.save(tmp_path, state, extra, {k: v for k, v in info.items() if k != "config"}, cfg)
     monkeypatch.setattr(driver.processes, "requested", lambda: None)

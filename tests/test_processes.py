@@ -214,7 +214,7 @@ def test_a_checkpoint_s_progress_travels_with_its_state(tmp_path):
     ckpt.save(tmp_path, state, {}, {"iterations_done": 4}, cfg)
     ckpt.save(tmp_path, {"w": np.arange(3.0) + 1}, {}, {"iterations_done": 8}, cfg)
     (tmp_path / ckpt.INFO_FILE).write_text(json.dumps({"iterations_done": 4}))  # as if killed in between
-    loaded, _, info = ckpt.load(tmp_path, state)
+    loaded, _, info = ckpt.load(tmp_path, lambda _: state)
     assert info["iterations_done"] == 8 and info["config"]["preset"] == "short_corridor"
     np.testing.assert_array_equal(loaded["w"], np.arange(3.0) + 1)
 

@@ -13,7 +13,7 @@ SHA-256 of what precedes it (``TRAILER``), so that a file changed after it was w
 bit, an edit) is refused rather than half-used; files of older versions, without it, still load.
 Loading also checks what the digest cannot vouch for in a file of an older version or of another
 program: the progress (a count within the run's iterations, times that are numbers) and each
-array's dtype and number of axes against the template.
+array's dtype and shape against the template, the run's state after the iterations done.
 """
 
 from __future__ import annotations
@@ -21,7 +21,9 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import jax
 import numpy as np
@@ -172,13 +174,15 @@ def exists(directory: Path | None) -> bool:
     return directory is not None and (Path(directory) / STATE_FILE).exists()
 
 
-def load(directory: Path, template, migrate=None):
-    """(state shaped like ``template``, extra, info) of the checkpoint in ``directory``; the info
-    is the one saved with the state (``save``). ``migrate``: maps a state dict written by an older
-    version to this one's names before it is matched with ``template``."""
+def load(directory: Path, template_after: Callable[[int], Any], migrate=None):
+    """(state, extra, info) of the checkpoint in ``directory``; the info is the one saved with the
+    state (``save``), and the state is shaped like ``template_after(iterations_done)``, the run's
+    state after the iterations the info says were done. ``migrate``: maps a state dict written by
+    an older version to this one's names before it is matched with the template."""
     directory = Path(directory)
     raw = read_payload(directory)
     info = _info(raw, directory)
+    template = template_after(info["iterations_done"])
     saved = raw["state"] if migrate is None else migrate(raw["state"])
     state = _read(directory / STATE_FILE, lambda _: serialization.from_state_dict(template, saved))
     if why := _layout_problem(state, template):
@@ -187,13 +191,14 @@ def load(directory: Path, template, migrate=None):
 
 
 def _layout_problem(state, template) -> str | None:
-    """The first array of ``state`` whose dtype or number of axes is not its template's, if any (not
-    the lengths: a runner's outputs so far grow with the iterations done)."""
+    """The first array of ``state`` whose dtype or shape is not its template's, if any (the
+    runner's template is the state after the iterations the checkpoint says were done, so outputs
+    of fewer iterations, or arrays of another seed count, are refused rather than half-used)."""
     for (path, leaf), want in zip(jax.tree_util.tree_flatten_with_path(state)[0], jax.tree.leaves(template),
                                   strict=True):
         if hasattr(want, "shape") and hasattr(want, "dtype"):
             got = np.asarray(leaf)
-            if got.ndim != len(want.shape) or got.dtype != np.dtype(want.dtype):
+            if got.shape != tuple(want.shape) or got.dtype != np.dtype(want.dtype):
                 return (f"state{jax.tree_util.keystr(path)} is {got.dtype}{list(got.shape)}, the run's "
                         f"{np.dtype(want.dtype)}{list(want.shape)}")
     return None

@@ -191,8 +191,29 @@ class HostRunner:
         self._start_clock()
         self.evals = self._evaluate(0)
 
-    def template(self):
+    def template(self, done: int):
+        del done  # the learner's state has the same shapes after any update
         return self.key, self.state, self.sde
+
+    def extra_problem(self, extra: dict, done: int) -> str | None:
+        """What in a checkpoint's extra (``snapshot``) does not fit ``done`` updates of this run."""
+        S, names = self.n_seeds, ("obs", "episode_return", "updates_done", "train", "eval_steps", "eval_returns",
+                                  "n_evals", "envs")
+        if missing := [k for k in names if k not in extra]:
+            return f"it has no {', '.join(missing)}"
+        if extra["updates_done"] != done:
+            return f"it holds {extra['updates_done']!r} updates' environments, its progress says {done}"
+        train = {k: np.shape(v) for k, v in extra["train"].items()}
+        if any(shape[:2] != (S, done) for shape in train.values()):
+            return f"its training metrics have shapes {train}, {done} updates of {S} seeds make ({S}, {done})"
+        steps, returns = np.shape(extra["eval_steps"]), np.shape(extra["eval_returns"])
+        if len(steps) != 1 or returns != (*steps, S):
+            return f"its curve has {steps} evaluation steps and returns of shape {returns} for {S} seeds"
+        E = self.n_envs
+        if np.shape(extra["obs"]) != (S, E, self.spec.obs_dim) or np.shape(extra["episode_return"]) != (S * E,) \
+                or len(extra["envs"]) != S * E:
+            return f"its environments are not this run's {S} x {self.n_envs}"
+        return None
 
     def restore(self, saved, extra: dict) -> None:
         (self.key, self.state, self.sde) = saved

@@ -119,10 +119,19 @@ class JaxRunner:
         self._carries = [self._init(self.keys[a:b], h) for (a, b), h in zip(self.shards, self._shard_hp, strict=True)]
         self._pieces = []
 
-    def template(self):
-        """The shapes of a checkpoint's state (traced only when resuming: an MJX iteration takes long)."""
+    def template(self, done: int):
+        """The shapes of a checkpoint's state after ``done`` iterations: the carry of every seed and
+        ``done`` iterations' outputs, which ``snapshot`` joins on axis 1 (traced only when resuming:
+        an MJX iteration takes long)."""
         full_shape = jax.eval_shape(self._init, self.keys, self.hp)
-        return {"carry": full_shape, "outputs": jax.eval_shape(self._iteration, full_shape, self.hp, self._index)[1]}
+        one = jax.eval_shape(self._iteration, full_shape, self.hp, self._index)[1]
+        grown = lambda x: jax.ShapeDtypeStruct((x.shape[0], done * x.shape[1], *x.shape[2:]), x.dtype)  # noqa: E731
+        return {"carry": full_shape, "outputs": jax.tree.map(grown, one)}
+
+    def extra_problem(self, extra: dict, done: int) -> str | None:
+        """None: a JAX run keeps all its progress in its state (``snapshot``), which ``template`` checks."""
+        del extra, done
+        return None
 
     def restore(self, saved, extra: dict) -> None:
         self._carries = [_seed_slice(saved["carry"], a, b) for a, b in self.shards]

@@ -51,7 +51,9 @@ class Runner(Protocol):
     summary. ``iterate(done)`` runs iteration ``done`` and returns its training metrics
     ``{name: [seeds, units]}`` with the index of its first unit; ``snapshot(done)`` returns (state,
     extra, the part of the state to check for non-finite values) for ``bpo.infra.checkpoint.save``;
-    ``restore(state, extra)`` takes them back, ``state`` shaped like ``template()``;
+    ``restore(state, extra)`` takes them back, ``state`` shaped like ``template(done)`` (the state
+    after ``done`` iterations) and ``extra`` first checked by ``extra_problem(extra, done)`` (what in
+    it does not fit ``done`` iterations, if anything);
     ``evaluations_done(done)``: the evaluations of each seed already reported after ``done``
     iterations (where a resumed run's progress bar starts)."""
 
@@ -70,7 +72,9 @@ class Runner(Protocol):
 
     def init(self) -> None: ...
 
-    def template(self): ...
+    def template(self, done: int): ...
+
+    def extra_problem(self, extra: dict, done: int) -> str | None: ...
 
     def restore(self, state, extra: dict) -> None: ...
 
@@ -116,10 +120,12 @@ def resume_point(runner: Runner, cfg: TrainConfig, directory: Path | None) -> Re
         return Resumed(0, dict.fromkeys(TIMES, 0.0), {}, [0.0])
     if why := ckpt.mismatch(directory, cfg, runner.checkpoint_info.get("seed_chunk")):
         raise ConfigError("resume", why)
-    state, extra, info = ckpt.load(directory, runner.template(), migrate_state_dict)
+    state, extra, info = ckpt.load(directory, runner.template, migrate_state_dict)
+    done = int(info["iterations_done"])
+    if why := runner.extra_problem(extra, done):
+        raise ckpt.UnreadableCheckpoint(directory / ckpt.STATE_FILE, why)
     runner.restore(state, extra)
     before = info.get("elapsed") or {}
-    done = int(info["iterations_done"])
     return Resumed(done, {k: float(before.get(k, 0.0)) for k in TIMES}, extra.get(POINTS, {}),
                    _saved_clock(extra, done))
 

@@ -372,9 +372,14 @@ def expand(sweep: Sweep) -> list[RunSpec]:
             without_set = spec.build()
             _check_not_the_variants(spec, (*grid.fixed, *grid.set_values))
             spec = dataclasses.replace(spec, overrides=spec.overrides + tuple(grid.set_values))
-            cfg = spec.config()
+            cfg = spec.config()  # every setting checked against the fields, read or not
             _check_read(cfg, label, variant)
-            applied |= {k for k, _ in spec.overrides if _reads(cfg, k)}
+            read = tuple((k, v) for k, v in spec.overrides if _reads(cfg, k))
+            applied |= {k for k, _ in read}
+            # Only what the run reads: a PPO run's unread returns.c_bar would change its config, not
+            # its id or its results, and the finished run would no longer count as finished.
+            spec = dataclasses.replace(spec, overrides=read)
+            cfg = spec.config()
             if sweep.probe is not None:
                 check_probe_plan(sweep.probe, cfg)
             run_id = _run_id(cfg, grid, variant, label, without_set)

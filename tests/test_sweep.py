@@ -597,10 +597,14 @@ def test_a_setting_that_changes_no_run_of_the_sweep_is_refused(variants, setting
 
 def test_a_setting_of_bpo_s_returns_names_only_the_runs_with_bpo():
     """``--set returns.c_bar=2.0`` over PPO and BPO runs changes the BPO run, whose id says so; the
-    PPO run does not read it, and its id is that of PPO without the setting."""
+    PPO run does not read it, and its id and config are those of PPO without the setting (its config
+    once held c_bar 2.0 under the plain id, so a finished PPO run of the folder was redone)."""
     specs = expand(build_sweep(SweepArgs(preset="cartpole_ppo", variants=("ppo", "bpo"), set=("returns.c_bar=2.0",))))
     assert [s.run_id for s in specs] == ["CartPole-v1-cartpole_ppo-ppo",
                                          "CartPole-v1-cartpole_ppo-bpo-returns.c_bar=2.0"]
+    plain = expand(build_sweep(SweepArgs(preset="cartpole_ppo", variants=("ppo", "bpo"))))
+    assert specs[0] == plain[0] and specs[0].config() == plain[0].config()
+    assert specs[1].config().returns.c_bar == 2.0 != plain[1].config().returns.c_bar
 
 
 def test_a_slurm_job_counts_as_ended_only_in_a_final_state_or_forgotten_on_two_checks():

@@ -436,25 +436,6 @@ def _preparse(argv: list[str], flag: str) -> str | None:
     return value
 
 
-PATH_POSITIONALS = {"table": "results_dir", "plot": "results_dir", "evaluate": "run", "probe": "run",
-                    "probe-summary": "folder"}
-"""The commands whose positional argument is a path, and its field's name."""
-
-
-def _empty_path(command: str, argv: list[str]) -> str | None:
-    """The first path given an empty string (``--out ''``, ``bpo table "$UNSET"``), which the path
-    would read as the current folder and fill with a run's or a table's files; or None. An empty
-    argument that is not an option's value is the command's positional path."""
-    for i, arg in enumerate(argv):
-        flag, eq, value = arg.partition("=")
-        if flag in ("--out", "--resume", "--results", "--root", "--video") and (
-                value == "" if eq else i + 1 < len(argv) and argv[i + 1] == ""):
-            return flag.removeprefix("--")
-        if arg == "" and command in PATH_POSITIONALS and (i == 0 or not argv[i - 1].startswith("-")):
-            return PATH_POSITIONALS[command]
-    return None
-
-
 def main(argv: list[str] | None = None) -> int:
     """``bpo``; output cut off by its reader (``bpo ... --help | head -1``) ends it quietly. As the
     program itself (no ``argv``: the ``bpo`` script, ``python -m experiments.cli``) it first takes
@@ -483,8 +464,6 @@ def _dispatch(argv: list[str]) -> int:
         print(f"bpo {importlib.metadata.version('bpo')} ({code_version()})")
         return 0
     command, rest = argv[0], argv[1:]
-    if (empty := _empty_path(command, rest)) is not None:
-        return _fail(f"{empty}: an empty path; allowed: a folder or file path ('.' for the current folder)")
     try:
         load_plugins()  # methods and presets of one's own, before any name is looked up
     except ConfigError as e:
@@ -493,7 +472,10 @@ def _dispatch(argv: list[str]) -> int:
         return train_main(rest)
     command_main = _analysis_command(command)
     if command_main is not None:
-        return command_main(rest)
+        try:
+            return command_main(rest)
+        except ConfigError as e:  # one its own checks did not catch, such as an empty path (experiments.arguments)
+            return _fail(str(e))
     return _fail(f"command: unknown {command!r}; allowed: ['evaluate', 'plot', 'probe', 'probe-summary', "
                  "'report', 'reproduce', 'sweep', 'table', 'train', 'verify-variance']")
 

@@ -145,6 +145,14 @@ CLI_BAD_INPUTS = [
     (["table", ""], "results_dir", "an empty path; allowed: a folder or file path"),
     (["plot", "--out", "plots", ""], "results_dir", "an empty path; allowed: a folder or file path"),
     (["evaluate", ""], "run", "an empty path; allowed: a folder or file path"),
+    # After a boolean flag or an --opt=value, an empty argument is still the positional path.
+    (["table", "--alternative=greater", ""], "results_dir", "an empty path; allowed: a folder or file path"),
+    (["table", "--allow-skipped", ""], "results_dir", "an empty path; allowed: a folder or file path"),
+    (["plot", "--per-seed", ""], "results_dir", "an empty path; allowed: a folder or file path"),
+    (["plot", "--smooth", "-1", ""], "results_dir", "an empty path; allowed: a folder or file path"),
+    (["evaluate", "runs/x", "--video", ""], "video", "an empty path; allowed: a folder or file path"),
+    (["report", "--root="], "root", "an empty path; allowed: a folder or file path"),
+    (["sweep", "fig2", "--out", ""], "out", "an empty path; allowed: a folder or file path"),
     (["table", str(REPO / "results" / "classic"), "--bootstrap-reps", str(10**20)], "bootstrap_reps",
      "must be an integer in [100, 100,000], got 100000000000000000000"),
     # A metric the runs lack is found once the output folder is made: it is removed again.
@@ -401,7 +409,7 @@ def test_bad_choice_or_type_is_rejected_by_the_parser(argv, allowed, capsys, tmp
 
 def test_the_list_options_are_the_variable_length_fields_in_both_spellings():
     options = list_options(SweepArgs)
-    assert set(options.values()) == {"envs", "variants", "grid", "set"}
+    assert set(options.values()) == {"envs", "variants", "grid", "set", "only"}
     assert options["--variants"] == "variants" and "--dry-run" not in options and "--seeds" not in options
     assert repeated_list_options(SweepArgs, ["--grid", "a=1", "--set", "b=2", "--grid=c=3"]) == ["grid"]
     assert repeated_list_options(SweepArgs, ["--grid", "a=1", "c=3", "--set", "b=2"]) == []

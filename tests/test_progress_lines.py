@@ -187,3 +187,17 @@ def test_a_fresh_run_s_throughput_is_its_steps_over_the_time_after_its_first_eva
         now[0] = t
         bar.update(0, 1.0)
     assert bar.rate == pytest.approx(50.0)
+
+
+def test_a_log_line_shows_a_nan_return_once_an_evaluation_is_done(monkeypatch):
+    """A run whose return became NaN says so in its log lines (they once left the return out, as if
+    no evaluation had finished); before the segment's first evaluation of every seed, none is shown."""
+    monkeypatch.setattr(progress.time, "perf_counter", lambda: 0.0)
+    bar = progress.EvalProgress("run", total_calls=8, enabled=False, seeds=2)
+    lines = progress.LogLines(bar, Console(file=StringIO()))
+    bar.update(0, 1.0)
+    assert "eval return" not in lines.line()  # one seed of two: the evaluation is under way
+    bar.update(0, 3.0)
+    assert "eval return 2.00 (mean of 2 seeds)" in lines.line()
+    bar.update(1, 1.0), bar.update(1, float("nan"))
+    assert "eval return nan (mean of 2 seeds)" in lines.line()

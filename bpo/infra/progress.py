@@ -4,7 +4,6 @@ seconds (default 30) in between, so a run under nohup or Slurm is never silent f
 the runners from the host after each loop iteration."""
 
 import contextlib
-import math
 import os
 import threading
 import time
@@ -139,7 +138,7 @@ class LogLines:
             parts.append("compiling (cached for the next run of this configuration), then the first evaluation")
         elif bar.calls == bar.calls_before:  # a continued run compiles (or loads) its program again
             parts.append("continued from its checkpoint: compiling, then the next evaluation")
-        elif not math.isnan(bar.latest):
+        elif bar.calls - bar.calls_before >= bar.seeds:  # an evaluation of every seed in this segment: NaN shown
             parts.append(f"eval return {bar.latest:.2f}" + (f" (mean of {bar.seeds} seeds)" if bar.seeds > 1 else ""))
         if bar.rate:
             parts.append(f"{bar.rate:,.0f} steps/s")

@@ -262,7 +262,7 @@ VALIDATE_BAD_INPUTS = [
     (ON_POLICY, {"bpo.q_hat_reward": "reward"}, "bpo.q_hat_reward",
      "must be one of ['r_hat', 'last_q_batch_reward'], got 'reward'"),
     # Values of the wrong type, which the command line cannot express (its parser types them).
-    (ON_POLICY, {"preset": None}, "preset", "must be a string, got None"),
+    (ON_POLICY, {"preset": None}, "preset", "(not a path), got None"),
     (ON_POLICY, {"variant": None}, "variant", "must be one of ['', 'ppo', "),
     (ON_POLICY, {"ppo.use_sde": 0}, "ppo.use_sde", "must be True or False, got 0"),
     (EPISODIC, {"bpo.clip_targets": "no"}, "bpo.clip_targets", "must be True or False, got 'no'"),

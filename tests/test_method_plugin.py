@@ -19,7 +19,7 @@ import pytest
 
 from bpo.agents.learner import bpo_ppo_batch, make_learner
 from bpo.agents.methods import get_method, register_method, validate
-from bpo.config.presets import PRESETS
+from bpo.config.presets import PRESETS, register_preset
 from bpo.config.schema import ConfigError, traced_hyperparams, with_bpo
 from bpo.core import distributions
 from bpo.infra.plugins import load_plugins
@@ -133,6 +133,11 @@ def test_bad_methods_and_plugins_are_refused_with_the_name(monkeypatch, tmp_path
     with pytest.raises(ConfigError, match="other than"):
         register_method(type("Bad", (VPG,), {"name": "bpo"})())
     assert register_method(VPG()).name == "vpg"  # the same method again: in place
+    # A preset's name is a folder of runs/ and a column of tables: the rule every run's config meets.
+    for name in ("cartpole vpg+adam", "../elsewhere", "", None):
+        with pytest.raises(ConfigError, match=r"preset: must be a name of letters, digits"):
+            register_preset(replace(PRESETS["cartpole_vpg"], preset=name))
+        assert name not in PRESETS
     assert get_method("vpg").label == "VPG"
     broken = tmp_path / "broken.py"
     broken.write_text("raise RuntimeError('half-written plug-in')\n")

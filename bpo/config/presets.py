@@ -26,6 +26,7 @@ section (``--no-bpo``, or the variant named after the method) the method runs al
 of a preset with ``apply_variant`` (``bpo train PRESET --variant NAME``).
 """
 
+import re
 from dataclasses import replace
 
 from bpo.config.schema import (
@@ -346,14 +347,21 @@ def get_preset(name: str, env: str | None = None):
 BUILT_IN = frozenset(PRESETS)
 """The presets this module defines (``PRESETS`` also holds those plug-ins register)."""
 
+def check_preset_name(name) -> None:
+    """A preset names a folder of the default output path (runs/PRESET/ENV/...) and a table's
+    column: a name, not a path (a hand-edited config.json's "/tmp/x" wrote the run there). The
+    same rule for a plug-in's preset when it registers and for a run's config when it is validated."""
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", name):
+        raise ConfigError("preset", f"must be a name of letters, digits, '_', '.' and '-' (not a path), got {name!r}")
+
+
 def register_preset(cfg, env_overrides: dict | None = None):
     """Add ``cfg`` as the preset ``cfg.preset`` (a plug-in's presets: ``docs/methods.md``), with
     per-environment overrides ``{env: {dotted field: value}}`` as ``ENV_OVERRIDES`` holds for the
     built-in ones. Registering an equal preset again is a no-op; another under a taken name is
     refused. Returns ``cfg``."""
     name = cfg.preset
-    if not isinstance(name, str) or not name:
-        raise ConfigError("preset", f"a registered preset needs a name (its ``preset`` field), got {name!r}")
+    check_preset_name(name)
     if name in PRESETS and (PRESETS[name] != cfg or ENV_OVERRIDES.get(name, {}) != (env_overrides or {})):
         raise ConfigError("preset", f"{name!r} is taken by another preset")
     PRESETS[name] = cfg

@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 import sys
 import typing
 from typing import Literal
 
-from bpo.config.presets import VARIANTS
+from bpo.config.presets import VARIANTS, check_preset_name
 from bpo.config.schema import (
     METHOD_SECTIONS,
     BehaviourConfig,
@@ -120,14 +119,6 @@ def _string(name, value):
         raise ConfigError(name, f"must be a string, got {value!r}")
 
 
-def _preset_name(value):
-    """A preset names a folder of the default output path (runs/PRESET/ENV/...) and a table's
-    column: a name, not a path (a hand-edited config.json's "/tmp/x" wrote the run there)."""
-    _string("preset", value)
-    if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", value):
-        raise ConfigError("preset", f"must be a name of letters, digits, '_', '.' and '-' (not a path), got {value!r}")
-
-
 def _declared_choices(prefix, obj):
     """Every field of the dataclass ``obj`` declared ``bool`` holds True or False (a truthy string
     or 0 would silently switch an option), and every field declared ``Literal[...]`` one of its
@@ -150,7 +141,7 @@ def check_fields(cfg):
     ``bpo.agents.methods.validate``."""
     if isinstance(cfg, OnPolicyTrainConfig):
         return _validate_onpolicy(cfg)
-    _preset_name(cfg.preset)
+    check_preset_name(cfg.preset)
     _declared_choices("", cfg)  # eval_deterministic
     _choice("env", cfg.env, sorted(JAX_ENVS))
     for name in ("seeds", "episodes", "eval_every", "eval_episodes", "max_episode_steps"):
@@ -327,7 +318,7 @@ def _validate_action_space(cfg: OnPolicyTrainConfig) -> None:
 
 
 def _validate_onpolicy(cfg: OnPolicyTrainConfig) -> OnPolicyTrainConfig:
-    _preset_name(cfg.preset)
+    check_preset_name(cfg.preset)
     _declared_choices("", cfg)  # backend, vector_mode, eval_in_background
     _choice("variant", cfg.variant, ("", *VARIANTS))  # "": no variant applied
     _validate_env_backend(cfg)

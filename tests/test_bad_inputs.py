@@ -491,11 +491,12 @@ def test_a_run_is_replayed_from_its_own_config_json(tmp_path, capsys):
         assert capsys.readouterr().err.startswith(f"error: {name}: in ") and not (tmp_path / "y").exists()
 
 
-def test_a_hand_edited_config_json_is_refused_not_replayed_with_defaults(tmp_path, capsys):
+def test_a_hand_edited_config_json_is_refused_not_replayed_with_defaults(tmp_path, capsys, monkeypatch):
     """A recorded config.json with a section that is not an object, a field deleted, a path for its
     preset or arrays nested past Python's recursion limit: each refused, naming the field, before
     any compile. They replayed with the defaults of the sections or fields (another run than the
     recorded one), wrote the run under the preset's path, or ended in a traceback."""
+    monkeypatch.chdir(tmp_path)
     first = tmp_path / "first"
     assert main(["train", "short_corridor", "--bpo", "--episodes", "10", "--eval-every", "10", "--seeds", "1",
                  "--no-progress", "--out", str(first)]) == 0
@@ -519,9 +520,19 @@ def test_a_hand_edited_config_json_is_refused_not_replayed_with_defaults(tmp_pat
         assert main(["train", str(tmp_path / "edited.json"), "--no-progress", "--out", str(tmp_path / "y")]) == 2
         err = capsys.readouterr().err
         assert err.startswith(f"error: {error}") and not (tmp_path / "y").exists(), (error, err)
-    (tmp_path / "deep.json").write_text('{"junk": ' + "[" * 100_000 + "]" * 100_000 + "}")
-    assert main(["train", str(tmp_path / "deep.json"), "--out", str(tmp_path / "y")]) == 2
-    assert "error: config: " in capsys.readouterr().err and not (tmp_path / "abs").exists()
+    # Without --out the default output path starts with the preset: a path there was where the run went.
+    (tmp_path / "edited.json").write_text(json.dumps({**recorded, "preset": str(tmp_path / "abs")}))
+    assert main(["train", str(tmp_path / "edited.json"), "--no-progress"]) == 2
+    assert "error: preset: must be a name" in capsys.readouterr().err and not (tmp_path / "abs").exists()
+    # Arrays past the JSON parser's limit, and an object within it but past the readers' (a traceback).
+    levels = sys.getrecursionlimit() - 200  # the JSON parser takes a frame a level: it reads these
+    deep_object = '{"a": ' * levels + "1" + "}" * levels
+    for field, junk in (("junk", "[" * 100_000 + "]" * 100_000), ("eval_every", deep_object)):
+        text = json.dumps({**recorded, field: 0}).replace(f'"{field}": 0', f'"{field}": {junk}')
+        (tmp_path / "deep.json").write_text(text)
+        assert main(["train", str(tmp_path / "deep.json"), "--out", str(tmp_path / "y")]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: config: ") and len(err.splitlines()) == 1, err[:800]
 
 
 def test_progress_written_to_a_log_is_one_whole_line(tmp_path):

@@ -325,6 +325,7 @@ def test_a_damaged_checkpoint_is_refused_with_one_line_naming_the_file(tmp_path,
     ({"iterations_done": True, "iterations": 4}, "True of 4 iterations, is not a count"),
     ({"iterations_done": 1, "iterations": 4, "elapsed": "garbage"}, "its elapsed times, 'garbage', are not"),
     ({"iterations_done": 1, "elapsed": {"wall_time_s": "1"}}, "are not a mapping of names to seconds"),
+    ({"iterations_done": 1, "options": [[[[[[[[[[[]]]]]]]]]]]}, "its settings nest 12 levels deep"),
 ])
 def test_a_checkpoint_whose_progress_is_not_a_count_is_refused(tmp_path, info, why):
     cfg = get_preset("short_corridor")

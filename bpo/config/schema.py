@@ -906,6 +906,21 @@ def check_run_config(data, source: str) -> None:
                                       f"method's name ({method}) for the method alone")
 
 
+MAX_CONFIG_NESTING = 8
+"""How deep a run's config.json may nest objects and arrays: its sections and tuples reach 3."""
+
+
+def nesting(data) -> int:
+    """How deep ``data`` (parsed JSON) nests objects and arrays, found without recursion."""
+    deepest, stack = 0, [(data, 0)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, (dict, list)):
+            deepest = max(deepest, depth + 1)
+            stack.extend((v, depth + 1) for v in (value.values() if isinstance(value, dict) else value))
+    return deepest
+
+
 def read_recorded_config(path) -> tuple[dict, object]:
     """A run's recorded ``config.json`` at ``path``: its data and the config ``from_dict`` reads
     from them, for ``bpo train`` to replay and ``bpo evaluate`` to act by. What is not one (not
@@ -918,6 +933,9 @@ def read_recorded_config(path) -> tuple[dict, object]:
         data = json.loads(Path(path).read_text())
     except (OSError, ValueError, RecursionError) as e:  # RecursionError: arrays nested thousands deep
         raise unreadable(e) from None
+    if (depth := nesting(data)) > MAX_CONFIG_NESTING:  # every reader below recurses into the data
+        raise ConfigError("config", f"{str(path)!r} cannot be read as a run's config.json (its values nest {depth} "
+                                    f"levels deep; a run's config.json nests at most {MAX_CONFIG_NESTING})")
     check_run_config(data, str(path))
     try:
         return data, from_dict(data)

@@ -29,7 +29,7 @@ import jax
 import numpy as np
 from flax import serialization
 
-from bpo.config.schema import RESUMABLE_CHANGES, ConfigError, current_config, to_dict
+from bpo.config.schema import MAX_CONFIG_NESTING, RESUMABLE_CHANGES, ConfigError, current_config, nesting, to_dict
 from bpo.infra import results
 
 STATE_FILE, INFO_FILE = "checkpoint.msgpack", "checkpoint.json"
@@ -90,6 +90,9 @@ def _info(raw: dict, directory: Path) -> dict:
     missing = [k for k in ("iterations_done", "config") if not isinstance(info, dict) or k not in info]
     if missing:
         raise UnreadableCheckpoint(path, f"its progress has no {', '.join(missing)}")
+    if (depth := nesting(info)) > MAX_CONFIG_NESTING + 1:  # its config, one level down, is read recursively
+        raise UnreadableCheckpoint(path, f"its settings nest {depth} levels deep; a checkpoint's nest at most "
+                                         f"{MAX_CONFIG_NESTING + 1}")
     if why := _progress_problem(info):
         raise UnreadableCheckpoint(path, why)
     return info

@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 import math
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -96,12 +96,13 @@ def equal_runs(full: dict[str, list[np.ndarray]]) -> dict[str, np.ndarray]:
 
 
 def runs_used_note(cells: dict, rows: list[str], tasks, full: dict[str, list[np.ndarray]],
-                   ran: dict | None = None) -> str | None:
+                   ran: dict | None = None, untested: Collection = ()) -> str | None:
     """Which runs and rows of ``cells`` the cross-task aggregates leave out and why; ``tasks`` and
     ``full``: ``normalised_runs(cells, baseline, rows)`` (a row must be on every task that has the
     baseline, with as many runs on each); ``ran``: {task: the rows with runs there, finite or not},
-    to tell a cell not run yet (a campaign part-way) from one without a finite final return. None
-    when every run is in them."""
+    to tell a cell not run yet (a campaign part-way) from one without a finite final return;
+    ``untested``: the (task, row) cells left out for another budget or evaluation than their
+    baseline's (``experiments.table.incomparable``). None when every run is in them."""
     notes = []
     parts = []
     for row, per_task in full.items():
@@ -112,19 +113,29 @@ def runs_used_note(cells: dict, rows: list[str], tasks, full: dict[str, list[np.
     if parts:
         notes.append("rliable's IQM and overall probability of improvement need equal runs per task: "
                      + "; ".join(parts) + ". Each task's own probability of improvement uses every run.")
-    lacking = {}  # (the tasks a row has no run on, those it has no finite return on) -> the rows lacking just those
+    lacking = {}  # the tasks a row lacks, by reason -> the rows lacking just those
     for row in (r for r in rows if r not in full):
         if 0 < len(ts := [t for t in tasks if row not in cells[t]]) < len(tasks):
-            not_run = tuple(f"{t[0]} {t[1]}" for t in ts if ran is not None and row not in ran.get(t, ()))
-            nan = tuple(f"{t[0]} {t[1]}" for t in ts if f"{t[0]} {t[1]}" not in not_run)
-            lacking.setdefault((not_run, nan), []).append(row)
-    missing = [f"{', '.join(rs)} (" + "; ".join(([f"no run yet on {', '.join(not_run)}"] if not_run else [])
-                                                 + ([f"no finite final return on {', '.join(nan)}"] if nan else []))
-               + ")" for (not_run, nan), rs in lacking.items()]
+            lacking.setdefault(_why_lacking(row, ts, ran, untested), []).append(row)
+    missing = [f"{', '.join(rs)} (" + "; ".join(f"{why} on {', '.join(on)}" for why, on in reasons) + ")"
+               for reasons, rs in lacking.items()]
     if missing:
         notes.append(f"Left out of the cross-task aggregates, which need every row on all {len(tasks)} tasks that "
                      f"have the baseline: {'; '.join(missing)}.")
     return " ".join(notes) or None
+
+
+def _why_lacking(row: str, tasks: list, ran: dict | None, untested: Collection) -> tuple:
+    """((reason, the tasks it holds for), ...) for the tasks ``row`` lacks in the aggregates: its
+    cell there measured at another budget or evaluation than the baseline's, not run yet, or
+    without a finite final return."""
+    label = lambda t: f"{t[0]} {t[1]}"  # noqa: E731
+    other = tuple(label(t) for t in tasks if (t, row) in untested)
+    not_run = tuple(label(t) for t in tasks if (t, row) not in untested and ran is not None
+                    and row not in ran.get(t, ()))
+    nan = tuple(label(t) for t in tasks if label(t) not in other + not_run)
+    return tuple((why, on) for why, on in (("another budget or evaluation than the baseline's", other),
+                                           ("no run yet", not_run), ("no finite final return", nan)) if on)
 
 
 def normalised_scores(cells: dict, baseline: str, rows: list[str]) -> tuple[list, dict[str, np.ndarray]]:
@@ -224,15 +235,16 @@ def gap_and_profiles(scores: dict[str, np.ndarray], reps: int, seed: int, gamma:
 
 
 def write_aggregates(cells: dict, baseline: str, out: Path, reps: int = 2000, seed: int = 0,
-                     gamma: float = GAMMA, ran: dict | None = None) -> list[Path]:
+                     gamma: float = GAMMA, ran: dict | None = None, untested: Collection = ()) -> list[Path]:
     """aggregates.json, iqm.{png,pdf}, optimality_gap.{png,pdf}, performance_profile.{png,pdf} and
     probability_of_improvement.{png,pdf} in ``out``; ``gamma``: the optimality gap's threshold;
-    ``ran``: as for ``runs_used_note``."""
+    ``ran`` and ``untested``: as for ``runs_used_note``."""
     rows = sort_rows({r for by_row in cells.values() for r in by_row})
     tasks, full = normalised_runs(cells, baseline, rows)
     if not tasks:
         return []
-    summary = aggregate_summary(tasks, full, baseline, reps, seed, gamma, runs_used_note(cells, rows, tasks, full, ran))
+    used = runs_used_note(cells, rows, tasks, full, ran, untested)
+    summary = aggregate_summary(tasks, full, baseline, reps, seed, gamma, used)
     out = Path(out)
     results.atomic_write_text(out / "aggregates.json", strict_json(summary))
     paths = [out / "aggregates.json"]

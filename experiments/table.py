@@ -627,7 +627,8 @@ def _notes(table, settings, rows, cells, baselines, baseline, skipped, untested)
     """The notes under the table beside the provenance warnings, in the order they are printed."""
     primary = main_baseline(baselines)
     used_cells = aggregate_cells(cells, baselines, primary, untested)
-    used = runs_used_note(used_cells, rows, *normalised_runs(used_cells, primary, rows), ran=cells)
+    used = runs_used_note(used_cells, rows, *normalised_runs(used_cells, primary, rows), ran=cells,
+                          untested=untested)
     return [n for n in (used, untested_note(settings, baselines, baseline), left_out_note(settings, baselines, primary),
                         not_finite_note(table), skipped_note(skipped)) if n]
 
@@ -704,7 +705,7 @@ def write_tables(runs: list[Run], out: Path, baseline: str | None = None, alpha:
     paths = [out / "table1.md", out / "table1.tex", out / "table1.json"]
     primary = main_baseline(baselines)
     return paths + write_aggregates(aggregate_cells(cells, baselines, primary, differ), primary, out, reps, gamma=gamma,
-                                    ran=cells)
+                                    ran=cells, untested=differ)
 
 
 def read_cells(folder: Path) -> tuple[dict, dict]:

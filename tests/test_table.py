@@ -340,19 +340,25 @@ def test_aggregates_use_every_seed_per_task_and_say_which_runs_the_cross_task_on
 def test_a_row_missing_from_a_task_is_named_as_left_out_of_the_cross_task_aggregates(tmp_path):
     """A campaign part-way: two BPO rows on the first column only, and a third whose runs on the
     second all ended in NaN. The aggregates are PPO's alone, and aggregates.json and the table say
-    which rows are left out, which tasks they lack, and whether for want of a run or of a finite
-    return (the committed Table 1 said "no finite final return" of cells not run yet)."""
+    which rows are left out, which tasks they lack, and whether for want of a run, of a finite
+    return or of a budget like the baseline's (the committed Table 1 said "no finite final return"
+    of cells not run yet, and so it did of cells at another budget)."""
     rng = np.random.default_rng(3)
     cells = {ANT: {"ppo": rng.normal(0, 1, 4), "bpo_c1.0_rho1.5": rng.normal(0.5, 1, 4),
-                   "bpo_c1.5_rho1.5": rng.normal(0.5, 1, 4), "bpo_c1.0_rho1.0": rng.normal(0.5, 1, 4)},
-             HOPPER: {"ppo": rng.normal(0, 1, 4), "bpo_c1.0_rho1.0": [math.nan] * 4}}
+                   "bpo_c1.5_rho1.5": rng.normal(0.5, 1, 4), "bpo_c1.0_rho1.0": rng.normal(0.5, 1, 4),
+                   "bpo_traj_c1.0": rng.normal(0.5, 1, 4)},
+             HOPPER: {"ppo": rng.normal(0, 1, 4), "bpo_c1.0_rho1.0": [math.nan] * 4,
+                      "bpo_traj_c1.0": rng.normal(0.5, 1, 4)}}
     synthetic_results(tmp_path / "res", cells)
+    config = tmp_path / "res" / HOPPER[0] / HOPPER[1] / "bpo_traj_c1.0" / "config.json"
+    config.write_text(json.dumps({**json.loads(config.read_text()), "total_timesteps": 20480}))
     assert main(["table", str(tmp_path / "res"), "--bootstrap-reps", "200"]) == 0
     agg = json.loads((tmp_path / "res" / "aggregates.json").read_text())
     assert list(agg["iqm"]) == ["ppo"]
     note = ("Left out of the cross-task aggregates, which need every row on all 2 tasks that have the baseline: "
             "bpo_c1.5_rho1.5, bpo_c1.0_rho1.5 (no run yet on Hopper-v5 mujoco_default); "
-            "bpo_c1.0_rho1.0 (no finite final return on Hopper-v5 mujoco_default).")
+            "bpo_c1.0_rho1.0 (no finite final return on Hopper-v5 mujoco_default); "
+            "bpo_traj_c1.0 (another budget or evaluation than the baseline's on Hopper-v5 mujoco_default).")
     assert any(note in n for n in agg["notes"])
     assert note in (tmp_path / "res" / "table1.md").read_text()
     text = figure_text(iqm_figure(agg, "ppo"))  # under the figure, wrapped to keep its width

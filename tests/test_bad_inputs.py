@@ -372,9 +372,15 @@ def test_the_memory_estimate_is_the_state_and_every_output_twice_and_names_the_f
     assert e.value.field_name == "episodes"  # not even one seed fits: the budget
     # One seed's state alone, 100 / 4 = 25 bytes, is over 20: no budget and no seed count helps (it
     # said "fewer seeds or a smaller budget" of --bpo.q-hidden 200000 200000 with 1 seed, 1 episode).
-    with pytest.raises(ConfigError, match=re.escape("allowed: smaller networks (the sections' hidden sizes)")) as e:
-        check_run_fits(cfg, 100, 3, 5, available=20)
-    assert e.value.field_name == "state"
+    # The fields named are the run's own (it named num_envs and replay_size, which no config has).
+    with pytest.raises(ConfigError, match=re.escape("allowed: smaller networks or buffers: bpo.replay_size 1024, "
+                                                    "bpo.q_hidden (64, 64), bpo.mu_hidden (64, 64)")) as e:
+        check_run_fits(with_bpo(cfg, True), 100, 3, 5, available=20)
+    assert e.value.field_name == "bpo.replay_size"
+    with pytest.raises(ConfigError, match=re.escape("allowed: smaller networks or buffers: ppo.n_steps 32, ppo.n_envs "
+                                                    "8, ppo.pi_hidden (64, 64), ppo.vf_hidden (64, 64)")) as e:
+        check_run_fits(replace(with_bpo(get_preset(ON_POLICY), False), seeds=4), 100, 3, 5, available=20)
+    assert e.value.field_name == "ppo.n_steps"
 
 
 def test_a_field_of_the_bpo_section_of_a_run_without_it_is_refused_by_name():

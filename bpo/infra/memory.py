@@ -10,6 +10,7 @@ killer after minutes of compiling and training.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
@@ -59,6 +60,21 @@ def gib(n: float) -> str:
     return f"{n / 2**30:,.1f} GiB" if n >= 2**30 else f"{n / 2**20:,.1f} MiB"
 
 
+SIZE_FIELDS = ("replay_size", "n_steps", "n_envs", "pi_hidden", "vf_hidden", "q_hidden", "mu_hidden")
+"""The fields (by their last name) that make one seed's state large, the largest usually first:
+the replay buffer, the rollout, the networks."""
+
+
+def size_fields(cfg) -> list[tuple[str, object]]:
+    """[(dotted name, value)] of ``cfg``'s fields that set the size of one seed's state
+    (``SIZE_FIELDS``), in the sections the run has, in that order."""
+    found = []
+    for section in (f for f in dataclasses.fields(cfg) if dataclasses.is_dataclass(getattr(cfg, f.name))):
+        found += [(f"{section.name}.{f.name}", getattr(getattr(cfg, section.name), f.name))
+                  for f in dataclasses.fields(getattr(cfg, section.name)) if f.name in SIZE_FIELDS]
+    return sorted(found, key=lambda nv: SIZE_FIELDS.index(nv[0].rpartition(".")[2]))
+
+
 def check_run_fits(cfg, state_bytes: int, per_iteration_bytes: int, n_iterations: int,
                    available: int | None = None) -> int:
     """Refuse a run whose state and kept outputs (every iteration's, twice while they are joined
@@ -73,8 +89,9 @@ def check_run_fits(cfg, state_bytes: int, per_iteration_bytes: int, n_iterations
     field = "seeds" if need / cfg.seeds <= available else budget
     allowed = f"fewer seeds or a smaller budget ({budget})"
     if state_bytes / cfg.seeds > available:  # neither fewer seeds nor a shorter run helps
-        field, allowed = "state", ("smaller networks (the sections' hidden sizes) or buffers (replay_size, the "
-                                   "rollout's n_steps x num_envs)")
+        sizes = size_fields(cfg)
+        field = sizes[0][0]
+        allowed = "smaller networks or buffers: " + ", ".join(f"{name} {value}" for name, value in sizes)
     seeds = f"{cfg.seeds:,} seed{'s' if cfg.seeds != 1 else ''}"
     raise ConfigError(field, f"the run needs about {gib(need)} of memory ({seeds}: state "
                              f"{gib(state_bytes)}, outputs {gib(per_iteration_bytes)} per loop iteration x "

@@ -21,7 +21,7 @@ import envs  # noqa: F401
 import experiments.commands  # noqa: F401
 from bpo.agents.methods import validate
 from bpo.config.presets import get_preset
-from bpo.config.schema import ConfigError, EpisodicBehaviourConfig, replace, with_bpo
+from bpo.config.schema import ConfigError, EpisodicBehaviourConfig, read_recorded_config, replace, with_bpo
 from experiments.arguments import list_options, repeated_list_options
 from experiments.cli import main
 from experiments.commands import SweepArgs
@@ -539,6 +539,22 @@ def test_a_hand_edited_config_json_is_refused_not_replayed_with_defaults(tmp_pat
         assert main(["train", str(tmp_path / "deep.json"), "--out", str(tmp_path / "y")]) == 2
         err = capsys.readouterr().err
         assert err.startswith("error: config: ") and len(err.splitlines()) == 1, err[:800]
+
+
+@pytest.mark.parametrize("algo, method, allowed", [("BPO", None, "'ppo' or 'a2c'"), ("bop", None, "'ppo' or 'a2c'"),
+                                                  (None, None, "'ppo' or 'a2c'"), ("a2c", "ppo", "'ppo'"),
+                                                  ("BPO", "ppo", "'ppo'")])
+def test_an_on_policy_config_json_whose_algo_is_misspelt_is_refused(tmp_path, algo, method, allowed):
+    """``algo`` of an older file says whether the run had BPO ('bpo') or ran its method alone (its
+    name: the file's ``method``, or before files had one PPO or A2C); any other value was read as
+    the method alone, so a misspelt 'BPO' replayed PPO."""
+    recorded = json.loads((REPO / "results" / "classic" / "CartPole-v1-cartpole_ppo-bpo" / "config.json").read_text())
+    assert recorded["algo"] == "bpo" and "method" not in recorded  # a file of the version before ``method``
+    edited = {**recorded, "algo": algo, **({"method": method} if method else {})}
+    (tmp_path / "config.json").write_text(json.dumps(edited))
+    with pytest.raises(ConfigError, match=re.escape(f"is {algo!r}; allowed: 'bpo' with a bpo section, or the "
+                                                    f"method's name ({allowed}) for the method alone")):
+        read_recorded_config(tmp_path / "config.json")
 
 
 def test_progress_written_to_a_log_is_one_whole_line(tmp_path):

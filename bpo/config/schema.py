@@ -899,11 +899,11 @@ def check_run_config(data, source: str) -> None:
                                     "in a run's folder")
     if "algo" in data:  # older files: whether the run had BPO ('bpo') or ran its method alone (its name)
         algo, episodic = data["algo"], not ("ppo" in data or "a2c" in data)
-        if not isinstance(algo, str) or episodic and algo not in ("bpo", "reinforce") or algo == "bpo" and (
-                data.get("bpo") is None):
-            method = "reinforce" if episodic else "e.g. ppo, a2c"
+        # The method's name: the file's method, else (before it had one) PPO or A2C, whose settings were in ppo.
+        alone = ("reinforce",) if episodic else (data["method"],) if "method" in data else ("ppo", "a2c")
+        if algo not in ("bpo", *alone) or algo == "bpo" and data.get("bpo") is None:
             raise ConfigError("algo", f"in {source!r} is {algo!r}; allowed: 'bpo' with a bpo section, or the "
-                                      f"method's name ({method}) for the method alone")
+                                      f"method's name ({' or '.join(map(repr, alone))}) for the method alone")
 
 
 MAX_CONFIG_NESTING = 8

@@ -40,14 +40,13 @@ from bpo.agents.methods import validate
 from bpo.config.presets import PRESETS, VARIANTS, apply_variant, get_preset
 from bpo.config.schema import (
     BPO_SECTIONS,
-    COMPATIBLE_ADDITIONS,
     METHOD_SECTIONS,
     ConfigError,
     EpisodicTrainConfig,
     OnPolicyTrainConfig,
     method_section,
-    missing_fields,
     read_recorded_config,
+    stale_fields,
     unknown_fields,
     with_bpo,
     with_method,
@@ -350,7 +349,7 @@ def starting_config(argv: list[str]):
                                           f"one's); allowed: the fields `bpo train {data.get('preset', 'PRESET')} "
                                           "--help` lists" + (f" ({len(unknown)} such keys: {unknown})"
                                                              if len(unknown) > 1 else ""))
-        if stale := sorted(set(missing_fields(data)) - set(COMPATIBLE_ADDITIONS)):  # its default is not the run's
+        if stale := stale_fields(data):  # its default is not the run's
             raise ConfigError(stale[0], f"is missing from {argv[0]!r}: replayed with today's default, the run "
                                         "would not be the one recorded; allowed: a config.json as `bpo train` wrote it"
                                         + (f" ({len(stale)} such fields: {stale})" if len(stale) > 1 else ""))

@@ -168,7 +168,7 @@ def _rate(run: RunProgress, measured: list[RunProgress], kinds: dict[str, tuple]
     if basis is None:
         return None, False
     rate = sum(m.wall_s / m.shared for m in basis) / sum(kinds[m.spec.run_id][2] * m.fraction_done for m in basis)
-    return rate, basis is tiers[-1] and all(m.spec.preset != run.spec.preset for m in basis)
+    return rate, basis is tiers[-1]  # reached only when no run of its preset is measured
 
 
 def time_line(runs: list[RunProgress]) -> str:

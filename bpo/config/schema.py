@@ -804,13 +804,16 @@ def missing_fields(data: dict) -> list[str]:
                   if not any(r.startswith(n + ".") for r in recorded))
 
 
+def stale_fields(data: dict) -> list[str]:
+    """The fields ``data`` (a recorded config) lacks other than ``COMPATIBLE_ADDITIONS``: read with
+    today's defaults, they may compute something else than the code that recorded it."""
+    return sorted(set(missing_fields(data)) - set(COMPATIBLE_ADDITIONS))
+
+
 def current_config(data: dict):
     """A recorded config (a run's config.json, a checkpoint's) in today's layout (``from_dict``),
-    or None when it is stale: it lacks a field other than ``COMPATIBLE_ADDITIONS``, whose default
-    may compute something else than the code that recorded it."""
-    if set(missing_fields(data)) - set(COMPATIBLE_ADDITIONS):
-        return None
-    return from_dict(data)
+    or None when it is stale (``stale_fields``)."""
+    return None if stale_fields(data) else from_dict(data)
 
 
 def from_dict(data: dict):

@@ -232,17 +232,23 @@ def _validate_authors_bugs(b: BehaviourConfig, rollout: int | None, discrete: bo
                               f"divide the rollout ({rollout}) and bpo.replay_size ({b.replay_size})")
 
 
+BACKEND_ENVS = {"jax": FUNCTIONAL_ENVS, "gymnasium": GYMNASIUM_ENVS, "mjx": MUJOCO_ENVS, "threads": MUJOCO_ENVS}
+"""The environments each on-policy backend has."""
+
+
 def _validate_env_backend(cfg: OnPolicyTrainConfig) -> None:
-    """The environment exists for the backend, with a hint where it exists for another one."""
-    if cfg.backend == "jax" and cfg.env not in FUNCTIONAL_ENVS:
+    """The environment exists for the backend (``BACKEND_ENVS``), with a hint where it exists for another one."""
+    if cfg.env in BACKEND_ENVS.get(cfg.backend, ()):
+        return
+    if cfg.backend == "jax":
         hint = " (a Gymnasium environment: add --backend gymnasium)" if cfg.env in GYMNASIUM_ENVS else ""
         if cfg.env in MUJOCO_ENVS:
             hint = " (a MuJoCo task: add --backend gymnasium, threads or mjx)"
         raise ConfigError("env", f"must be one of {sorted(FUNCTIONAL_ENVS)} with backend jax{hint}, got {cfg.env!r}")
     if cfg.backend == "gymnasium":
         _choice("env", cfg.env, sorted(GYMNASIUM_ENVS))
-    if cfg.backend in ("mjx", "threads") and cfg.env not in MUJOCO_ENVS:
-        raise ConfigError("env", f"must be one of {sorted(MUJOCO_ENVS)} with backend {cfg.backend}, got {cfg.env!r}")
+    raise ConfigError("env", f"must be one of {sorted(BACKEND_ENVS[cfg.backend])} with backend {cfg.backend}, "
+                             f"got {cfg.env!r}")
 
 
 def _validate_settings(cfg: OnPolicyTrainConfig) -> None:

@@ -17,13 +17,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from bpo.config.schema import ConfigError, EpisodicTrainConfig
+from bpo.config.validation import BACKEND_ENVS
 from bpo.infra.results import json_number
 from bpo.instruments.stats import describe
 from bpo.runners.evaluation import run_episodes
 from bpo.runners.onpolicy import run_env
 from bpo.training.policies import SavedPolicies, acting_function, load_policies, task_backend
-from envs import FUNCTIONAL_ENVS
-from envs.gymnasium_envs import MUJOCO_ENVS
 
 
 @dataclass(frozen=True)
@@ -59,9 +58,8 @@ def check_evaluable(saved: SavedPolicies, which: str = "pi", backend: str | None
     if which == "mu" and "mu_params" not in saved.final:
         raise ConfigError("which", "not a BPO run: it has no mu; allowed: pi")
     backend, env = task_backend(saved, backend), saved.config.env
-    if backend in ("mjx", "threads") and env not in MUJOCO_ENVS or backend == "jax" and env not in FUNCTIONAL_ENVS:
-        allowed = [b for b, envs in (("jax", FUNCTIONAL_ENVS), ("mjx", MUJOCO_ENVS), ("threads", MUJOCO_ENVS))
-                   if env in envs]
+    if env not in BACKEND_ENVS[backend]:
+        allowed = [b for b in ("jax", "mjx", "threads") if env in BACKEND_ENVS[b]]  # the ones evaluation runs on
         raise ConfigError("backend", f"{backend} does not have the run's task {env}; allowed: {allowed}")
 
 

@@ -229,7 +229,8 @@ def test_policies_kept_during_training_survive_a_resume(tmp_path):
     assert load_policy(whole, at=2)(np.zeros(4, np.float32)).shape == ()
 
 
-@pytest.mark.parametrize("change", ["another run's policies", "wider networks in the config", "more seeds"])
+@pytest.mark.parametrize("change", ["another run's policies", "wider networks in the config", "more seeds",
+                                    "another run's policies of the same shapes"])
 def test_policies_that_are_not_the_run_s_are_refused_by_evaluate_and_probe(cartpole_run, tmp_path, capsys, change):
     """A run folder whose policies.msgpack cannot be its run's (copied from another run, or a config
     edited since): ``bpo evaluate`` and ``bpo probe`` exit 2 with one line naming the file, before
@@ -243,10 +244,22 @@ def test_policies_that_are_not_the_run_s_are_refused_by_evaluate_and_probe(cartp
         other = replace(with_bpo(cfg, False), total_timesteps=1024, eval_every=512, eval_episodes=1)
         write(run(other), tmp_path / "other")
         policies = (tmp_path / "other" / FILE).read_bytes()  # PPO's: no mu
+    elif change == "another run's policies of the same shapes":  # only the config digest in the file tells
+        other = replace(cfg, seed=cfg.seed + 1, total_timesteps=1024, eval_every=512, eval_episodes=1)
+        write(run(other), tmp_path / "other")
+        policies = (tmp_path / "other" / FILE).read_bytes()
     elif change == "wider networks in the config":
         config["ppo"]["pi_hidden"] = [128, 128]
     else:
         config["seeds"] = 3
+    if change in ("wider networks in the config", "more seeds"):  # a file of before the digest: its shapes tell
+        payload = serialization.msgpack_restore(policies)
+        del payload["config_sha256"]
+        policies = serialization.msgpack_serialize(payload)
+    digest = "its config digest is not that of the run's config.json"
+    why = {"another run's policies": digest, "another run's policies of the same shapes": digest,
+           "wider networks in the config": "its networks' shapes differ",
+           "more seeds": "it holds [2] seeds, the run has 3"}
     (copy / "config.json").write_text(json.dumps(config))
     (copy / FILE).write_bytes(policies)
     for argv in (["evaluate", str(copy)], ["probe", str(copy)]):
@@ -254,6 +267,7 @@ def test_policies_that_are_not_the_run_s_are_refused_by_evaluate_and_probe(cartp
         err = capsys.readouterr().err
         assert err.startswith(f"error: run: '{copy / FILE}': does not belong to the run"), err
         assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+        assert why[change] in err, err
     assert sorted(p.name for p in copy.iterdir()) == ["config.json", FILE]
 
 

@@ -1,8 +1,9 @@
 """Trained policies as artefacts: written into every run directory, loaded back in one line.
 
 ``policies.msgpack`` (flax's msgpack; restored as plain dicts and arrays, never unpickled code)
-holds ``{"format": FORMAT, "kind": "onpolicy" | "episodic", "final": {...}}`` where ``final`` has
-a leading seed axis on every array:
+holds ``{"format": FORMAT, "kind": "onpolicy" | "episodic", "final": {...}, "during": {...},
+"config_sha256": ...}`` (the digest of the run's config.json, ``config_digest``; files written
+before it have none) where ``final`` has a leading seed axis on every array:
 
 * on-policy runs (PPO, BPO-PPO): ``actor_params`` (pi), ``critic_params`` (the value network),
   ``obs_stats`` (the observation normaliser's mean, var, count), for BPO ``mu_params``, and on
@@ -23,6 +24,8 @@ a callable ``obs -> action`` with the normaliser applied::
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -34,7 +37,7 @@ from flax import serialization
 
 from bpo.agents.learner import make_learner
 from bpo.agents.methods import validate
-from bpo.config.schema import ConfigError, EpisodicTrainConfig, read_recorded_config, traced_hyperparams
+from bpo.config.schema import ConfigError, EpisodicTrainConfig, read_recorded_config, to_dict, traced_hyperparams
 from bpo.core import distributions
 from bpo.core.normalization import RunningStats
 from bpo.infra import results
@@ -57,12 +60,22 @@ def plain_tree(tree, leaf=np.array):
     return leaf(tree)
 
 
-def write_policies(run_dir: Path, metrics: dict, episodic_run: bool) -> bool:
-    """Write ``policies.msgpack`` from a finished run's ``metrics["final"]``; False if it has none."""
+def config_digest(data: dict) -> str:
+    """The SHA-256 of a run's config as its ``config.json`` holds it (keys sorted): it ties the
+    policies to the run that wrote them, which their shapes alone do not (another run of the same
+    networks and seed count)."""
+    return hashlib.sha256(json.dumps(data, sort_keys=True, allow_nan=True).encode()).hexdigest()
+
+
+def write_policies(run_dir: Path, metrics: dict, config) -> bool:
+    """Write ``policies.msgpack`` from a finished run's ``metrics["final"]``, with the digest of
+    the run's config (``config_digest``); False if it has none."""
     if "final" not in metrics:
         return False
-    payload = {"format": FORMAT, "kind": "episodic" if episodic_run else "onpolicy",
-               "final": plain_tree(metrics["final"]), "during": plain_tree(metrics.get("during", {}))}
+    recorded = json.loads(json.dumps(to_dict(config), allow_nan=True))  # as config.json will read back
+    payload = {"format": FORMAT, "kind": "episodic" if isinstance(config, EpisodicTrainConfig) else "onpolicy",
+               "final": plain_tree(metrics["final"]), "during": plain_tree(metrics.get("during", {})),
+               "config_sha256": config_digest(recorded)}
     results.atomic_write_bytes(Path(run_dir) / FILE, serialization.msgpack_serialize(payload))
     return True
 
@@ -95,14 +108,14 @@ class SavedPolicies:
         return int(jax.tree.leaves(self.final)[0].shape[0])
 
 
-def run_config(run_dir: Path):
-    """The run's config.json, read and checked as ``bpo train`` checks a config: the policies are
-    evaluated by its settings (an edited ``eval_episodes: 0`` gave a mean of NaN over no episodes,
-    and -3 a JAX traceback). A ``ConfigError`` naming the file and the field otherwise."""
+def run_config(run_dir: Path) -> tuple[dict, object]:
+    """The run's config.json as read (its data) and as checked as ``bpo train`` checks a config:
+    the policies are evaluated by its settings (an edited ``eval_episodes: 0`` gave a mean of NaN
+    over no episodes, and -3 a JAX traceback). A ``ConfigError`` naming the file and the field otherwise."""
     path = Path(run_dir) / "config.json"
-    _, config = read_recorded_config(path)
+    data, config = read_recorded_config(path)
     try:
-        return validate(config)
+        return data, validate(config)
     except ConfigError as e:
         raise ConfigError(e.field_name, f"{str(e).removeprefix(e.field_name + ': ')} (in {str(path)!r})") from None
 
@@ -117,7 +130,7 @@ def load_policies(run_dir: Path) -> SavedPolicies:
                                    f"{str(run_dir)!r}")
         raise NoPolicies(path, "no saved policies (runs written before policies were saved have none; "
                                "train the run again)")
-    config = run_config(run_dir)
+    recorded, config = run_config(run_dir)
     try:
         payload = serialization.msgpack_restore(path.read_bytes())
     except Exception as e:  # noqa: BLE001 -- whatever a damaged file makes a parser raise
@@ -128,7 +141,9 @@ def load_policies(run_dir: Path) -> SavedPolicies:
             or not all(str(k).isdigit() for k in during)):
         raise NoPolicies(path, f"not a {FORMAT} file")
     saved = SavedPolicies(config, payload["kind"], payload["final"], {int(k): v for k, v in during.items()})
-    why = mismatch(saved)
+    # Files written before the digest have none: their shapes are still checked.
+    why = "its config digest is not that of the run's config.json" if payload.get(
+        "config_sha256", config_digest(recorded)) != config_digest(recorded) else mismatch(saved)
     if why:
         raise NoPolicies(path, f"does not belong to the run in {str(run_dir)!r} ({why}); allowed: the "
                                "policies.msgpack that run wrote")

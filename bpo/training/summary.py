@@ -178,7 +178,7 @@ def write(out: RunOutput, run_dir: Path) -> dict:
     """Write the run directory (config, curve, training metrics, the trained policies
     (``bpo.training.policies``), summary last); the summary."""
     summary = summarize(out)
-    write_policies(run_dir, out.metrics, not isinstance(out.config, OnPolicyTrainConfig))
+    write_policies(run_dir, out.metrics, out.config)
     results.write_run_dir(run_dir, out.config, curve_rows(out), summary, train_metric_rows(out))
     return summary
 

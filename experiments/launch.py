@@ -126,10 +126,27 @@ def execute(sweep_dir: str | Path, run_id: str, lock: store.Lock | None = None) 
             print(f"{run_id}: {done}", flush=True)
         job = Job(cfg, sweep_dir / run_id, default_checkpoint_every(cfg), checkpoints=directory)
         with processes.stop_requests():
-            summary = store.publish(sweep_dir, spec, lambda staging: write(train(job, take_stop_signals=False),
-                                                                           staging))
+            def train_and_publish():
+                return store.publish(sweep_dir, spec, lambda staging: write(train(job, take_stop_signals=False),
+                                                                            staging))
+            summary = _starting_over(train_and_publish, directory, run_id)
         ckpt.remove(directory)
     return summary
+
+
+def _starting_over(train_run, directory: Path, label: str):
+    """``train_run()``, and once more from nothing when the checkpoint in ``directory`` does not fit
+    the run's state: its arrays are only checked once the program is built
+    (``bpo.training.driver.resume_point``), after ``continue_or_restart`` took it. A sweep starts such
+    a run over, as it does one of another configuration; it failed on every rerun instead."""
+    try:
+        return train_run()
+    except ckpt.UnreadableCheckpoint as e:
+        if not ckpt.exists(directory):
+            raise
+        print(f"{label}: {e}: starting over", flush=True)
+        ckpt.remove(directory)
+        return train_run()
 
 
 def group_specs(specs: list[RunSpec]) -> list[list[RunSpec]]:
@@ -169,8 +186,9 @@ def execute_group(sweep_dir: Path, specs: list[RunSpec]) -> tuple[dict[str, dict
         if done is not None:
             print(f"{', '.join(s.run_id for s in todo)}: {done}", flush=True)
         every = default_checkpoint_every(cfgs[0])
-        outputs = (run_rows(cfgs, checkpoint_dir=folder, checkpoint_every=every) if len(cfgs) > 1 else
-                   [run_validated(cfgs[0], checkpoint_dir=folder, checkpoint_every=every)])
+        outputs = _starting_over(lambda: run_rows(cfgs, checkpoint_dir=folder, checkpoint_every=every) if len(cfgs) > 1
+                                 else [run_validated(cfgs[0], checkpoint_dir=folder, checkpoint_every=every)], folder,
+                                 ", ".join(s.run_id for s in todo))
         summaries = {}
         for spec, out in zip(todo, outputs, strict=True):
             summaries[spec.run_id] = store.publish(sweep_dir, spec, lambda staging, out=out: write(out, staging))

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bpo.config.schema import from_dict
+from bpo.config.schema import config_digest, from_dict
 from bpo.infra.results import json_number
 from experiments.sweep import RunSpec
 
@@ -302,17 +302,38 @@ def read_sweep_file(results_dir: Path) -> tuple[str, list[RunSpec]] | None:
 
 
 def _agree(summary: dict, cfg, spec: RunSpec | None, run_dir: Path) -> None:
-    """The summary and spec belong to the run its config describes (not copied from another run)."""
-    for name in ("preset", "env", "algo", "seeds"):
-        if name in summary and summary[name] != getattr(cfg, name):
-            raise BadFile(Path(run_dir) / "summary.json", f"{name} is {_shown(summary[name])} but config.json "
-                          f"says {_shown(getattr(cfg, name))}: the summary of another run?")
+    """The summary and spec belong to the run its config describes (not copied from another run):
+    the summary's digest of the config (written since session 61) or else its fields, the spec's
+    row and the settings it gave the run."""
+    run_dir = Path(run_dir)
+    if "config_sha256" in summary and summary["config_sha256"] != config_digest(
+            read_json_object(run_dir / "config.json")):
+        raise BadFile(run_dir / "summary.json", "its config_sha256 is not the digest of config.json: the summary of "
+                                                "another run?")
+    for name in ("preset", "env", "algo", "seeds", "variant"):
+        if name in summary and summary[name] != getattr(cfg, name, None):
+            raise BadFile(run_dir / "summary.json", f"{name} is {_shown(summary[name])} but config.json "
+                          f"says {_shown(getattr(cfg, name, None))}: the summary of another run?")
     if spec is not None:
-        for name in ("preset", "env", "seeds"):
-            value = getattr(spec, name)
-            if value is not None and value != getattr(cfg, name):
-                raise BadFile(Path(run_dir) / "spec.json", f"{name} is {_shown(value)} but config.json says "
-                              f"{_shown(getattr(cfg, name))}: the spec of another run?")
+        row = getattr(cfg, "variant", "") or cfg.algo  # older sweeps named BPO runs 'bpo', whatever the variant
+        given = [(k, v) for k, v in spec.overrides if _read_back(v) != _read_back(_dotted(cfg, k))]
+        for name, value, says in (*((n, getattr(spec, n), getattr(cfg, n)) for n in ("preset", "env", "seeds")),
+                                  ("variant", spec.variant, row), *((k, v, _dotted(cfg, k)) for k, v in given)):
+            if value is not None and value != says and not (name == "variant" and value == cfg.algo):
+                raise BadFile(run_dir / "spec.json", f"{name} is {_shown(value)} but config.json says "
+                              f"{_shown(says)}: the spec of another run?")
+
+
+def _dotted(cfg, name: str):
+    for part in name.split("."):
+        cfg = getattr(cfg, part, None)
+    return cfg
+
+
+def _read_back(value):
+    """A setting as JSON holds it (tuples as lists, 1 and 1.0 alike), to compare a spec's with a config's."""
+    value = json.loads(json.dumps(value, allow_nan=True))
+    return float(value) if isinstance(value, int) and not isinstance(value, bool) else value
 
 
 def read_run(run_dir: Path, root: Path) -> Run:

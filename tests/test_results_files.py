@@ -37,6 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CLASSIC = ROOT / "results" / "classic"
 VICTIM = "Pendulum-v1-pendulum_ppo-bpo"
 OTHER = "CartPole-v1-cartpole_ppo-bpo"
+SAME_TASK = "Pendulum-v1-pendulum_ppo-ppo"
 
 
 def strict_load(path: Path):
@@ -96,6 +97,15 @@ DAMAGE = {
                             "final_mean is "),
     "summary-foreign": ("summary.json", lambda p: shutil.copy(p.parents[1] / OTHER / "summary.json", p),
                         'preset is "cartpole_ppo" but config.json says "pendulum_ppo": the summary of another run?'),
+    # Another run's summary or spec of the same task, method and seeds (two rows of one column, swapped).
+    "summary-other-row": ("summary.json", lambda p: edit_json(p, lambda d: d.update(variant="bpo_c1.5_rho1.5")),
+                          'variant is "bpo_c1.5_rho1.5" but config.json says "": the summary of another run?'),
+    "summary-other-digest": ("summary.json", lambda p: edit_json(p, lambda d: d.update(config_sha256="0" * 64)),
+                             "its config_sha256 is not the digest of config.json: the summary of another run?"),
+    "spec-same-task": ("spec.json", lambda p: shutil.copy(p.parents[1] / SAME_TASK / "spec.json", p),
+                       'variant is "ppo" but config.json says "bpo": the spec of another run?'),
+    "spec-other-setting": ("spec.json", lambda p: edit_json(p, lambda d: d.update(overrides=[["ppo.gamma", 0.5]])),
+                           "ppo.gamma is 0.5 but config.json says 0.9: the spec of another run?"),
     "config-missing": ("config.json", lambda p: p.unlink(), "missing"),
     "config-garbage": ("config.json", lambda p: p.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00"),
                        "not text (not UTF-8): not a JSON file"),

@@ -9,6 +9,7 @@ are passed to ``train(key, hparams)`` as arrays, so they can be ``jax.vmap``-ed 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import math
 from dataclasses import dataclass, field
@@ -907,6 +908,18 @@ def check_run_config(data, source: str) -> None:
         if algo not in ("bpo", *alone) or algo == "bpo" and data.get("bpo") is None:
             raise ConfigError("algo", f"in {source!r} is {algo!r}; allowed: 'bpo' with a bpo section, or the "
                                       f"method's name ({' or '.join(map(repr, alone))}) for the method alone")
+
+
+def recorded_form(cfg) -> dict:
+    """``cfg`` as its run's ``config.json`` reads back (``to_dict`` through JSON: tuples as lists)."""
+    return json.loads(json.dumps(to_dict(cfg), allow_nan=True))
+
+
+def config_digest(data: dict) -> str:
+    """The SHA-256 of a run's config as its ``config.json`` holds it (``recorded_form``; keys
+    sorted). The run's ``summary.json`` and ``policies.msgpack`` carry it, which ties them to their
+    run where their other fields alone do not (another run of the same task, method and seeds)."""
+    return hashlib.sha256(json.dumps(data, sort_keys=True, allow_nan=True).encode()).hexdigest()
 
 
 MAX_CONFIG_NESTING = 8

@@ -24,8 +24,6 @@ a callable ``obs -> action`` with the normaliser applied::
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -37,7 +35,14 @@ from flax import serialization
 
 from bpo.agents.learner import make_learner
 from bpo.agents.methods import validate
-from bpo.config.schema import ConfigError, EpisodicTrainConfig, read_recorded_config, to_dict, traced_hyperparams
+from bpo.config.schema import (
+    ConfigError,
+    EpisodicTrainConfig,
+    config_digest,
+    read_recorded_config,
+    recorded_form,
+    traced_hyperparams,
+)
 from bpo.core import distributions
 from bpo.core.normalization import RunningStats
 from bpo.infra import results
@@ -60,22 +65,14 @@ def plain_tree(tree, leaf=np.array):
     return leaf(tree)
 
 
-def config_digest(data: dict) -> str:
-    """The SHA-256 of a run's config as its ``config.json`` holds it (keys sorted): it ties the
-    policies to the run that wrote them, which their shapes alone do not (another run of the same
-    networks and seed count)."""
-    return hashlib.sha256(json.dumps(data, sort_keys=True, allow_nan=True).encode()).hexdigest()
-
-
 def write_policies(run_dir: Path, metrics: dict, config) -> bool:
     """Write ``policies.msgpack`` from a finished run's ``metrics["final"]``, with the digest of
     the run's config (``config_digest``); False if it has none."""
     if "final" not in metrics:
         return False
-    recorded = json.loads(json.dumps(to_dict(config), allow_nan=True))  # as config.json will read back
     payload = {"format": FORMAT, "kind": "episodic" if isinstance(config, EpisodicTrainConfig) else "onpolicy",
                "final": plain_tree(metrics["final"]), "during": plain_tree(metrics.get("during", {})),
-               "config_sha256": config_digest(recorded)}
+               "config_sha256": config_digest(recorded_form(config))}
     results.atomic_write_bytes(Path(run_dir) / FILE, serialization.msgpack_serialize(payload))
     return True
 

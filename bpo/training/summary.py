@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bpo.config.schema import OnPolicyTrainConfig
+from bpo.config.schema import OnPolicyTrainConfig, config_digest, recorded_form
 from bpo.core import diagnostics as dg
 from bpo.infra import results
 from bpo.infra.provenance import provenance
@@ -96,6 +96,7 @@ def summarize(out: RunOutput) -> dict:
     stats = describe(final, drop_non_finite=False)  # a NaN seed shows in the summary's mean
     env_steps = env_steps_per_seed(out) * cfg.seeds
     summary = {
+        "config_sha256": config_digest(recorded_form(cfg)),  # the run's config.json (reader._agree)
         "preset": cfg.preset,
         "algo": cfg.algo,
         "env": cfg.env,

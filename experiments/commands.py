@@ -19,6 +19,7 @@ configurations) is an error with exit code 2 (1 in ``bpo reproduce``, whose runs
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sys
 from dataclasses import dataclass, replace
@@ -162,6 +163,11 @@ def _check_sweep_flags(args: SweepArgs) -> None:
         raise ConfigError("seeds", f"must be an integer >= 1, got {args.seeds}")
     if args.group_rows and args.backend != "local":
         raise ConfigError("group_rows", "runs a sweep's programs in this process; allowed with --backend local")
+    if args.name is not None and not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.=-]*", args.name):
+        raise ConfigError("name", f"names the folder runs/NAME: letters, digits, '_', '.', '=' and '-' (not a path; "
+                                  f"--out gives the folder), got {args.name!r}")
+    if args.slurm_timeout_min is not None and args.slurm_timeout_min < 1:
+        raise ConfigError("slurm_timeout_min", f"must be an integer >= 1 (minutes), got {args.slurm_timeout_min}")
 
 
 def _check_only(only: tuple[str, ...], specs: list[RunSpec], name: str) -> None:

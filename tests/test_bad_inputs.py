@@ -126,6 +126,12 @@ CLI_BAD_INPUTS = [
      "must be a number within float range"),
     (["sweep", "table1", "--group-rows", "--backend", "slurm"], "group_rows", "allowed with --backend local"),
     (["sweep", "table9"], "sweep", "no sweep file"),
+    # A name is a folder under runs/, not a path (an absolute one wrote the sweep there).
+    (["sweep", "--preset", "short_corridor", "--name", "/tmp/elsewhere"], "name", "not a path"),
+    (["sweep", "--preset", "short_corridor", "--name", "../../up"], "name", "not a path"),
+    (["sweep", "--preset", "short_corridor", "--name", ""], "name", "not a path"),
+    (["sweep", "fig2", "--backend", "slurm", "--slurm-timeout-min", "-5"], "slurm_timeout_min",
+     "must be an integer >= 1"),
     (["sweep", str(REPO / "results" / "classic" / "sweep.json")], "sweep", "not a sweep file (a Python module, .py)"),
     # Runs labelled with values they did not use: a grid value overridden by --set, a field swept twice,
     # two spellings of one value, a BPO field swept over runs without BPO (one run under two labels).

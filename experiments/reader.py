@@ -27,6 +27,7 @@ import csv
 import io
 import json
 import math
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -352,10 +353,20 @@ def read_run(run_dir: Path, root: Path) -> Run:
 def run_dirs(root: Path) -> list[Path]:
     """The run directories under ``root``: every folder holding a ``summary.json`` or a
     ``config.json``, except those inside hidden folders (a sweep's ``.staging``, ``.checkpoints``,
-    ``.locks``, ``.slurm``), where runs are still being written."""
-    root = Path(root)
-    found = {p.parent for name in ("summary.json", "config.json") for p in root.rglob(name)}
-    return sorted(d for d in found if not any(part.startswith(".") for part in d.relative_to(root).parts))
+    ``.locks``, ``.slurm``), where runs are still being written. Links to folders are followed (a
+    results folder gathered by hand; ``Path.rglob`` left them out without a word), each real folder
+    once."""
+    root, found, seen = Path(root), [], set()
+    for folder, subfolders, files in os.walk(root, followlinks=True):
+        real = os.path.realpath(folder)
+        if real in seen:  # a link back up, or a second link to one folder
+            subfolders.clear()
+            continue
+        seen.add(real)
+        subfolders[:] = sorted(d for d in subfolders if not d.startswith("."))
+        if {"summary.json", "config.json"} & set(files):
+            found.append(Path(folder))
+    return sorted(found)
 
 
 def scan(results_dir: Path) -> tuple[list[Run], list[Skipped]]:

@@ -25,7 +25,7 @@ import pytest
 
 from bpo.config.presets import apply_variant, get_preset
 from bpo.config.schema import replace, with_bpo
-from experiments import store
+from experiments import reader, store
 from experiments.cli import main
 from experiments.common import welch_p
 from experiments.plotting import mean_se_by_step
@@ -404,3 +404,23 @@ def test_reproduce_lists_what_its_plot_and_table_skipped(tmp_path, capsys):
         "bpo reproduce: 2 run directories skipped (listed above); the outputs are made from the other runs; exit "
         "code 1 (--allow-skipped: 0)"]
     assert main([*argv, "--allow-skipped"]) == 0
+
+
+def test_run_directories_linked_into_a_results_folder_are_read_once(classic, tmp_path, capsys):
+    """A results folder gathered by hand with links to run folders kept elsewhere: every linked run
+    is in the table (they were left out without a word), and a folder reached twice (two links to
+    it, a link back up) is read once."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (classic / VICTIM).rename(elsewhere / VICTIM)
+    (classic / "linked").symlink_to(elsewhere / VICTIM, target_is_directory=True)
+    (classic / "linked-again").symlink_to(elsewhere / VICTIM, target_is_directory=True)
+    (classic / "up").symlink_to(classic, target_is_directory=True)
+    runs, skipped = reader.scan(classic)
+    assert len(runs) == 4 and not skipped
+    assert sorted(r.run_id for r in runs if r.row == "bpo") == ["CartPole-v1-cartpole_ppo-bpo", "linked"]
+    code, err = analyse("table", classic, capsys)
+    assert code == 0, err
+    cells = json.loads((classic / "table1.json").read_text())["cells"]
+    assert sorted((c["env"], c["row"], c["n"]) for c in cells) == [
+        ("CartPole-v1", "bpo", 10), ("CartPole-v1", "ppo", 10), ("Pendulum-v1", "bpo", 10), ("Pendulum-v1", "ppo", 10)]

@@ -151,12 +151,30 @@ def _wall_line(summaries: list[dict]) -> str:
             "last segment before it).")
 
 
+def table_problem(folder: Path) -> str | None:
+    """What makes ``folder``'s table1.json not the table of its runs, if anything: its cells must be
+    exactly the folder's finished runs, each cell's values its run's final returns. A table left
+    from fewer or other runs (a sweep that redid runs without ``bpo table``) or copied from another
+    folder would be published under this folder's provenance."""
+    cells = {(c["env"], c["preset"], c["row"]): c.get("values") for c in _table_json(folder / "table1.json")["cells"]}
+    runs = {(r.config.env, r.config.preset, r.row): r.summary["final_eval_returns"] for r in scan(folder)[0]}
+    if cells == runs:
+        return None
+    differ = sorted({k for k in cells.keys() | runs.keys() if cells.get(k) != runs.get(k)}, key=str)
+    example = " ".join(map(str, differ[0]))
+    return (f"its cells are not the runs of {str(folder)!r} ({len(differ)} differ, e.g. {example}); allowed: the "
+            f"table `bpo table {folder}` makes of them")
+
+
 def sweep_block(results: Path, name: str) -> str:
     """A sweep folder's ``table1.md`` (``bpo table``) under its provenance line, and its learning
-    curves (``bpo plot``), linked from a page in ``docs/``."""
+    curves (``bpo plot``), linked from a page in ``docs/``; the table must be that of the folder's
+    runs (``table_problem``)."""
     folder = results / name
     if not (folder / "table1.md").is_file():
         return f"*Not made yet: `bpo reproduce {name} --out results/{name}`.*\n"
+    if why := table_problem(folder):
+        raise BadFile(folder / "table1.json", why)
     summaries = [r["summary"] for r in _runs(folder)]
     curves = f"\n![{SWEEPS[name]}](../results/{name}/curves.png)\n" if (folder / "curves.png").is_file() else ""
     return (f"Made by `bpo reproduce {name} --out results/{name}`. {provenance_line(summaries)} "
@@ -212,7 +230,14 @@ def _table(folder: Path) -> tuple[dict, dict]:
     """``experiments.table.read_cells`` of ``folder``, after its table1.json has been checked for
     the fields the blocks use: read_cells checks only that it is JSON, so a cell without one was a
     traceback."""
-    path = folder / "table1.json"
+    _table_json(folder / "table1.json")
+    if why := table_problem(folder):
+        raise BadFile(folder / "table1.json", why)
+    return read_cells(folder)
+
+
+def _table_json(path: Path) -> dict:
+    """A table1.json, checked for the fields the blocks use."""
     data = read_json_object(path)
     check_fields(data, path, {"cells": _LIST, "baseline": _NAME_OR_NULL}, TABLE_OPTIONAL)
     for i, cell in enumerate(data["cells"]):
@@ -221,7 +246,7 @@ def _table(folder: Path) -> tuple[dict, dict]:
     check_part(against, {}, path, "against_paper: ", {"cells": _LIST})
     for i, cell in enumerate(against.get("cells", [])):
         check_part(cell, AGAINST_PAPER_FIELDS, path, f"against_paper: cells[{i}]: ")
-    return read_cells(folder)
+    return data
 
 
 VS_PAPER = {"headline": "*Not made yet: `bpo reproduce headline --out results/headline`.*\n",

@@ -19,7 +19,7 @@ from bpo.infra.results import read_summary
 from experiments import store
 from experiments.cli import main
 from experiments.common import provenance_notes, setting_label, sort_settings
-from experiments.report import PAGES, _mean_se, render, report, verdict_lines
+from experiments.report import PAGES, _mean_se, render, report, table_problem, verdict_lines
 from experiments.store import build_index
 from experiments.sweep import expand, load_sweep
 
@@ -209,6 +209,30 @@ def test_report_rewrites_drifted_blocks_and_check_fails_until_then(headline_resu
     assert main(args) == 2 and "unknown results block 'nope'" in capsys.readouterr().err
 
 
+def test_a_table_that_is_not_the_folder_s_runs_is_not_published(headline_results, tmp_path, capsys):
+    """A results folder whose table1.json is another folder's, or older than its runs (a sweep that
+    redid a run without ``bpo table``): ``bpo report`` refuses it, naming the file, rather than
+    publishing that table under the folder's provenance."""
+    root = tmp_path / "repo"
+    (root / "docs").mkdir(parents=True)
+    page = root / "docs" / "reproduction.md"
+    page.write_text("# R\n<!-- results:headline -->\n<!-- /results -->\n")
+    args = ["report", "--results", str(headline_results), "--root", str(root)]
+    assert table_problem(headline_results / "headline") is None and main(args) == 0
+    summary = next((headline_results / "headline").rglob("summary.json"))
+    data = json.loads(summary.read_text())
+    data["final_eval_returns"][0] += 1.0  # the run redone since its table was made
+    data["final_mean"] = sum(data["final_eval_returns"]) / len(data["final_eval_returns"])
+    summary.write_text(json.dumps(data))
+    before = page.read_text()
+    capsys.readouterr()
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    table = headline_results / "headline" / "table1.json"
+    assert err.startswith(f"error: {table}: its cells are not the runs of "), err
+    assert "(1 differ, e.g. HalfCheetah-v5 " in err and page.read_text() == before
+
+
 def test_a_check_that_finds_no_block_fails(headline_results, tmp_path, capsys):
     """``bpo report --check`` outside the checkout (no page, or pages without blocks) compares
     nothing: an error, not "every block already matches"."""
@@ -279,10 +303,7 @@ def _assert_campaign_folder(folder: Path) -> None:
     for cell, summary in zip(cells, _assert_current_summaries_of_one_code_version(folder.name, cells), strict=True):
         assert len(summary["final_eval_returns"]) == summary["seeds"], cell.name
     if "table1.json" in files:
-        cells_in_table = {(c["env"], c["preset"], c["row"]): c["values"]
-                          for c in json.loads((folder / "table1.json").read_text())["cells"]}
-        assert cells_in_table == {(r["env"], r["preset"], r["row"]): r["final_eval_returns"]
-                                  for r in build_index(folder)["runs"]}, folder.name
+        assert table_problem(folder) is None, folder.name
 
 
 def test_the_committed_results_are_finished_runs_of_today_s_sweep_files():

@@ -65,6 +65,45 @@ def test_a_rewrite_replaces_the_run_files_and_keeps_the_others(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
 
 
+KILLED_AT = """
+import os, shutil, signal, sys
+from pathlib import Path
+from bpo.infra import publish, results
+
+moment, out = sys.argv[1], Path(sys.argv[2])
+def die(*args, **kwargs):
+    os.kill(os.getpid(), signal.SIGKILL)
+if moment == "before the swap":
+    publish._exchange = die
+elif moment == "after the swap":  # before the old folder (now where the new one was) is removed
+    exchange = publish._exchange
+    def swap_then_die_at_the_next_removal(a, b):
+        assert exchange(a, b)  # this machine's file system can swap in one step
+        publish.shutil.rmtree = die
+        return True
+    publish._exchange = swap_then_die_at_the_next_removal
+publish.publish_run_dir(out, lambda folder: results.atomic_write_json(folder / "summary.json", {"final_mean": 2.0}))
+"""
+
+
+@pytest.mark.parametrize("moment", ["before the swap", "after the swap"])
+def test_a_process_killed_while_it_replaces_a_run_leaves_the_old_run_or_the_new_one(tmp_path, moment):
+    """SIGKILL (a real one, of a real process) just before or just after the old run folder and the
+    new one are swapped: the folder holds the old run or the new one, the user's files (and a run's
+    checkpoint) with it; it was absent between two renames, and `bpo train --resume` found no
+    checkpoint (adversarial audit, session 61)."""
+    out = tmp_path / "run"
+    before = _old_run(out)
+    (out / "checkpoint").mkdir()
+    (out / "checkpoint" / "checkpoint.msgpack").write_bytes(b"state")
+    proc = subprocess.run([sys.executable, "-c", KILLED_AT, moment, str(out)], capture_output=True, timeout=120)
+    assert proc.returncode == -9, proc.stderr.decode()
+    files = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    assert files == (before if moment == "before the swap" else
+                     {"summary.json": b'{\n  "final_mean": 2.0\n}\n', "notes.txt": b"mine"})
+    assert (out / "checkpoint" / "checkpoint.msgpack").read_bytes() == b"state"
+
+
 def test_a_file_where_the_folder_was_is_not_replaced(tmp_path):
     out = tmp_path / "run"
     out.write_text("a user's file")

@@ -16,7 +16,9 @@ of ``bpo train``, the sweeps and ``bpo verify-variance``.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
+import functools
 import hashlib
 import os
 import shutil
@@ -63,15 +65,28 @@ def _fsync_dir(path: Path) -> None:
 
 
 def replace_dir(staging: Path, final: Path, trash: Path, keep_others: bool = False) -> None:
-    """Put the complete folder ``staging`` at ``final``. An existing ``final`` is first renamed to
-    ``trash`` (same file system), then deleted; with ``keep_others`` what it held besides the run's
-    own files (``RUN_FILES``) and what was derived from them (``derived_from_the_run``) moves into the
-    new folder first. Between the two renames ``final`` is
-    absent, never half-written; a failed second rename puts the old folder back."""
+    """Put the complete folder ``staging`` at ``final``. With ``keep_others`` what an existing
+    ``final`` holds besides the run's own files (``RUN_FILES``) and what was derived from them
+    (``derived_from_the_run``) is first linked into the new folder (hard links, else copies), so
+    that it is in both until the swap. The swap exchanges the two folders in one step
+    (``_exchange``), so that ``final`` is the old folder or the new one whenever a process is
+    killed, never absent; where the system cannot (not Linux, or a file system without it) the
+    old folder is renamed to ``trash`` first and, between the two renames, ``final`` is absent,
+    never half-written; a failed second rename puts the old folder back."""
     staging, final, trash = Path(staging), Path(final), Path(trash)
     if final.exists() and not final.is_dir():  # not ours to replace (a user's file where the folder was)
         raise NotADirectoryError(errno.ENOTDIR, "not a folder", str(final))
-    if final.exists():
+    if not final.exists():
+        os.replace(staging, final)
+        _fsync_dir(final.parent)
+        return
+    if keep_others:
+        for entry in sorted(final.iterdir()):
+            if entry.name not in RUN_FILES and not derived_from_the_run(entry) and not (staging / entry.name).exists():
+                _link_copy(entry, staging / entry.name)
+    if _exchange(staging, final):
+        old = staging  # the old folder, now where the new one was
+    else:
         shutil.rmtree(trash, ignore_errors=True)
         os.replace(final, trash)
         try:
@@ -79,15 +94,52 @@ def replace_dir(staging: Path, final: Path, trash: Path, keep_others: bool = Fal
         except BaseException:
             os.replace(trash, final)
             raise
-        if keep_others:
-            for entry in sorted(trash.iterdir()):
-                kept = entry.name not in RUN_FILES and not derived_from_the_run(entry)
-                if kept and not (final / entry.name).exists():
-                    os.replace(entry, final / entry.name)
-        shutil.rmtree(trash, ignore_errors=True)
-    else:
-        os.replace(staging, final)
+        old = trash
     _fsync_dir(final.parent)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _link_copy(source: Path, target: Path) -> None:
+    """``source`` (a file, a link or a folder) at ``target`` too: hard links where the file system
+    allows them (no data copied), else copies."""
+    def link(a, b):
+        try:
+            os.link(a, b)
+        except OSError:
+            shutil.copy2(a, b)
+    if source.is_symlink():
+        os.symlink(os.readlink(source), target)
+    elif source.is_dir():
+        shutil.copytree(source, target, symlinks=True, copy_function=link)
+    else:
+        link(source, target)
+
+
+RENAME_EXCHANGE, AT_FDCWD = 2, -100
+"""Linux's ``renameat2`` flag that swaps two paths in one step, and its "relative to the working
+directory" descriptor."""
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap the folders ``a`` and ``b`` in one step (Linux ``renameat2(RENAME_EXCHANGE)``); False,
+    having changed nothing, where the system or the file system cannot."""
+    function = getattr(_libc(), "renameat2", None)
+    if function is None:
+        return False
+    if function(AT_FDCWD, os.fsencode(a), AT_FDCWD, os.fsencode(b), RENAME_EXCHANGE) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):  # a file system (or kernel) without it
+        return False
+    raise OSError(code, os.strerror(code), str(a), None, str(b))
+
+
+@functools.cache
+def _libc():
+    try:
+        return ctypes.CDLL(None, use_errno=True)
+    except OSError:  # no C library to load here (an unusual platform): the two renames
+        return None
 
 
 def name_max(folder: Path) -> int:

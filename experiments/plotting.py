@@ -37,6 +37,7 @@ from experiments.common import (
     sort_settings,
 )
 from experiments.reader import BadFile, Run, Skipped, read_curve, read_evaluation_clock
+from experiments.table import check_cells
 
 STEP_LABELS = {"env_step": "environment steps", "episode": "episodes"}
 X_AXES = ("step", "time")
@@ -195,13 +196,15 @@ def plot_results(runs: list[Run], out: Path, options: PlotOptions = DEFAULT_PLOT
     preset), one line per row (variant and grid values) with the same colour in every panel;
     ``OUT/curves.png`` and ``OUT/curves.pdf`` (``curves-METRIC`` for another metric, ``-time``
     after it for ``--x time``). Returns them and the runs left out because their curve (or clock)
-    could not be used; no file when no curve could."""
+    could not be used; no file when no curve could. Runs that a table would refuse to pool in one
+    cell (``experiments.table.check_cells``) are a ``MixedRuns``: a line would double-count them."""
     if options.x not in X_AXES:
         raise ConfigError("x", f"unknown {options.x!r}; allowed: {list(X_AXES)}")
     curves, skipped = read_curves(runs)
     if curves:
         check_metric(curves, options.metric)
     runs = [r for r in runs if r.run_id in curves]
+    check_cells(runs)  # a line is a cell of the table: one configuration, each seed once
     clocks = {}
     if options.x == "time":
         clocks, no_clock = read_clocks(runs, curves)

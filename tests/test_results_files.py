@@ -262,12 +262,15 @@ def test_runs_of_one_cell_with_different_configurations_are_refused(tmp_path, ca
 
 
 def test_runs_of_one_cell_with_the_same_seeds_are_refused_and_other_seeds_pooled(tmp_path, capsys):
+    """By ``bpo table`` and ``bpo plot`` alike."""
     with_bpo_row(tmp_path)
     ppo_run(tmp_path, "ppo-a", [1000.0, 1100.0, 1200.0])
     ppo_run(tmp_path, "ppo-b", [900.0, 1000.0, 1100.0])
-    code, err = analyse("table", tmp_path, capsys)
-    assert code == 2 and err == ["error: Hopper-v5 (default) PPO: runs 'ppo-a' and 'ppo-b' have the same seed (0), so "
-                                 "the same seeds: pooled, each would count twice"]
+    for command in ("table", "plot"):  # the plot drew both as lines of one row (a copied run folder)
+        code, err = analyse(command, tmp_path, capsys)
+        assert code == 2 and err == ["error: Hopper-v5 (default) PPO: runs 'ppo-a' and 'ppo-b' have the same seed (0), "
+                                     "so the same seeds: pooled, each would count twice"], (command, err)
+    assert not (tmp_path / "table1.md").exists() and not (tmp_path / "curves.png").exists()
     # Seeds 3, 4, 5 (other random streams), evaluated in the training loop (which gives the same results).
     ppo_run(tmp_path, "ppo-b", [900.0, 1000.0, 1100.0], seed=3, eval_in_background=False)
     assert analyse("table", tmp_path, capsys)[0] == 0

@@ -102,12 +102,18 @@ def _runs(folder: Path) -> list[dict]:
     """The finished runs of a results folder, each with its summary.json, read and checked by
     ``experiments.reader.scan`` (read only: nothing is written). A run directory it cannot use is a
     ``BadFile`` naming the file: the provenance and the wall time would quietly leave the run out."""
-    runs, skipped = scan(folder)
-    if skipped:
-        raise BadFile(skipped[0].run_dir / skipped[0].file, skipped[0].reason)
+    runs = _scanned(folder)
     for run in runs:
         check_fields(run.summary, run.path / "summary.json", {}, {"provenance": PROVENANCE})
     return [{"run_id": run.run_id, "summary": run.summary} for run in runs]
+
+
+def _scanned(folder: Path) -> list:
+    """``experiments.reader.scan``'s runs of ``folder``; a run directory it skipped is a ``BadFile``."""
+    runs, skipped = scan(folder)
+    if skipped:
+        raise BadFile(skipped[0].run_dir / skipped[0].file, skipped[0].reason)
+    return runs
 
 
 def _mean_se(cell: dict) -> str:
@@ -155,9 +161,10 @@ def table_problem(folder: Path) -> str | None:
     """What makes ``folder``'s table1.json not the table of its runs, if anything: its cells must be
     exactly the folder's finished runs, each cell's values its run's final returns. A table left
     from fewer or other runs (a sweep that redid runs without ``bpo table``) or copied from another
-    folder would be published under this folder's provenance."""
+    folder would be published under this folder's provenance. A run directory that cannot be read
+    is a ``BadFile`` naming its file, as in ``_runs``."""
     cells = {(c["env"], c["preset"], c["row"]): c.get("values") for c in _table_json(folder / "table1.json")["cells"]}
-    runs = {(r.config.env, r.config.preset, r.row): r.summary["final_eval_returns"] for r in scan(folder)[0]}
+    runs = {(r.config.env, r.config.preset, r.row): r.summary["final_eval_returns"] for r in _scanned(folder)}
     if cells == runs:
         return None
     differ = sorted({k for k in cells.keys() | runs.keys() if cells.get(k) != runs.get(k)}, key=str)

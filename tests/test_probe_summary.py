@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,7 +15,7 @@ import scipy.stats
 from flax import serialization
 
 from bpo.config.presets import get_preset
-from bpo.config.schema import replace, with_bpo
+from bpo.config.schema import config_digest, replace, with_bpo
 from bpo.training import run, write
 from bpo.training.policies import FILE
 from experiments.cli import main
@@ -37,7 +38,8 @@ def probed(tmp_path_factory):
     """A results folder of two probed copies of one tiny CartPole BPO-PPO run (2 updates of 2 seeds,
     policies kept after every update), given the rows of the probe sweep by their spec.json. The
     second copy's mu is replaced by its pi, so that the two runs' numbers differ and a table that
-    swapped them would fail; its config still says use_q_hat=True (only the row is a stand-in)."""
+    swapped them would fail; its config says use_q_hat=False, as its row does (its policies are the
+    trained run's: the row is a stand-in)."""
     size = get_preset("cartpole_ppo").rollout_size
     cfg = replace(with_bpo(get_preset("cartpole_ppo"), True), total_timesteps=size * 2, eval_every=size,
                   eval_episodes=2, seeds=2, save_policies_every=1)
@@ -47,6 +49,7 @@ def probed(tmp_path_factory):
     for name, use_q_hat in (("a-qhat", True), ("b-no-qhat", False)):
         shutil.copytree(trained, folder / name)
         (folder / name / "spec.json").write_text(json.dumps(_spec(name, use_q_hat)))
+    _agreeing(folder / "b-no-qhat", lambda config: config["bpo"].update(use_q_hat=False))
     payload = serialization.msgpack_restore((folder / "b-no-qhat" / FILE).read_bytes())
     for tree in (payload["final"], *payload["during"].values()):
         tree["mu_params"] = tree["actor_params"]
@@ -54,6 +57,18 @@ def probed(tmp_path_factory):
     for name in ROWS:
         assert main(["probe", str(folder / name), *TINY]) == 0
     return folder
+
+
+def _agreeing(run: Path, edit) -> None:
+    """``edit(config)`` on the run's config.json, with the digest of it that its summary.json and
+    policies.msgpack carry made to agree (the files of a run that had that config)."""
+    config = json.loads((run / "config.json").read_text())
+    edit(config)
+    (run / "config.json").write_text(json.dumps(config))
+    summary = json.loads((run / "summary.json").read_text())
+    (run / "summary.json").write_text(json.dumps({**summary, "config_sha256": config_digest(config)}))
+    payload = serialization.msgpack_restore((run / FILE).read_bytes())
+    (run / FILE).write_bytes(serialization.msgpack_serialize({**payload, "config_sha256": config_digest(config)}))
 
 
 def _probe(folder, name) -> dict:
@@ -148,9 +163,10 @@ def test_one_column_per_environment(probed, tmp_path, capsys):
     and its own section of the table, holding only its rows."""
     folder = shutil.copytree(probed, tmp_path / "two-envs")
     moved = folder / "b-no-qhat"
-    for name in ("config.json", "summary.json", "probe/probe.json"):
+    for name in ("summary.json", "probe/probe.json"):
         data = json.loads((moved / name).read_text())
         (moved / name).write_text(json.dumps({**data, "env": "Acrobot-v1"}))
+    _agreeing(moved, lambda config: config.update(env="Acrobot-v1"))
     (moved / "spec.json").write_text(json.dumps(_spec("b-no-qhat", False, env=None)))
     assert main(["probe-summary", str(folder)]) == 0
     md = (folder / "probe_summary.md").read_text()

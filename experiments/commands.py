@@ -138,7 +138,8 @@ def run_sweep(args: SweepArgs) -> tuple[int, Path | None]:
         # It asks JAX's backend for the seed chunk a checkpoint must match: beside programs using
         # the accelerator, without taking three quarters of its memory (a user's own setting kept).
         os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-        _print_dry_run(progress.sweep_progress(sweep_dir, chosen, args.group_rows), sweep_dir, args.group_rows)
+        every = progress.sweep_progress(sweep_dir, specs, args.group_rows)  # all: the others price the chosen
+        _print_dry_run([r for r in every if r.spec in chosen], sweep_dir, args.group_rows, every)
         return 0, sweep_dir
     # Staging leftovers of runs no process holds the lock of; Slurm jobs still queued may not have
     # taken theirs yet (and some cluster file systems keep locks per node), so not while they are.
@@ -209,7 +210,8 @@ def _programs_line(specs: list[RunSpec]) -> str:
             "differ only in traced hyperparameters)")
 
 
-def _print_dry_run(runs: list[progress.RunProgress], sweep_dir: Path, group_rows: bool) -> None:
+def _print_dry_run(runs: list[progress.RunProgress], sweep_dir: Path, group_rows: bool,
+                   priced_from: list[progress.RunProgress]) -> None:
     """``--dry-run``: one line per run (state, id, algorithm, seeds, budget, overrides, progress), a
     total, the worker time spent and left (``experiments.progress``) and with ``--group-rows`` the
     number of programs."""
@@ -222,7 +224,7 @@ def _print_dry_run(runs: list[progress.RunProgress], sweep_dir: Path, group_rows
     counts = {state: sum(r.state == state for r in runs) for state in ("finished", "running", "resumes")}
     print(f"{len(runs)} runs, {counts['finished']} finished, {counts['running']} running, {counts['resumes']} to "
           f"resume from a checkpoint -> {sweep_dir}")
-    print(progress.time_line(runs))
+    print(progress.time_line(runs, priced_from))
     if group_rows:
         print(_programs_line([r.spec for r in runs]))
 

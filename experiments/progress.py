@@ -171,14 +171,17 @@ def _rate(run: RunProgress, measured: list[RunProgress], kinds: dict[str, tuple]
     return rate, basis is tiers[-1]  # reached only when no run of its preset is measured
 
 
-def time_line(runs: list[RunProgress]) -> str:
-    """Worker hours spent (finished runs, and unfinished runs up to their checkpoints) and left."""
-    kinds = {r.spec.run_id: _kind(r.spec) for r in runs}
+def time_line(runs: list[RunProgress], priced_from: list[RunProgress] | None = None) -> str:
+    """Worker hours spent (finished runs, and unfinished runs up to their checkpoints) and left;
+    ``priced_from``: the runs whose measured rates price those left (default ``runs``; the whole
+    sweep when only some of its runs are shown, ``bpo sweep --only``)."""
+    priced_from = runs if priced_from is None else priced_from
+    kinds = {r.spec.run_id: _kind(r.spec) for r in (*priced_from, *runs)}
     finished = [r for r in runs if r.state == "finished"]
     left = [r for r in runs if r.state != "finished"]
     spent = sum(r.wall_s or 0.0 for r in finished)
     partial = sum({r.checkpoint: r.wall_s or 0.0 for r in left if r.done is not None}.values())  # a group's once
-    measured = [r for r in runs if r.wall_s is not None and r.fraction_done > 0]
+    measured = [r for r in priced_from if r.wall_s is not None and r.fraction_done > 0]
     priced_by = {r.spec.run_id: _rate(r, measured, kinds) for r in left}
     rates = {k: rate for k, (rate, _) in priced_by.items()}
     estimate = sum(rates[r.spec.run_id] * kinds[r.spec.run_id][2] * (1 - r.fraction_done)

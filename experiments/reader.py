@@ -33,9 +33,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bpo.config.schema import config_digest, from_dict
+from bpo.config.schema import ConfigError, config_digest, from_dict
 from bpo.infra.results import json_number
-from experiments.sweep import RunSpec
+from experiments.sweep import RunSpec, apply_overrides
 
 CURVE_COLUMNS = ("step", "seed", "eval_return")
 """The columns of a curve that the plot uses; every run's curve has them (bpo.training.summary)."""
@@ -317,7 +317,7 @@ def _agree(summary: dict, cfg, spec: RunSpec | None, run_dir: Path) -> None:
                           f"says {_shown(getattr(cfg, name, None))}: the summary of another run?")
     if spec is not None:
         row = getattr(cfg, "variant", "") or cfg.algo  # older sweeps named BPO runs 'bpo', whatever the variant
-        given = [(k, v) for k, v in spec.overrides if _read_back(v) != _read_back(_dotted(cfg, k))]
+        given = [(k, v) for k, v in spec.overrides if not _holds(cfg, k, v)]
         for name, value, says in (*((n, getattr(spec, n), getattr(cfg, n)) for n in ("preset", "env", "seeds")),
                                   ("variant", spec.variant, row), *((k, v, _dotted(cfg, k)) for k, v in given)):
             if value is not None and value != says and not (name == "variant" and value == cfg.algo):
@@ -325,16 +325,20 @@ def _agree(summary: dict, cfg, spec: RunSpec | None, run_dir: Path) -> None:
                               f"{_shown(says)}: the spec of another run?")
 
 
+def _holds(cfg, name: str, value) -> bool:
+    """Whether ``cfg`` already has the setting ``name = value`` of a spec, as the sweep applies it
+    (``apply_overrides``: coerced, "inf" a float, a section the run does not have left as it is);
+    a setting this version does not know cannot be checked, and is taken as held."""
+    try:
+        return apply_overrides(cfg, {name: value}) == cfg
+    except ConfigError:
+        return True
+
+
 def _dotted(cfg, name: str):
     for part in name.split("."):
         cfg = getattr(cfg, part, None)
     return cfg
-
-
-def _read_back(value):
-    """A setting as JSON holds it (tuples as lists, 1 and 1.0 alike), to compare a spec's with a config's."""
-    value = json.loads(json.dumps(value, allow_nan=True))
-    return float(value) if isinstance(value, int) and not isinstance(value, bool) else value
 
 
 def read_run(run_dir: Path, root: Path) -> Run:

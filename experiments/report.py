@@ -163,14 +163,25 @@ def table_problem(folder: Path) -> str | None:
     from fewer or other runs (a sweep that redid runs without ``bpo table``) or copied from another
     folder would be published under this folder's provenance. A run directory that cannot be read
     is a ``BadFile`` naming its file, as in ``_runs``."""
-    cells = {(c["env"], c["preset"], c["row"]): c.get("values") for c in _table_json(folder / "table1.json")["cells"]}
-    runs = {(r.config.env, r.config.preset, r.row): r.summary["final_eval_returns"] for r in _scanned(folder)}
+    cells = {(c["env"], c["preset"], c["row"]): _returns(c.get("values"))
+             for c in _table_json(folder / "table1.json")["cells"]}
+    runs: dict = {}  # a cell pools the seeds of its runs, in the order the table read them
+    for r in _scanned(folder):
+        runs.setdefault((r.config.env, r.config.preset, r.row), []).extend(r.summary["final_eval_returns"])
+    runs = {cell: _returns(values) for cell, values in runs.items()}
     if cells == runs:
         return None
     differ = sorted({k for k in cells.keys() | runs.keys() if cells.get(k) != runs.get(k)}, key=str)
     example = " ".join(map(str, differ[0]))
     return (f"its cells are not the runs of {str(folder)!r} ({len(differ)} differ, e.g. {example}); allowed: the "
             f"table `bpo table {folder}` makes of them")
+
+
+def _returns(values) -> list | None:
+    """Final returns as comparable values: a NaN or infinite one (null in a table) as None."""
+    if not isinstance(values, list):
+        return None
+    return [float(v) if isinstance(v, (int, float)) and math.isfinite(v) else None for v in values]
 
 
 def sweep_block(results: Path, name: str) -> str:

@@ -92,6 +92,10 @@ def test_a_process_killed_while_it_replaces_a_run_leaves_the_old_run_or_the_new_
     new one are swapped: the folder holds the old run or the new one, the user's files (and a run's
     checkpoint) with it; it was absent between two renames, and `bpo train --resume` found no
     checkpoint (adversarial audit, session 61)."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir(), b.mkdir()
+    if not publish._exchange(a, b):
+        pytest.skip("this file system cannot swap two folders in one step: the two renames are used")
     out = tmp_path / "run"
     before = _old_run(out)
     (out / "checkpoint").mkdir()

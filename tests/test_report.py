@@ -9,6 +9,7 @@ import dataclasses
 import json
 import math
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -231,6 +232,23 @@ def test_a_table_that_is_not_the_folder_s_runs_is_not_published(headline_results
     table = headline_results / "headline" / "table1.json"
     assert err.startswith(f"error: {table}: its cells are not the runs of "), err
     assert "(1 differ, e.g. HalfCheetah-v5 " in err and page.read_text() == before
+
+
+def test_the_table_of_a_cell_pooled_from_two_runs_with_a_nan_seed_is_the_folder_s(tmp_path):
+    """A cell may pool the seeds of two runs of one configuration, and a seed's return may be NaN:
+    the table of such a folder is its own (a first version of the check took it for another's)."""
+    folder = tmp_path / "pool"
+    folder.mkdir()
+    for run in (ROOT / "results" / "classic").glob("*/summary.json"):
+        shutil.copytree(run.parent, folder / run.parent.name)
+    second = shutil.copytree(folder / "Pendulum-v1-pendulum_ppo-bpo", folder / "Pendulum-v1-pendulum_ppo-bpo-2")
+    config = json.loads((second / "config.json").read_text())
+    (second / "config.json").write_text(json.dumps({**config, "seed": 1000}))
+    summary = json.loads((second / "summary.json").read_text())
+    summary["final_eval_returns"][0], summary["final_mean"] = float("nan"), float("nan")
+    (second / "summary.json").write_text(json.dumps(summary))
+    assert main(["table", str(folder), "--bootstrap-reps", "100"]) == 0
+    assert table_problem(folder) is None
 
 
 def test_a_check_that_finds_no_block_fails(headline_results, tmp_path, capsys):

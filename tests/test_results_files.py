@@ -427,3 +427,13 @@ def test_run_directories_linked_into_a_results_folder_are_read_once(classic, tmp
     cells = json.loads((classic / "table1.json").read_text())["cells"]
     assert sorted((c["env"], c["row"], c["n"]) for c in cells) == [
         ("CartPole-v1", "bpo", 10), ("CartPole-v1", "ppo", 10), ("Pendulum-v1", "bpo", 10), ("Pendulum-v1", "ppo", 10)]
+
+
+def test_a_spec_setting_for_a_section_the_run_does_not_have_is_not_a_disagreement(classic, capsys):
+    """Sweeps before session 61 recorded every --set in each run's spec, also a BPO setting over a
+    PPO run, which the run does not read: such a spec is the run's own, and a table reads it (the
+    check of session 61 first took it for another run's, and a sweep would have redone the run)."""
+    spec = classic / "Pendulum-v1-pendulum_ppo-ppo" / "spec.json"
+    edit_json(spec, lambda d: d.update(overrides=[["bpo.q_hidden", [32, 32]], ["bpo.mu_lr", 0.0005]]))
+    assert reader.scan(classic)[1] == []
+    assert analyse("table", classic, capsys)[0] == 0

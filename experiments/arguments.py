@@ -26,7 +26,7 @@ def list_options(cls) -> dict[str, str]:
     names = [f.name for f in dataclasses.fields(cls)
              if any(typing.get_origin(t) is tuple and typing.get_args(t)[-1:] == (Ellipsis,)
                     for t in (hints[f.name], *typing.get_args(hints[f.name])))]
-    return {f"--{spelling}": name for name in names for spelling in (name.replace("_", "-"), name)}
+    return {flag: name for name in names for flag in _spellings(name)}
 
 
 def repeated_list_options(cls, argv: list[str]) -> list[str]:

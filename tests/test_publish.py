@@ -71,6 +71,7 @@ from pathlib import Path
 from bpo.infra import publish, results
 
 moment, out = sys.argv[1], Path(sys.argv[2])
+print(os.getpid(), flush=True)
 def die(*args, **kwargs):
     os.kill(os.getpid(), signal.SIGKILL)
 if moment == "before the swap":
@@ -106,6 +107,36 @@ def test_a_process_killed_while_it_replaces_a_run_leaves_the_old_run_or_the_new_
     assert files == (before if moment == "before the swap" else
                      {"summary.json": b'{\n  "final_mean": 2.0\n}\n', "notes.txt": b"mine"})
     assert (out / "checkpoint" / "checkpoint.msgpack").read_bytes() == b"state"
+    left = [p.name for p in tmp_path.iterdir() if p.name.startswith(".run.")]
+    host, killed = publish._tag().rsplit(".", 1)[0], proc.stdout.decode().strip()
+    assert len(left) == 1 and left[0].endswith(f".staging.{host}.{killed}")
+    publish.publish_run_dir(out, lambda folder: results.atomic_write_json(folder / "summary.json", {"final_mean": 3}))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b", "run"]  # the killed publisher's leftover too
+
+
+def test_only_leftovers_of_dead_publishers_of_the_same_folder_on_this_host_are_removed(tmp_path):
+    """A staging or trash sibling is removed by the next publish of its folder only where the
+    process that made it is gone: a publish under way (a live process), another host's (its
+    process cannot be checked from here) and another folder's are kept (left alone, session 61)."""
+    out = tmp_path / "run"
+    _old_run(out)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    host = publish._tag().rsplit(".", 1)[0]
+    names = {"dead staging": f".run.staging.{host}.{dead.stdout.strip()}",
+             "dead trash": f".run.replaced.{host}.{dead.stdout.strip()}",
+             "live": f".run.staging.{host}.{live.pid}", "other host": f".run.staging.not-{host}.{live.pid}",
+             "other folder": f".runs.staging.{host}.{dead.stdout.strip()}"}
+    try:
+        for name in names.values():
+            (tmp_path / name).mkdir()
+            (tmp_path / name / "summary.json").write_text("{}")
+        assert publish.clear_leftovers(out) == sorted([names["dead staging"], names["dead trash"]])
+        kept = {"run"} | {names[k] for k in ("live", "other host", "other folder")}
+        assert {p.name for p in tmp_path.iterdir()} == kept
+    finally:
+        live.kill()
+        live.wait()
 
 
 def test_a_file_where_the_folder_was_is_not_replaced(tmp_path):

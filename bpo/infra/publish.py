@@ -21,6 +21,7 @@ import errno
 import functools
 import hashlib
 import os
+import re
 import shutil
 import socket
 import sys
@@ -172,7 +173,10 @@ def staging_for(out_dir: Path) -> tuple[Path, Path]:
 
 def publish_run_dir(out_dir: Path, write_files: Callable[[Path], T]) -> T:
     """``write_files(folder)`` into a staging folder beside ``out_dir``, then swapped into place,
-    keeping what ``out_dir`` held besides an older run's files (``tb/``, ``checkpoint/``)."""
+    keeping what ``out_dir`` held besides an older run's files (``tb/``, ``checkpoint/``). What
+    killed publishers of ``out_dir`` on this host left beside it is removed first
+    (``clear_leftovers``)."""
+    clear_leftovers(out_dir)
     staging, trash = staging_for(out_dir)
     shutil.rmtree(staging, ignore_errors=True)
     try:
@@ -181,6 +185,37 @@ def publish_run_dir(out_dir: Path, write_files: Callable[[Path], T]) -> T:
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return value
+
+
+def clear_leftovers(out_dir: Path) -> list[str]:
+    """Remove the staging and trash siblings of ``out_dir`` (``staging_for``) that a process of this
+    host killed while it published left behind: a new run not yet swapped in (its old folder
+    kept its checkpoint, so ``--resume`` redoes it) or an old run already swapped out. Another
+    host's, and a live process's (a publish under way), are kept: whether they are still in use
+    cannot be told from here. Returns the names removed."""
+    out_dir, host = Path(out_dir), socket.gethostname()
+    pattern = re.compile(rf"\.(staging|replaced)\.{re.escape(host)}\.([0-9]+)$")
+    limit, removed = name_max(out_dir.parent), []
+    with contextlib.suppress(OSError):  # no parent folder yet: nothing was left
+        for entry in sorted(out_dir.parent.iterdir()):
+            found = pattern.search(entry.name)
+            if (found is None or _alive(int(found[2]))
+                    or entry.name != fitted_name(".", out_dir.name, found[0], limit)):
+                continue  # not a leftover of this folder on this host, or its process still runs
+            shutil.rmtree(entry, ignore_errors=True)
+            removed.append(entry.name)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    """Whether a process ``pid`` runs on this host (one of another user counts as running)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True
+    return True
 
 
 def check_publishable(out_dir: Path, field: str = "--out") -> None:

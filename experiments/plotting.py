@@ -113,14 +113,36 @@ def read_curves(runs: list[Run]) -> tuple[dict[str, list[dict]], list[Skipped]]:
     return curves, skipped
 
 
-def _label(run: Run, curve: list[dict]) -> str:
-    """The legend entry of a run: its row and seeds, and its NaN evaluations if it has any (also
-    said on stderr)."""
-    lost = sum(not np.isfinite(r["eval_return"]) for r in curve)
+def _label(cell: list[Run], curve: list[dict]) -> str:
+    """The legend entry of a cell (its runs pooled): its row and seeds, and its NaN evaluations if
+    it has any (also said on stderr)."""
+    lost, seeds = sum(not np.isfinite(r["eval_return"]) for r in curve), sum(r.seeds for r in cell)
     if lost:
-        print(f"bpo plot: {run.path / 'curve.csv'}: {lost} of {len(curve)} evaluation returns are NaN or infinite; "
+        where = ", ".join(str(r.path / "curve.csv") for r in cell)
+        print(f"bpo plot: {where}: {lost} of {len(curve)} evaluation returns are NaN or infinite; "
               "the mean and SE at those steps are over the other seeds", file=sys.stderr)
-    return f"{row_label(run.row)} ({run.seeds} seeds" + (f", {lost} NaN evaluations)" if lost else ")")
+    return f"{row_label(cell[0].row)} ({seeds} seed{'s' if seeds != 1 else ''}" + (
+        f", {lost} NaN evaluations)" if lost else ")")
+
+
+def pooled_curve(cell: list[Run], curves: dict[str, list[dict]]) -> list[dict]:
+    """The curves of a cell's runs as one (``experiments.table.check_cells``: one configuration,
+    each seed once): each run's seed indices shifted past the runs before it, so that its seeds
+    are seeds of their own in the mean and SE, as the table pools their final returns."""
+    pooled, offset = [], 0
+    for r in cell:
+        pooled += [{**row, "seed": row["seed"] + offset} for row in curves[r.run_id]]
+        offset += r.seeds
+    return pooled
+
+
+def pooled_clock(cell: list[Run], clocks: dict[str, dict]) -> dict | None:
+    """For ``--x time``: {step: the mean over the cell's runs of their training seconds there}
+    (runs pooled in a cell trained the same steps, each on its own clock); None for ``--x step``."""
+    if not clocks:
+        return None
+    steps = {s for r in cell for s in clocks[r.run_id]}
+    return {s: float(np.nanmean([clocks[r.run_id].get(s, np.nan) for r in cell])) for s in steps}
 
 
 def read_clocks(runs: list[Run], curves: dict[str, list[dict]]) -> tuple[dict[str, dict], list[Skipped]]:
@@ -155,14 +177,19 @@ def device_note(runs: list[Run]) -> str | None:
             "across machines and with load")
 
 
-def _draw_run(ax, run: Run, curve: list[dict], colour: str, options: PlotOptions, clock: dict | None) -> None:
-    """A run's mean ± SE (and each seed's curve) against its steps, or against ``clock``'s seconds."""
+def _draw_cell(ax, cell: list[Run], curves: dict[str, list[dict]], colour: str, options: PlotOptions,
+               clock: dict | None) -> None:
+    """A cell's mean ± SE over the seeds of its runs (and each seed's curve) against its steps, or
+    against ``clock``'s seconds."""
+    curve = pooled_curve(cell, curves)
     if options.metric not in curve[0]:  # e.g. a BPO diagnostic in a PPO run: no line, no legend entry
         return
     steps, mean, se = mean_se_by_step(curve, options.metric, options.smooth)
-    xs = steps if clock is None else np.array([clock[s] for s in steps])
+    xs = steps if clock is None else np.array([clock.get(s, np.nan) for s in steps])
     keep = np.isfinite(xs)  # a time recorded as null: the point is left out
-    label = _label(run, curve) if options.metric == "eval_return" else f"{row_label(run.row)} ({run.seeds} seeds)"
+    seeds = sum(r.seeds for r in cell)
+    label = (_label(cell, curve) if options.metric == "eval_return" else
+             f"{row_label(cell[0].row)} ({seeds} seed{'s' if seeds != 1 else ''})")
     ax.plot(xs[keep], mean[keep], color=colour, label=label)
     if (lone := _isolated(mean[keep])).any():
         ax.plot(xs[keep][lone], mean[keep][lone], "o", color=colour, markersize=3)
@@ -193,7 +220,8 @@ DEFAULT_PLOT = PlotOptions()
 
 def plot_results(runs: list[Run], out: Path, options: PlotOptions = DEFAULT_PLOT) -> tuple[list[Path], list[Skipped]]:
     """Learning curves of ``runs`` (``experiments.store.load_runs``): one panel per (environment,
-    preset), one line per row (variant and grid values) with the same colour in every panel;
+    preset), one line per row (variant and grid values; the runs of a cell pooled, as the table
+    pools them) with the same colour in every panel;
     ``OUT/curves.png`` and ``OUT/curves.pdf`` (``curves-METRIC`` for another metric, ``-time``
     after it for ``--x time``). Returns them and the runs left out because their curve (or clock)
     could not be used; no file when no curve could. Runs that a table would refuse to pool in one
@@ -225,14 +253,24 @@ def plot_results(runs: list[Run], out: Path, options: PlotOptions = DEFAULT_PLOT
     fig = Figure(figsize=(5.2 * ncols, 3.8 * nrows))
     axes = fig.subplots(nrows, ncols, squeeze=False)
     for ax, setting in zip(axes.flat, settings, strict=False):  # the last row may have spare axes
-        for r in sorted(by_setting[setting], key=lambda r: order.index(r.row)):
-            _draw_run(ax, r, curves[r.run_id], colours[r.row], options, clocks.get(r.run_id))
+        _draw_panel(ax, by_setting[setting], curves, colours, options, clocks)
         _label_panel(ax, setting, by_setting[setting][0].summary["step_unit"], options)
     for ax in list(axes.flat)[len(settings):]:
         ax.set_visible(False)
     fig.tight_layout()
     stem = "curves" if options.metric == "eval_return" else f"curves-{options.metric}"
     return save_figure(fig, Path(out), stem + ("-time" if options.x == "time" else ""), dpi=130), skipped
+
+
+def _draw_panel(ax, runs: list[Run], curves: dict[str, list[dict]], colours: dict[str, str], options: PlotOptions,
+                clocks: dict[str, dict]) -> None:
+    """A panel's lines: one per row, its runs pooled (``_draw_cell``), in the order of ``colours``."""
+    cells: dict = {}
+    for r in runs:
+        cells.setdefault(r.row, []).append(r)
+    order = list(colours)
+    for row in sorted(cells, key=order.index):
+        _draw_cell(ax, cells[row], curves, colours[row], options, pooled_clock(cells[row], clocks))
 
 
 def _label_panel(ax, setting: tuple[str, str], step_unit: str, options: PlotOptions) -> None:

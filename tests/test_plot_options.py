@@ -13,11 +13,15 @@ import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from bpo.config.presets import get_preset
+from bpo.config.schema import replace
+from experiments import plotting
 from experiments.cli import main
-from experiments.plotting import PlotOptions, _draw_run, _label_panel, read_clocks, read_curves, trailing_mean
+from experiments.common import row_label
+from experiments.plotting import PlotOptions, _draw_cell, _label_panel, read_clocks, read_curves, trailing_mean
 from experiments.store import load_runs
 
-from synthetic_results import provenance_record, synthetic_results
+from synthetic_results import fake_run, provenance_record, synthetic_results
 
 RESULTS = Path(__file__).parents[1] / "results"
 
@@ -77,7 +81,7 @@ def test_x_time_draws_each_run_against_its_recorded_seconds(tmp_path):
     assert not skipped
     ax = Figure().subplots()
     for r in runs:
-        _draw_run(ax, r, curves[r.run_id], "C0", PlotOptions(x="time"), times[r.run_id])
+        _draw_cell(ax, [r], curves, "C0", PlotOptions(x="time"), times[r.run_id])
         line = ax.lines[-1]
         np.testing.assert_array_equal(line.get_xdata(), clocks[r.row]["elapsed_s"])
         finals = r.summary["final_eval_returns"]  # the curve rises to them in thirds
@@ -94,10 +98,30 @@ def test_a_point_with_no_finite_neighbour_is_drawn_with_a_marker(tmp_path):
     curve = [{**row, "eval_return": float("nan")} if row["step"] != 100 else row for row in curves[run.run_id]]
     ax = Figure().subplots()
     for rows in (curves[run.run_id], curve):
-        _draw_run(ax, run, rows, "C0", PlotOptions(), None)
+        _draw_cell(ax, [run], {run.run_id: rows}, "C0", PlotOptions(), None)
     whole, line, lone = ax.lines  # no marker for the whole curve; the lone point's, without a legend entry
     assert whole.get_marker() == line.get_marker() == "None" and lone.get_marker() == "o"
     assert list(lone.get_xdata()) == [100] and lone.get_label().startswith("_")
+
+
+def test_the_runs_of_one_cell_are_one_line_over_all_their_seeds(tmp_path, monkeypatch):
+    """Two runs of one configuration with other seeds are one cell of the table (its final returns
+    pooled): the plot drew them as two lines of the same colour and label (newcomer's walkthrough,
+    session 62). One line now, its mean over the five seeds, checked against a plain loop."""
+    cfg = get_preset("cartpole_ppo")
+    finals = {"a": [10.0, 20.0], "b": [30.0, 50.0, 70.0]}
+    fake_run(tmp_path / "runs" / "a", replace(cfg, seed=0, seeds=2), finals["a"])
+    fake_run(tmp_path / "runs" / "b", replace(cfg, seed=100, seeds=3), finals["b"])
+    drawn = []
+    monkeypatch.setattr(plotting, "save_figure", lambda fig, out, stem, dpi: drawn.append(fig) or [])
+    runs, _ = load_runs(tmp_path / "runs")
+    plotting.plot_results(runs, tmp_path / "out")
+    (ax,) = [ax for ax in drawn[0].axes if ax.get_visible()]
+    (line,) = ax.lines
+    assert line.get_label() == f"{row_label(runs[0].row)} (5 seeds)"
+    every = finals["a"] + finals["b"]
+    want = [sum(f * k / 3 for f in every) / len(every) for k in (1, 2, 3)]  # fake_run's curves rise in thirds
+    np.testing.assert_allclose(line.get_ydata(), want)
 
 
 def test_x_time_writes_its_own_figure_the_same_bytes_every_time(tmp_path):

@@ -197,6 +197,7 @@ def _plan_sweep(args: SweepArgs) -> tuple[Sweep, Path, list[RunSpec]] | None:
             launch.recorded_jobs(sweep_dir)  # a damaged record of earlier Slurm jobs: refused here, by name
             specs = expand(sweep)
             _check_only(args.only, specs, sweep.name)
+            launch.check_workers_know(specs, args.sweep)
             return sweep, sweep_dir, specs
     except (ConfigError, BadFile) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -30,6 +30,7 @@ if __name__ == "__main__":
 
 import contextlib
 import hashlib
+import json
 import os
 import socket
 import subprocess
@@ -43,6 +44,8 @@ from typing import IO
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from bpo.agents import methods
+from bpo.config import presets
 from bpo.config.schema import ConfigError
 from bpo.infra import checkpoint as ckpt
 from bpo.infra import processes, results
@@ -147,6 +150,40 @@ def _starting_over(train_run, directory: Path, label: str):
         print(f"{label}: {e}: starting over", flush=True)
         ckpt.remove(directory)
         return train_run()
+
+
+WORKERS_KNOW = ("import json; from bpo.infra.plugins import load_plugins; load_plugins(); "
+                "from bpo.config.presets import PRESETS; from bpo.agents.methods import method_names; "
+                "print(json.dumps({'preset': sorted(PRESETS), 'method': method_names()}))")
+"""What a sweep's worker process (or Slurm job) can build: the presets and methods it has once it
+has imported ``BPO_PLUGINS``, printed as JSON."""
+
+
+def check_workers_know(specs: list[RunSpec], sweep: str | None) -> None:
+    """Before anything is written: the presets and methods of ``specs`` that are not built in
+    (a plug-in's) are known to a fresh process of this environment, as each worker is; a
+    ``ConfigError`` naming the first that is not. Workers import ``BPO_PLUGINS`` only, not the
+    sweep file, which may register them in the sweeping process alone: every worker then failed
+    (newcomer's walkthrough, session 62)."""
+    needed = {("preset", s.preset) for s in specs if s.preset not in presets.BUILT_IN}
+    needed |= {("method", m) for s in specs
+               if (m := getattr(s.build(), "method", None)) not in methods.BUILT_IN | set(methods.RESERVED)}
+    if not needed:
+        return
+    found = subprocess.run([sys.executable, "-c", WORKERS_KNOW], capture_output=True, text=True, timeout=600)
+    if found.returncode != 0:
+        last = (found.stderr.strip().splitlines() or ["no message"])[-1]
+        raise ConfigError("BPO_PLUGINS", f"a sweep's worker could not start with it: {last}")
+    known = json.loads(found.stdout.strip().splitlines()[-1])
+    missing = sorted(((kind, name) for kind, name in needed if name not in known[kind]),
+                     key=lambda k: (k[0] != "preset", k))  # an unknown preset first: nothing of it builds
+    if missing:
+        kind, name = missing[0]
+        plugin = str(Path(sweep).resolve()) if sweep and sweep.endswith(".py") else "PATH/OF/THE/PLUGIN.py"
+        raise ConfigError("sweep", f"the runs' {kind} {name!r} is registered by the sweep file (or another module "
+                                   f"this process imported) but not by BPO_PLUGINS, which is all the workers "
+                                   f"import; allowed: BPO_PLUGINS naming the module that registers it, e.g. "
+                                   f"BPO_PLUGINS={plugin} (docs/methods.md)")
 
 
 def group_specs(specs: list[RunSpec]) -> list[list[RunSpec]]:

@@ -120,6 +120,21 @@ def test_a_sweep_and_bpo_table_of_the_method(plugin, tmp_path):
     assert data["baseline"] == "vpg" and data["multiple_comparisons"]["tests"] == 1
 
 
+def test_a_sweep_of_a_plugin_the_workers_would_not_import_is_refused_before_any_work(monkeypatch, tmp_path, capsys):
+    """The sweep file registers the method and its preset in the sweeping process only; its workers
+    import BPO_PLUGINS alone, so without it every worker failed with a traceback and the advice to
+    run the sweep again (newcomer's walkthrough, session 62). Refused first, dry run included."""
+    monkeypatch.delenv("BPO_PLUGINS", raising=False)
+    for dry in ([], ["--dry-run"]):
+        assert main(["sweep", str(EXAMPLE), "--out", str(tmp_path / "s"), "--workers", "1", "--no-progress", *dry]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: sweep: the runs' preset 'cartpole_vpg' is registered by the sweep file") and \
+            f"BPO_PLUGINS={EXAMPLE}" in err
+        assert not (tmp_path / "s").exists()
+    monkeypatch.setenv("BPO_PLUGINS", str(EXAMPLE))
+    assert main(["sweep", str(EXAMPLE), "--out", str(tmp_path / "s"), "--dry-run"]) == 0
+
+
 def test_bad_methods_and_plugins_are_refused_with_the_name(monkeypatch, tmp_path, capsys):
     assert main(["train", "cartpole_vpg", "--method", "nosuch", "--no-bpo", "--no-progress",
                  "--out", str(tmp_path / "x")]) == 2

@@ -17,6 +17,8 @@ from bpo.config.schema import ConfigError, OnPolicyTrainConfig
 from bpo.config.validation import check_fields
 
 _METHODS: dict[str, TargetUpdate] = {m.name: m for m in (PPO(), A2C())}
+BUILT_IN = frozenset(_METHODS)
+"""The methods every process has without a plug-in (``BPO_PLUGINS``)."""
 RESERVED = ("bpo", "reinforce")
 """Names that mean something else in run ids and table rows (BPO on a method; the episodic
 algorithm)."""

@@ -74,8 +74,8 @@ REFERENCE_STEPS = (100_000, 200_000, 300_000, 400_000, 500_000)
 
 @dataclass(frozen=True)
 class ReportArgs:
-    """Rewrite the results blocks of README.md, docs/results.md and docs/reproduction.md from
-    results/ (or, with --check, only say which differ)."""
+    """Rewrite the results blocks of README.md, docs/results.md, docs/reproduction.md,
+    docs/backends.md and docs/a2c.md from results/ (or, with --check, only say which differ)."""
 
     results: Path = Path("results")
     """The committed results folder."""

@@ -60,6 +60,9 @@ def render_episodes(run_dir: Path, seed: int = 0, which: str = "pi", determinist
     # Gymnasium's classic-control renderer starts all of pygame, its audio too: without a sound card
     # ALSA prints eight error lines. A video needs no audio (a user's own setting is kept).
     os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
+    # Frames are drawn off screen; without a display SDL's window driver printed an error line
+    # (XDG_RUNTIME_DIR) before an unchanged video.
+    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
     env_id = load_policies(run_dir).config.env
     act = load_policy(run_dir, seed=seed, which=which, deterministic=deterministic)
     try:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 import typing
+import warnings
 from collections import Counter
 from pathlib import Path
 
@@ -108,4 +109,8 @@ def parse(cls, argv: list[str], prog: str, **kwargs):
         raise SystemExit(2)
     if (empty := empty_path(cls, argv)) is not None:
         raise ConfigError(empty, "an empty path; allowed: a folder or file path ('.' for the current folder)")
-    return tyro.cli(cls, args=argv, prog=prog, **kwargs)
+    with warnings.catch_warnings():
+        # A replayed config.json's wrongly typed value (traj "trajj") is a default tyro warns about
+        # before our validation names the field and what is allowed, in one line.
+        warnings.filterwarnings("ignore", message=r"The field .* but the default value", category=UserWarning)
+        return tyro.cli(cls, args=argv, prog=prog, **kwargs)

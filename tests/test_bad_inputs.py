@@ -10,6 +10,7 @@ import os
 import re
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import jax
@@ -545,6 +546,15 @@ def test_a_hand_edited_config_json_is_refused_not_replayed_with_defaults(tmp_pat
         assert main(["train", str(tmp_path / "deep.json"), "--out", str(tmp_path / "y")]) == 2
         err = capsys.readouterr().err
         assert err.startswith("error: config: ") and len(err.splitlines()) == 1, err[:800]
+    # A wrongly typed value: one line naming it, no warning of tyro's about its default before it
+    # (newcomer's walkthrough, session 62).
+    for field, value in (("traj", "trajj"), ("c_bar", "1.5")):
+        (tmp_path / "typed.json").write_text(json.dumps({**recorded, "returns": {**recorded["returns"], field: value}}))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert main(["train", str(tmp_path / "typed.json"), "--no-progress", "--out", str(tmp_path / "y")]) == 2
+        assert not caught, [str(w.message) for w in caught]
+        assert capsys.readouterr().err.startswith(f"error: returns.{field}: ")
 
 
 @pytest.mark.parametrize("algo, method, allowed", [("BPO", None, "'ppo' or 'a2c'"), ("bop", None, "'ppo' or 'a2c'"),

@@ -354,6 +354,11 @@ def starting_config(argv: list[str]):
                                         "would not be the one recorded; allowed: a config.json as `bpo train` wrote it"
                                         + (f" ({len(stale)} such fields: {stale})" if len(stale) > 1 else ""))
         return cfg, None
+    if (folder := Path(argv[0])).is_dir() and argv[0] not in PRESETS:  # a run's folder, not a preset's name
+        hint = (f"bpo train {folder / 'config.json'} (replays the run)" if (folder / "config.json").is_file() else
+                "a recorded config.json")
+        raise ConfigError("preset", f"{argv[0]!r} is a folder, not a preset; allowed: a preset "
+                                    f"({sorted(PRESETS)}), {hint}, or bpo train --resume {argv[0]} (continues it)")
     preset = get_preset(argv[0], env)
     return (apply_variant(preset, variant) if variant else preset), preset.bpo
 

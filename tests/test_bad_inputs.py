@@ -583,3 +583,17 @@ def test_progress_written_to_a_log_is_one_whole_line(tmp_path):
     lines = (proc.stdout + proc.stderr).splitlines()
     bar = [line for line in lines if "3/3 evaluations" in line]  # of 2 seeds each
     assert len(bar) == 1 and "eval return" in bar[0] and "…" not in bar[0], lines
+
+
+def test_a_run_folder_given_as_the_preset_points_to_its_config_and_to_resume(tmp_path, capsys):
+    """``bpo train runs/x`` said only "unknown preset 'runs/x'" (newcomer's walkthrough, session 62):
+    a folder is named as such, with the ways to replay or continue it."""
+    run = tmp_path / "run"
+    run.mkdir()
+    assert main(["train", str(run), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: preset: {str(run)!r} is a folder, not a preset") and "a recorded config.json" in err
+    (run / "config.json").write_text("{}")
+    assert main(["train", str(run), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert f"bpo train {run / 'config.json'} (replays the run)" in err and f"bpo train --resume {run}" in err

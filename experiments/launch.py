@@ -170,7 +170,11 @@ def check_workers_know(specs: list[RunSpec], sweep: str | None) -> None:
                if (m := getattr(s.build(), "method", None)) not in methods.BUILT_IN | set(methods.RESERVED)}
     if not needed:
         return
-    found = subprocess.run([sys.executable, "-c", WORKERS_KNOW], capture_output=True, text=True, timeout=600)
+    try:
+        found = subprocess.run([sys.executable, "-c", WORKERS_KNOW], capture_output=True, text=True, timeout=600)
+    except subprocess.TimeoutExpired:
+        raise ConfigError("BPO_PLUGINS", "a sweep's worker took over 600 s to import it; allowed: plug-ins that "
+                                         "import in less") from None
     if found.returncode != 0:
         last = (found.stderr.strip().splitlines() or ["no message"])[-1]
         raise ConfigError("BPO_PLUGINS", f"a sweep's worker could not start with it: {last}")

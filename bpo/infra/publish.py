@@ -199,8 +199,8 @@ def clear_leftovers(out_dir: Path) -> list[str]:
     with contextlib.suppress(OSError):  # no parent folder yet: nothing was left
         for entry in sorted(out_dir.parent.iterdir()):
             found = pattern.search(entry.name)
-            if (found is None or _alive(int(found[2]))
-                    or entry.name != fitted_name(".", out_dir.name, found[0], limit)):
+            if (found is None or entry.name != fitted_name(".", out_dir.name, found[0], limit)
+                    or _alive(int(found[2]))):
                 continue  # not a leftover of this folder on this host, or its process still runs
             shutil.rmtree(entry, ignore_errors=True)
             removed.append(entry.name)

@@ -90,7 +90,7 @@ class SweepArgs:
     a sweep file."""
     seeds: int | None = None
     """Seeds per run (overrides the sweep file's)."""
-    only: tuple[str, ...] = ()
+    only: tuple[str, ...] | None = None
     """Run only these runs of the sweep, by id as --dry-run prints them (e.g. one Table 1 cell); the others are
     left as they are, and the sweep's record (sweep.json) still lists them all."""
     name: str | None = None
@@ -133,7 +133,7 @@ def run_sweep(args: SweepArgs) -> tuple[int, Path | None]:
     if planned is None:
         return 2, None
     sweep, sweep_dir, specs = planned
-    chosen = [s for s in specs if s.run_id in args.only] if args.only else specs
+    chosen = [s for s in specs if s.run_id in args.only] if args.only is not None else specs
     if args.dry_run:
         # It asks JAX's backend for the seed chunk a checkpoint must match: beside programs using
         # the accelerator, without taking three quarters of its memory (a user's own setting kept).
@@ -171,9 +171,15 @@ def _check_sweep_flags(args: SweepArgs) -> None:
         raise ConfigError("slurm_timeout_min", f"must be an integer >= 1 (minutes), got {args.slurm_timeout_min}")
 
 
-def _check_only(only: tuple[str, ...], specs: list[RunSpec], name: str) -> None:
-    """``--only``: every id given names a run of the sweep, each once."""
+def _check_only(only: tuple[str, ...] | None, specs: list[RunSpec], name: str) -> None:
+    """``--only``: at least one id (``--only $UNSET`` gave none, and ran the whole sweep), every id
+    given names a run of the sweep, each once."""
+    if only is None:
+        return
     ids = [s.run_id for s in specs]
+    if not only:
+        raise ConfigError("only", f"no run id given; allowed: one or more of sweep {name}'s run ids, as `--dry-run` "
+                                  f"lists them ({len(ids)}: {', '.join(ids)})")
     for run_id in only:
         if run_id not in ids:
             raise ConfigError("only", f"{run_id!r} is not a run of sweep {name}; allowed: its run ids, "

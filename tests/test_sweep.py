@@ -643,6 +643,9 @@ def test_only_runs_the_chosen_runs_and_a_later_sweep_the_rest(tmp_path, capsys):
                           f"allowed: its run ids, as `--dry-run` lists them (2: {ids[0]}, {ids[1]})"), err
     assert main([*argv, "--only", ids[1], ids[1]]) == 2
     assert "error: only: a run id is given twice" in capsys.readouterr().err
+    for dry in (["--dry-run"], []):  # `--only $UNSET`: no id at all ran the whole sweep (adversarial audit)
+        assert main([*argv, "--only", *dry]) == 2
+        assert capsys.readouterr().err.startswith("error: only: no run id given; allowed: one or more of sweep ")
     assert not out.exists()
     assert main([*argv, "--only", ids[1], "--dry-run"]) == 0
     lines = capsys.readouterr().out.splitlines()

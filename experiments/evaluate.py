@@ -21,6 +21,7 @@ from bpo.infra.settings import validate_environment
 from bpo.training.evaluate import EvalRequest, check_evaluable, evaluate_saved
 from bpo.training.policies import load_policies
 from experiments.arguments import parse
+from experiments.reader import BadFile, digest_problem
 from experiments.video import check_video, record_video
 
 
@@ -88,8 +89,13 @@ def _recorded(args: EvaluateArgs) -> float | None:
     if (args.episodes, args.backend, args.seed, args.stochastic, args.which) != (None, None, None, False, "pi"):
         return None
     try:
-        return float(read_summary(args.run)["final_mean"])
-    except (OSError, ValueError, KeyError, TypeError):
+        summary = read_summary(args.run)
+        if (problem := digest_problem(summary, args.run)) is not None:  # another run's mean beside this one's
+            print(f"warning: {Path(args.run) / 'summary.json'}: {problem} Its recorded mean is not shown.",
+                  file=sys.stderr)
+            return None
+        return float(summary["final_mean"])
+    except (OSError, ValueError, KeyError, TypeError, BadFile):
         return None
 
 

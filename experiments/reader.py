@@ -307,10 +307,8 @@ def _agree(summary: dict, cfg, spec: RunSpec | None, run_dir: Path) -> None:
     the summary's digest of the config (written since session 61) or else its fields, the spec's
     row and the settings it gave the run."""
     run_dir = Path(run_dir)
-    if "config_sha256" in summary and summary["config_sha256"] != config_digest(
-            read_json_object(run_dir / "config.json")):
-        raise BadFile(run_dir / "summary.json", "its config_sha256 is not the digest of config.json: the summary of "
-                                                "another run?")
+    if (problem := digest_problem(summary, run_dir)) is not None:
+        raise BadFile(run_dir / "summary.json", problem)
     for name in ("preset", "env", "algo", "seeds", "variant"):
         if name in summary and summary[name] != getattr(cfg, name, None):
             raise BadFile(run_dir / "summary.json", f"{name} is {_shown(summary[name])} but config.json "
@@ -323,6 +321,16 @@ def _agree(summary: dict, cfg, spec: RunSpec | None, run_dir: Path) -> None:
             if value is not None and value != says and not (name == "variant" and value == cfg.algo):
                 raise BadFile(run_dir / "spec.json", f"{name} is {_shown(value)} but config.json says "
                               f"{_shown(says)}: the spec of another run?")
+
+
+def digest_problem(summary: dict, run_dir: Path) -> str | None:
+    """Why ``summary`` is not the summary of the run whose config.json is in ``run_dir`` (its
+    ``config_sha256``, written since session 61, is another config's digest); None when it is, or
+    when it has no digest (older summaries: checked by their fields instead)."""
+    if "config_sha256" in summary and summary["config_sha256"] != config_digest(
+            read_json_object(Path(run_dir) / "config.json")):
+        return "its config_sha256 is not the digest of config.json: the summary of another run?"
+    return None
 
 
 def _holds(cfg, name: str, value) -> bool:

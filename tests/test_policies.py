@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -113,6 +114,23 @@ def test_bpo_evaluate_repeats_the_recorded_final_returns(cartpole_run, capsys):
     assert main(["evaluate", str(out_dir), "--which", "mu", "--stochastic", "--seed", "5", "--episodes", "4"]) == 0
     other = json.loads((out_dir / "evaluations" / "mu-stochastic-4ep-run-seed5.json").read_text())
     assert np.shape(other["returns"]) == (2, 4) and other["se"] > 0
+
+
+def test_bpo_evaluate_does_not_set_another_run_s_recorded_mean_beside_its_own(cartpole_run, tmp_path, capsys):
+    """A summary.json copied from another run (its config digest another config's) was shown as
+    "recorded", the run's own final evaluation (adversarial audit, session 62): it is not shown,
+    and a warning says why."""
+    _, out_dir, _ = cartpole_run
+    run = tmp_path / "copied"
+    shutil.copytree(out_dir, run, ignore=shutil.ignore_patterns("evaluations"))
+    summary = json.loads((run / "summary.json").read_text())
+    assert main(["evaluate", str(run)]) == 0
+    assert "recorded" in capsys.readouterr().out
+    (run / "summary.json").write_text(json.dumps({**summary, "config_sha256": "0" * 64, "final_mean": 9999.0}))
+    assert main(["evaluate", str(run), "--out", str(tmp_path / "ev")]) == 0
+    out, err = capsys.readouterr()
+    assert "recorded" not in out and "9999" not in out
+    assert "summary.json: its config_sha256 is not the digest of config.json" in err
 
 
 def test_bpo_evaluate_refuses_a_folder_without_policies(tmp_path, capsys):

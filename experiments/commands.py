@@ -29,6 +29,7 @@ from typing import Annotated, Literal
 import tyro
 
 from bpo.config.schema import ConfigError
+from bpo.infra.publish import name_max
 from bpo.infra.results import ensure_writable_dir, left_as_found
 from bpo.infra.settings import validate_environment
 from experiments import launch, progress, store
@@ -188,6 +189,23 @@ def _check_only(only: tuple[str, ...] | None, specs: list[RunSpec], name: str) -
         raise ConfigError("only", f"a run id is given twice: {list(only)}")
 
 
+RUN_FILE_SUFFIXES = (".lock", ".log")
+"""The endings a run id gets in a sweep's folders (``.locks/RUN-ID.lock``, ``logs/RUN-ID.log``)."""
+
+
+def _check_run_names(specs: list[RunSpec], sweep_dir: Path) -> None:
+    """Every run id, with the endings its files get, fits the file system's name limit: a long
+    grid value made an id that passed the dry run and failed at its lock, after sweep.json was
+    written (adversarial audit, session 62)."""
+    limit = name_max(sweep_dir)
+    for spec in specs:
+        size = len(spec.run_id.encode()) + max(len(s) for s in RUN_FILE_SUFFIXES)
+        if size > limit:
+            raise ConfigError("grid", f"run id {spec.run_id[:60]!r}... is {len(spec.run_id.encode())} bytes: with its "
+                                      f"files' endings over the {limit} the file system holds; allowed: shorter "
+                                      "swept values, or the setting in a preset or sweep file of its own")
+
+
 def _plan_sweep(args: SweepArgs) -> tuple[Sweep, Path, list[RunSpec]] | None:
     """Check the arguments, prove the results folder writable and expand the sweep into its runs:
     (sweep, results folder, runs), or None after printing the error of a bad argument. Nothing is
@@ -203,6 +221,7 @@ def _plan_sweep(args: SweepArgs) -> tuple[Sweep, Path, list[RunSpec]] | None:
             launch.recorded_jobs(sweep_dir)  # a damaged record of earlier Slurm jobs: refused here, by name
             specs = expand(sweep)
             _check_only(args.only, specs, sweep.name)
+            _check_run_names(specs, sweep_dir)
             launch.check_workers_know(specs, args.sweep)
             return sweep, sweep_dir, specs
     except (ConfigError, BadFile) as e:

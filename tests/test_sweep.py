@@ -17,6 +17,7 @@ import pytest
 
 from bpo.config.presets import TABLE1_ROWS, get_preset
 from bpo.config.schema import ConfigError, replace, with_bpo
+from bpo.infra.publish import name_max
 from bpo.infra.stall import EXIT_STALLED
 from experiments import launch, store
 from experiments.cli import main
@@ -659,3 +660,17 @@ def test_only_runs_the_chosen_runs_and_a_later_sweep_the_rest(tmp_path, capsys):
     assert main(argv) == 0
     assert "2 runs, 1 finished or in flight, 1 to run" in capsys.readouterr().out
     assert sorted(p.parent.name for p in out.glob("*/summary.json")) == sorted(ids)
+
+
+def test_a_run_id_longer_than_the_file_system_holds_is_refused_before_anything_is_written(tmp_path, capsys):
+    """A long grid value made a run id that passed the dry run, then failed at its lock file with a
+    traceback after sweep.json was written (adversarial audit, session 62)."""
+    long_value = "[" + ", ".join(["2"] * 110) + "]"
+    argv = ["sweep", "--preset", "cartpole_ppo", "--grid", f"bpo.q_hidden=[{long_value}, [64, 64]]",
+            "--out", str(tmp_path / "s"), "--no-progress"]
+    for dry in (["--dry-run"], []):
+        assert main([*argv, *dry]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: grid: run id 'CartPole-v1-cartpole_ppo-bpo-bpo.q_hidden=2x2x2") and \
+            f"over the {name_max(tmp_path)} the file system holds" in err, err
+        assert not (tmp_path / "s").exists()

@@ -189,18 +189,14 @@ def _check_only(only: tuple[str, ...] | None, specs: list[RunSpec], name: str) -
         raise ConfigError("only", f"a run id is given twice: {list(only)}")
 
 
-RUN_FILE_SUFFIXES = (".lock", ".log")
-"""The endings a run id gets in a sweep's folders (``.locks/RUN-ID.lock``, ``logs/RUN-ID.log``)."""
-
-
 def _check_run_names(specs: list[RunSpec], sweep_dir: Path) -> None:
-    """Every run id, with the endings its files get, fits the file system's name limit: a long
-    grid value made an id that passed the dry run and failed at its lock, after sweep.json was
-    written (adversarial audit, session 62)."""
+    """Every run id, and the names of its lock and log made from it, fit the file system's name
+    limit: a long grid value made an id that passed the dry run and failed at its lock, after
+    sweep.json was written (adversarial audit, session 62)."""
     limit = name_max(sweep_dir)
     for spec in specs:
-        size = len(spec.run_id.encode()) + max(len(s) for s in RUN_FILE_SUFFIXES)
-        if size > limit:
+        names = (spec.run_id, store.run_lock_path(sweep_dir, spec.run_id).name, launch.run_log_name(spec.run_id))
+        if max(len(n.encode()) for n in names) > limit:
             raise ConfigError("grid", f"run id {spec.run_id[:60]!r}... is {len(spec.run_id.encode())} bytes: with its "
                                       f"files' endings over the {limit} the file system holds; allowed: shorter "
                                       "swept values, or the setting in a preset or sweep file of its own")

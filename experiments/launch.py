@@ -190,6 +190,11 @@ def check_workers_know(specs: list[RunSpec], sweep: str | None) -> None:
                                    f"BPO_PLUGINS={plugin} (docs/methods.md)")
 
 
+def run_log_name(run_id: str) -> str:
+    """The name of a local worker's log in the sweep's ``logs/``."""
+    return f"{run_id}.log"
+
+
 def group_specs(specs: list[RunSpec]) -> list[list[RunSpec]]:
     """Runs that can share one compiled program (JAX, MJX or threads runs that differ only in traced
     hyperparameters, ``bpo.training.rows``: a Table 1 column's per-decision BPO rows), grouped in
@@ -503,7 +508,7 @@ class _LocalWorkers:
             self.bar.console.print(f"[green]done[/] {spec.run_id}: finished by another process")
             self.bar.advance(self.task)
             return
-        log = open(self.logs / f"{spec.run_id}.log", "a")
+        log = open(self.logs / run_log_name(spec.run_id), "a")
         try:
             core = self.core_for(spec)
             proc = _start_worker(self.sweep_dir, spec, lock, log, core)
@@ -530,7 +535,7 @@ class _LocalWorkers:
     def _record_exit(self, spec: RunSpec, returncode: int) -> bool:
         """Finished, left to another process (it took the lock first), stopped by the sweep's signal,
         stalled (queued again: returns False), or failed (with its log's tail)."""
-        log_path = self.logs / f"{spec.run_id}.log"
+        log_path = self.logs / run_log_name(spec.run_id)
         console = self.bar.console
         if returncode == 0 and store.is_finished(self.sweep_dir, spec):
             _report(console, spec, results.read_summary(self.sweep_dir / spec.run_id), None)

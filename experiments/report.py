@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bpo.config.presets import PAPER_TABLE1, paper_setting
+from bpo.config.schema import ConfigError
 from bpo.infra.results import atomic_write_text
 from bpo.instruments.stats import describe
 from experiments.arguments import parse
@@ -52,7 +53,7 @@ from experiments.reader import (
     scan,
 )
 from experiments.sweep import expand, load_sweep
-from experiments.table import format_number, multiple_comparisons, read_cells
+from experiments.table import format_number, multiple_comparisons, read_cells, table_texts
 
 PAGES = ("README.md", "docs/results.md", "docs/reproduction.md", "docs/backends.md", "docs/a2c.md")
 BLOCK = re.compile(r"(<!-- results:(?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /results -->)", re.S)
@@ -157,24 +158,44 @@ def _wall_line(summaries: list[dict]) -> str:
             "last segment before it).")
 
 
-def table_problem(folder: Path) -> str | None:
-    """What makes ``folder``'s table1.json not the table of its runs, if anything: its cells must be
-    exactly the folder's finished runs, each cell's values its run's final returns. A table left
-    from fewer or other runs (a sweep that redid runs without ``bpo table``) or copied from another
-    folder would be published under this folder's provenance. A run directory that cannot be read
+def table_problem(folder: Path) -> BadFile | None:
+    """What makes ``folder``'s table not the table of its runs, if anything, as a ``BadFile`` naming
+    the file: its cells must be exactly the folder's finished runs, each cell's values its run's
+    final returns, and table1.md and table1.json must be, to the character, what the block's command
+    makes of them (``reproduce_arguments``). A table left from fewer or other runs (a sweep that
+    redid runs without ``bpo table``), copied from another folder or edited by hand (a mean, a
+    p-value) would be published under this folder's provenance. A run directory that cannot be read
     is a ``BadFile`` naming its file, as in ``_runs``."""
-    cells = {(c["env"], c["preset"], c["row"]): _returns(c.get("values"))
-             for c in _table_json(folder / "table1.json")["cells"]}
+    path = folder / "table1.json"
+    cells = {(c["env"], c["preset"], c["row"]): _returns(c.get("values")) for c in _table_json(path)["cells"]}
+    scanned = _scanned(folder)
     runs: dict = {}  # a cell pools the seeds of its runs, in the order the table read them
-    for r in _scanned(folder):
+    for r in scanned:
         runs.setdefault((r.config.env, r.config.preset, r.row), []).extend(r.summary["final_eval_returns"])
     runs = {cell: _returns(values) for cell, values in runs.items()}
-    if cells == runs:
-        return None
-    differ = sorted({k for k in cells.keys() | runs.keys() if cells.get(k) != runs.get(k)}, key=str)
-    example = " ".join(map(str, differ[0]))
-    return (f"its cells are not the runs of {str(folder)!r} ({len(differ)} differ, e.g. {example}); allowed: the "
-            f"table `bpo table {folder}` makes of them")
+    allowed = f"allowed: the table `{' '.join(reproduce_arguments(folder)[0])}` makes of them"
+    if cells != runs:
+        differ = sorted({k for k in cells.keys() | runs.keys() if cells.get(k) != runs.get(k)}, key=str)
+        example = " ".join(map(str, differ[0]))
+        return BadFile(path, f"its cells are not the runs of {str(folder)!r} ({len(differ)} differ, e.g. "
+                             f"{example}); {allowed}")
+    made = table_texts(scanned, **reproduce_arguments(folder)[1])
+    for name in ("table1.json", "table1.md"):
+        if read_text(folder / name) != made[name]:
+            return BadFile(folder / name, f"it is not the table of the runs of {str(folder)!r} (edited, or made "
+                                          f"by another command or version); {allowed}")
+    return None
+
+
+def reproduce_arguments(folder: Path) -> tuple[list[str], dict]:
+    """The command that makes ``folder``'s table, and the arguments it gives ``write_tables``:
+    ``bpo reproduce NAME``'s, with its sweep's baseline and alternative, for a folder named after a
+    sweep (every folder the pages read), else ``bpo table``'s defaults."""
+    try:
+        sweep = load_sweep(folder.name)
+    except ConfigError:
+        return ["bpo", "table", str(folder)], {}
+    return ["bpo", "reproduce", folder.name], {"baseline": sweep.baseline, "alternative": sweep.alternative}
 
 
 def _returns(values) -> list | None:
@@ -191,8 +212,8 @@ def sweep_block(results: Path, name: str) -> str:
     folder = results / name
     if not (folder / "table1.md").is_file():
         return f"*Not made yet: `bpo reproduce {name} --out results/{name}`.*\n"
-    if why := table_problem(folder):
-        raise BadFile(folder / "table1.json", why)
+    if problem := table_problem(folder):
+        raise problem
     summaries = [r["summary"] for r in _runs(folder)]
     curves = f"\n![{SWEEPS[name]}](../results/{name}/curves.png)\n" if (folder / "curves.png").is_file() else ""
     return (f"Made by `bpo reproduce {name} --out results/{name}`. {provenance_line(summaries)} "
@@ -248,9 +269,8 @@ def _table(folder: Path) -> tuple[dict, dict]:
     """``experiments.table.read_cells`` of ``folder``, after its table1.json has been checked for
     the fields the blocks use: read_cells checks only that it is JSON, so a cell without one was a
     traceback."""
-    _table_json(folder / "table1.json")
-    if why := table_problem(folder):
-        raise BadFile(folder / "table1.json", why)
+    if problem := table_problem(folder):
+        raise problem
     return read_cells(folder)
 
 

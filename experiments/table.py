@@ -676,15 +676,17 @@ def check_baseline(runs: list[Run], baseline: str | None) -> dict:
     return cells
 
 
-def write_tables(runs: list[Run], out: Path, baseline: str | None = None, alpha: float = 0.05,
-                 alternative: str = "greater", reps: int = 2000, skipped: list[Skipped] = (),
-                 gamma: float = GAMMA) -> list[Path]:
-    """table1.md, table1.tex and table1.json of ``runs`` (``experiments.store.load_runs``), and
-    rliable's aggregates beside them (``gamma``: the optimality gap's threshold), in ``out``;
-    ``skipped``, the run directories left out, are listed in the notes. A ``MixedRuns`` when a cell
-    would pool different configurations, a ``FileNotFoundError`` for a ``baseline`` that no column
-    has (a typo, not a missing column)."""
-    out = Path(out)
+def table_texts(runs: list[Run], baseline: str | None = None, alpha: float = 0.05, alternative: str = "greater",
+                skipped: list[Skipped] = ()) -> dict[str, str]:
+    """The text of table1.md, table1.tex and table1.json that ``write_tables`` writes of ``runs``
+    (``bpo report`` compares a folder's files with them, so that a table edited by hand or left from
+    other runs is never published)."""
+    return _tables(runs, baseline, alpha, alternative, skipped)[0]
+
+
+def _tables(runs: list[Run], baseline: str | None, alpha: float, alternative: str, skipped) -> tuple:
+    """``table_texts``, and the cells, the columns' baselines and the untested cells that rliable's
+    aggregates are made of."""
     cells = check_baseline(runs, baseline)
     baselines = column_baselines(cells, baseline)
     differ = incomparable(runs, baselines)
@@ -696,16 +698,31 @@ def write_tables(runs: list[Run], out: Path, baseline: str | None = None, alpha:
     if note := incomparable_note(differ, baselines):
         notes.insert(0, note)
     vs_paper = against_paper(table, at_paper_budget(runs))
-    results.atomic_write_text(out / "table1.md", to_markdown(table, settings, rows, baselines, alpha, alternative,
-                                                             runs, notes, vs_paper) + "\n")
-    results.atomic_write_text(out / "table1.tex", to_latex(table, settings, rows, baselines, alpha, alternative) + "\n")
     data = _json(table, baselines, alpha, alternative, ([few] if few else []) + notes, runs, list(skipped),
                  paper_columns(settings), vs_paper)
-    results.atomic_write_text(out / "table1.json", strict_json(data))
-    paths = [out / "table1.md", out / "table1.tex", out / "table1.json"]
+    texts = {"table1.md": to_markdown(table, settings, rows, baselines, alpha, alternative, runs, notes, vs_paper)
+             + "\n",
+             "table1.tex": to_latex(table, settings, rows, baselines, alpha, alternative) + "\n",
+             "table1.json": strict_json(data)}
+    return texts, cells, baselines, differ
+
+
+def write_tables(runs: list[Run], out: Path, baseline: str | None = None, alpha: float = 0.05,
+                 alternative: str = "greater", reps: int = 2000, skipped: list[Skipped] = (),
+                 gamma: float = GAMMA) -> list[Path]:
+    """table1.md, table1.tex and table1.json of ``runs`` (``experiments.store.load_runs``), and
+    rliable's aggregates beside them (``gamma``: the optimality gap's threshold), in ``out``;
+    ``skipped``, the run directories left out, are listed in the notes. A ``MixedRuns`` when a cell
+    would pool different configurations, a ``FileNotFoundError`` for a ``baseline`` that no column
+    has (a typo, not a missing column)."""
+    out = Path(out)
+    texts, cells, baselines, differ = _tables(runs, baseline, alpha, alternative, skipped)
+    for name, text in texts.items():
+        results.atomic_write_text(out / name, text)
     primary = main_baseline(baselines)
-    return paths + write_aggregates(aggregate_cells(cells, baselines, primary, differ), primary, out, reps, gamma=gamma,
-                                    ran=cells, untested=differ)
+    return [out / name for name in texts] + write_aggregates(
+        aggregate_cells(cells, baselines, primary, differ), primary, out, reps, gamma=gamma, ran=cells,
+        untested=differ)
 
 
 def read_cells(folder: Path) -> tuple[dict, dict]:

@@ -234,6 +234,34 @@ def test_a_table_that_is_not_the_folder_s_runs_is_not_published(headline_results
     assert "(1 differ, e.g. HalfCheetah-v5 " in err and page.read_text() == before
 
 
+@pytest.mark.parametrize("damage", ["mean", "markdown"])
+def test_a_table_edited_by_hand_or_another_folder_s_markdown_is_not_published(headline_results, tmp_path, capsys,
+                                                                             damage):
+    """The blocks publish table1.md whole and the means and p-values of table1.json's cells: a
+    hand-edited mean and p-value (the cells' values untouched), or another table's table1.md, is
+    refused by name, and no page is written (adversarial audit: both were published, exit 0)."""
+    root = tmp_path / "repo"
+    (root / "docs").mkdir(parents=True)
+    page = root / "docs" / "reproduction.md"
+    page.write_text("# R\n<!-- results:headline -->\n<!-- /results -->\n<!-- results:headline-vs-paper -->\n"
+                    "<!-- /results -->\n")
+    args = ["report", "--results", str(headline_results), "--root", str(root)]
+    folder = headline_results / "headline"
+    if damage == "mean":
+        changed = folder / "table1.json"
+        data = json.loads(changed.read_text())
+        data["cells"][0].update(mean=99999.0, p_greater=0.0001)
+        changed.write_text(json.dumps(data))
+    else:
+        changed = folder / "table1.md"
+        changed.write_text(changed.read_text().replace("HalfCheetah", "Hopper"))
+    before = page.read_text()
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {changed}: it is not the table of the runs of "), err
+    assert "allowed: the table `bpo reproduce headline` makes of them" in err and page.read_text() == before
+
+
 def test_the_table_of_a_cell_pooled_from_two_runs_with_a_nan_seed_is_the_folder_s(tmp_path):
     """A cell may pool the seeds of two runs of one configuration, and a seed's return may be NaN:
     the table of such a folder is its own (a first version of the check took it for another's)."""

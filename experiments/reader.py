@@ -33,9 +33,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bpo.config.schema import ConfigError, config_digest, from_dict
+from bpo.config.schema import MAX_CONFIG_NESTING, ConfigError, config_digest, from_dict, nesting
 from bpo.infra.results import json_number
-from experiments.sweep import RunSpec, apply_overrides
+from experiments.sweep import RunSpec, UnknownField, apply_overrides
 
 CURVE_COLUMNS = ("step", "seed", "eval_return")
 """The columns of a curve that the plot uses; every run's curve has them (bpo.training.summary)."""
@@ -251,24 +251,37 @@ def read_config(run_dir: Path):
     return cfg
 
 
+def _pairs(value) -> bool:
+    return isinstance(value, list) and all(isinstance(p, list) and len(p) == 2 and _name(p[0]) for p in value)
+
+
+_PAIRS: Check = (_pairs, "a list of [field, value] pairs, each field a non-empty string")
 SPEC_FIELDS: dict[str, Check] = {
     "run_id": NAME, "preset": NAME, "seeds": COUNT,
     "env": (lambda v: v is None or _name(v), "a string or null"),
     "variant": (lambda v: v is None or _name(v), "a string or null"),
-    "overrides": (lambda v: isinstance(v, list), "a list of [field, value] pairs"),
-    "label_overrides": (lambda v: isinstance(v, list), "a list of [field, value] pairs")}
+    "overrides": _PAIRS, "label_overrides": _PAIRS}
 
 
 def _spec(data, path: Path, where: str = "") -> RunSpec:
-    """One run of a sweep (``spec.json``, or an entry of ``sweep.json`` at ``where``)."""
+    """One run of a sweep (``spec.json``, or an entry of ``sweep.json`` at ``where``). Its row's
+    settings (``label_overrides``) must be the first of the settings it gave the run (``overrides``),
+    as ``experiments.sweep.expand`` writes them, so that a row's label is checked with them against
+    the run's config.json (``_agree``)."""
     if not isinstance(data, dict):
         raise BadFile(path, f"{where}holds a JSON {_json_type(data)}, not an object")
+    if (depth := nesting(data)) > MAX_CONFIG_NESTING:  # RunSpec.from_json recurses into the values
+        raise BadFile(path, f"{where}its values nest {depth} levels deep; a run of a sweep nests at most "
+                            f"{MAX_CONFIG_NESTING}")
     try:
         check_fields(data, path, SPEC_FIELDS)
+        if data["overrides"][:len(data["label_overrides"])] != data["label_overrides"]:
+            raise BadFile(path, "label_overrides are not the first of its overrides (the row's settings are "
+                                "settings the sweep gave the run)")
         return RunSpec.from_json(data)
     except BadFile as e:
         raise BadFile(path, where + e.reason) from None
-    except (TypeError, ValueError) as e:  # a pair that is not a [field, value] pair
+    except (TypeError, ValueError) as e:
         raise BadFile(path, f"{where}not a run of a sweep ({type(e).__name__}: {e})") from None
 
 
@@ -315,7 +328,7 @@ def _agree(summary: dict, cfg, spec: RunSpec | None, run_dir: Path) -> None:
                           f"says {_shown(getattr(cfg, name, None))}: the summary of another run?")
     if spec is not None:
         row = getattr(cfg, "variant", "") or cfg.algo  # older sweeps named BPO runs 'bpo', whatever the variant
-        given = [(k, v) for k, v in spec.overrides if not _holds(cfg, k, v)]
+        given = [(k, v) for k, v in spec.overrides if not _holds(cfg, k, v, run_dir / "spec.json")]
         for name, value, says in (*((n, getattr(spec, n), getattr(cfg, n)) for n in ("preset", "env", "seeds")),
                                   ("variant", spec.variant, row), *((k, v, _dotted(cfg, k)) for k, v in given)):
             if value is not None and value != says and not (name == "variant" and value == cfg.algo):
@@ -333,14 +346,17 @@ def digest_problem(summary: dict, run_dir: Path) -> str | None:
     return None
 
 
-def _holds(cfg, name: str, value) -> bool:
-    """Whether ``cfg`` already has the setting ``name = value`` of a spec, as the sweep applies it
-    (``apply_overrides``: coerced, "inf" a float, a section the run does not have left as it is);
-    a setting this version does not know cannot be checked, and is taken as held."""
+def _holds(cfg, name: str, value, path: Path) -> bool:
+    """Whether ``cfg`` already has the setting ``name = value`` of the spec at ``path``, as the
+    sweep applies it (``apply_overrides``: coerced, "inf" a float, a section the run does not have
+    left as it is); a setting this version does not know cannot be checked, and is taken as held; a
+    value its field cannot take is a ``BadFile``."""
     try:
         return apply_overrides(cfg, {name: value}) == cfg
-    except ConfigError:
+    except UnknownField:
         return True
+    except ConfigError as e:
+        raise BadFile(path, f"overrides: {e}") from None
 
 
 def _dotted(cfg, name: str):

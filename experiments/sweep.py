@@ -185,6 +185,11 @@ def _fmt(value) -> str:
     return str(value)
 
 
+class UnknownField(ConfigError):
+    """An override whose name is no field of the config (a ``ConfigError`` naming it): a setting of
+    another version, where a ``ConfigError`` of another kind is a value the field cannot take."""
+
+
 def apply_overrides(cfg, overrides: dict):
     """``cfg`` with dotted-name overrides, each checked against the config's fields (an unknown name
     or a value of the wrong type is a ConfigError naming it) and coerced (int to float, list to tuple).
@@ -196,12 +201,12 @@ def apply_overrides(cfg, overrides: dict):
             fields = {f.name: f for f in dataclasses.fields(owner)}
             if part not in fields:
                 where = ".".join(parts[:i]) or type(cfg).__name__
-                raise ConfigError(name, f"no such field in {where}; allowed: {sorted(fields)}")
+                raise UnknownField(name, f"no such field in {where}; allowed: {sorted(fields)}")
             if i < len(parts) - 1:
                 absent = absent or getattr(owner, part) is None
                 owner = get_dotted(owner, part)  # an absent section: its defaults, to check the name
                 if not dataclasses.is_dataclass(owner):
-                    raise ConfigError(name, f"{'.'.join(parts[:i + 1])} is not a nested config")
+                    raise UnknownField(name, f"{'.'.join(parts[:i + 1])} is not a nested config")
         coerced = _coerce(name, value, getattr(owner, parts[-1]))
         cfg = cfg if absent else replace(cfg, **{name: coerced})
     return cfg

@@ -64,6 +64,14 @@ def edit_json(path: Path, change) -> None:
     path.write_text(json.dumps(data))
 
 
+def deep(levels: int) -> list:
+    """A JSON array nested ``levels`` deep, well inside what ``json`` parses."""
+    value: list | int = 1
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
 def cut_mid_row(path: Path) -> None:
     text = path.read_text()
     last = text.rstrip("\n").rfind("\n")
@@ -106,6 +114,16 @@ DAMAGE = {
                        'variant is "ppo" but config.json says "bpo": the spec of another run?'),
     "spec-other-setting": ("spec.json", lambda p: edit_json(p, lambda d: d.update(overrides=[["ppo.gamma", 0.5]])),
                            "ppo.gamma is 0.5 but config.json says 0.9: the spec of another run?"),
+    # A row's label that the run never had, and settings that are not [field, value] pairs or that
+    # their field cannot take (adversarial audit: a relabelled row with exit 0, or a traceback).
+    "spec-relabelled": ("spec.json", lambda p: edit_json(p, lambda d: d.update(label_overrides=[["ppo.gamma", 0.5]])),
+                        "label_overrides are not the first of its overrides"),
+    "spec-field-not-a-name": ("spec.json", lambda p: edit_json(p, lambda d: d.update(overrides=[[["ppo.gamma"], 2]])),
+                              "overrides must be a list of [field, value] pairs, each field a non-empty string"),
+    "spec-value-not-allowed": ("spec.json", lambda p: edit_json(p, lambda d: d.update(overrides=[["ppo.gamma", {}]])),
+                               "overrides: ppo.gamma: must be of type float, got {}"),
+    "spec-nested-deep": ("spec.json", lambda p: edit_json(p, lambda d: d.update(overrides=[["ppo.gamma", deep(500)]])),
+                         "its values nest 503 levels deep; a run of a sweep nests at most 8"),
     "config-missing": ("config.json", lambda p: p.unlink(), "missing"),
     "config-garbage": ("config.json", lambda p: p.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00"),
                        "not text (not UTF-8): not a JSON file"),
@@ -201,6 +219,11 @@ def test_a_damaged_sweep_file_is_one_line_and_exit_2(classic, capsys):
     (classic / "sweep.json").write_text('{"sweep": "classic", "runs": [{"run_id": 7}]}')
     code, err = analyse("table", classic, capsys)
     assert (code, err) == (2, [f"error: {classic / 'sweep.json'}: runs[0]: run_id must be a non-empty string, got 7"])
+    shutil.copy(CLASSIC / "sweep.json", classic / "sweep.json")
+    edit_json(classic / "sweep.json", lambda d: d["runs"][0].update(overrides=[["ppo.gamma", deep(500)]]))
+    code, err = analyse("table", classic, capsys)  # was a RecursionError
+    assert (code, err) == (2, [f"error: {classic / 'sweep.json'}: runs[0]: its values nest 503 levels deep; a run of "
+                               "a sweep nests at most 8"])
     assert not (classic / "table1.md").exists()
 
 

@@ -63,7 +63,16 @@ from bpo.training import (
     default_checkpoint_every,
     progress_totals,
 )
-from bpo.training.job import OUTPUT_OPTIONS, Job, check_outputs, publish, remove_made, resume_job, train
+from bpo.training.job import (
+    OUTPUT_OPTIONS,
+    Job,
+    check_outputs,
+    lock_out_dir,
+    publish,
+    remove_made,
+    resume_job,
+    train,
+)
 from bpo.training.summary import final_return_text
 from experiments import help_text
 from experiments.arguments import parse
@@ -391,11 +400,20 @@ def _finished_run(run_dir: Path) -> str:
 
 def _train(job: Job, show_progress: bool) -> int:
     """The run's lifecycle (``bpo.training.job``), reported on the terminal; the exit code."""
-    cfg = job.cfg
     try:
         made = check_outputs(job)
+        # Refused here, the folders made are left: the command holding the lock writes into them
+        # (check_outputs proved them writable, so the lock itself cannot fail otherwise).
+        lock = lock_out_dir(job)
     except ConfigError as e:
         return _fail(str(e))
+    with lock:
+        return _train_locked(job, made, show_progress)
+
+
+def _train_locked(job: Job, made: list[Path], show_progress: bool) -> int:
+    """``_train`` once the output folder is checked and locked."""
+    cfg = job.cfg
     if job.flag == "--out" and ckpt.exists(job.checkpoint_dir):  # the same run, interrupted (check_outputs): go on
         print(f"continuing the interrupted run from its checkpoint in {str(job.checkpoint_dir)!r}", file=sys.stderr)
     elif (job.out_dir / "summary.json").is_file():  # a sweep would skip it; a train means to redo it

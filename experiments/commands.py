@@ -214,6 +214,7 @@ def _plan_sweep(args: SweepArgs) -> tuple[Sweep, Path, list[RunSpec]] | None:
         with left_as_found(sweep_dir):
             if not args.dry_run:  # a dry run writes nothing
                 ensure_writable_dir(sweep_dir, "--out")
+            launch.check_sweep_folders(sweep_dir)
             launch.recorded_jobs(sweep_dir)  # a damaged record of earlier Slurm jobs: refused here, by name
             specs = expand(sweep)
             _check_only(args.only, specs, sweep.name)

@@ -62,6 +62,8 @@ from experiments import reader, store
 from experiments.reader import BadFile
 from experiments.sweep import RunSpec, SlurmResources
 
+LOGS, SLURM = "logs", ".slurm"
+"""The folders of a sweep's workers' logs and of its Slurm jobs' files, in the results folder."""
 LOCK_FD_ENV = "BPO_RUN_LOCK_FD"
 """A local worker's inherited run lock: the file descriptor its sweep process locked for it."""
 SWEEP_PID_ENV = "BPO_SWEEP_PID"
@@ -157,6 +159,20 @@ WORKERS_KNOW = ("import json; from bpo.infra.plugins import load_plugins; load_p
                 "print(json.dumps({'preset': sorted(PRESETS), 'method': method_names()}))")
 """What a sweep's worker process (or Slurm job) can build: the presets and methods it has once it
 has imported ``BPO_PLUGINS``, printed as JSON."""
+
+
+def check_sweep_folders(sweep_dir: Path) -> None:
+    """The folders a sweep writes into besides its runs' (``logs``, ``.slurm``, and the store's
+    ``.locks``, ``.checkpoints`` and ``.staging``): each, where it exists, a folder this user can
+    write, else a ``ConfigError`` naming ``--out`` before any work. A file in their place failed with
+    a traceback, at the checkpoint or the publication after a whole run's training."""
+    for name in (LOGS, SLURM, store.LOCKS, store.CHECKPOINTS, store.STAGING):
+        path = Path(sweep_dir) / name
+        if os.path.lexists(path) and not path.is_dir():
+            raise ConfigError("--out", f"{str(path)!r} is not a folder, and the sweep keeps its {name} there; allowed: "
+                                       "a folder (move the file away)")
+        if path.is_dir() and not os.access(path, os.W_OK | os.X_OK):
+            raise ConfigError("--out", f"{str(path)!r} cannot be written by this user; allowed: a folder it can write")
 
 
 def check_workers_know(specs: list[RunSpec], sweep: str | None) -> None:
@@ -416,7 +432,7 @@ def run_local(sweep_dir: Path, specs: list[RunSpec], workers: int, show_progress
     results are the same either way. A run the stall guard stopped is started again, up to
     ``STALL_RETRIES`` times."""
     sweep_dir = Path(sweep_dir)
-    (sweep_dir / "logs").mkdir(parents=True, exist_ok=True)
+    (sweep_dir / LOGS).mkdir(parents=True, exist_ok=True)
     queue = list(specs)
     with _caught_signals() as signals, _progress(show_progress) as bar:
         pool = _LocalWorkers(sweep_dir, bar, bar.add_task(f"sweep {sweep_dir.name}", total=len(specs)), queue,
@@ -459,7 +475,7 @@ class _LocalWorkers:
     of their runs so far."""
 
     def __init__(self, sweep_dir: Path, bar: Progress, task: int, queue: list[RunSpec], pin: bool) -> None:
-        self.sweep_dir, self.logs, self.bar, self.task = sweep_dir, sweep_dir / "logs", bar, task
+        self.sweep_dir, self.logs, self.bar, self.task = sweep_dir, sweep_dir / LOGS, bar, task
         self.queue = queue
         self.running: dict[subprocess.Popen, tuple[RunSpec, IO[str], store.Lock]] = {}
         self.cores = sorted(os.sched_getaffinity(0)) if pin else []
@@ -569,7 +585,7 @@ class _LocalWorkers:
 
 
 def _jobs_file(sweep_dir: Path) -> Path:
-    return Path(sweep_dir) / ".slurm" / "jobs.json"
+    return Path(sweep_dir) / SLURM / "jobs.json"
 
 
 
@@ -606,7 +622,7 @@ def run_slurm(sweep_dir: Path, specs: list[RunSpec], resources: SlurmResources, 
     import submitit
 
     sweep_dir = Path(sweep_dir).resolve()
-    executor = submitit.AutoExecutor(folder=sweep_dir / ".slurm" / "%j", cluster="slurm")
+    executor = submitit.AutoExecutor(folder=sweep_dir / SLURM / "%j", cluster="slurm")
     executor.update_parameters(
         name=f"bpo-{sweep_dir.name}", timeout_min=resources.timeout_min, cpus_per_task=resources.cpus_per_task,
         mem_gb=resources.mem_gb, gpus_per_node=resources.gpus_per_node, tasks_per_node=1, nodes=1,
@@ -624,7 +640,7 @@ def run_slurm(sweep_dir: Path, specs: list[RunSpec], resources: SlurmResources, 
         recorded = recorded_jobs(sweep_dir)
         recorded.update({s.run_id: j.job_id for s, j in zip(specs, jobs, strict=True)})
         results.atomic_write_json(_jobs_file(sweep_dir), recorded)
-    print(f"submitted {len(jobs)} Slurm jobs (array {jobs[0].job_id.split('_')[0]}); logs in {sweep_dir / '.slurm'}")
+    print(f"submitted {len(jobs)} Slurm jobs (array {jobs[0].job_id.split('_')[0]}); logs in {sweep_dir / SLURM}")
     return _follow_jobs(sweep_dir, dict(zip(jobs, specs, strict=True)), show_progress) if wait else Outcome()
 
 

@@ -26,7 +26,6 @@ lets two processes hold the same lock.
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import json
 import os
@@ -38,7 +37,9 @@ from pathlib import Path
 
 from bpo.config.schema import EXECUTION_ONLY, current_config, to_dict
 from bpo.infra import results
-from bpo.infra.publish import replace_dir
+from bpo.infra.locks import Lock, acquire, same_file
+from bpo.infra.publish import publish_run_dir, replace_dir
+from bpo.training.policies import policies_problem
 from experiments import reader
 from experiments.sweep import RunSpec
 
@@ -46,75 +47,11 @@ STAGING = ".staging"
 CHECKPOINTS = ".checkpoints"  # runs in progress; kept across invocations, unlike .staging
 LOCKS = ".locks"  # RUN-ID.lock: held by the process executing the run; index.lock: around index and staging
 INDEX_LOCK = "index.lock"  # never a run's (run ids always contain a '-')
-_NO_LOCKS = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS)  # file systems without flock
-_warned: list[bool] = []  # that locks do not work here, once per process
-
-
-class Lock:
-    """An exclusive ``flock`` on a file in ``SWEEP/.locks``. ``release()`` removes the file and
-    unlocks; a process that ends without releasing (even by SIGKILL) unlocks too, and leaves only
-    an unlocked empty file behind."""
-
-    def __init__(self, path: Path, fd: int):
-        self.path, self.fd = Path(path), fd
-
-    def release(self) -> None:
-        if self.fd < 0:
-            return
-        with contextlib.suppress(OSError):
-            if _same_file(self.path, self.fd):  # removed while still held: see _acquire
-                os.unlink(self.path)
-        os.close(self.fd)
-        self.fd = -1
-        with contextlib.suppress(OSError):  # not empty (other locks), or already gone
-            self.path.parent.rmdir()
-
-    def __enter__(self) -> Lock:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.release()
-
-
-def _same_file(path: Path, fd: int) -> bool:
-    try:
-        a, b = os.stat(path), os.fstat(fd)
-    except FileNotFoundError:
-        return False
-    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
 
 def _acquire(path: Path, blocking: bool) -> Lock | None:
-    """Lock ``path`` (created if needed); None when another process holds it and not ``blocking``.
-    OSError when the folder cannot be created or written."""
-    while True:
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-        except FileNotFoundError:  # .locks absent, or just removed as empty by another process
-            path.parent.mkdir(exist_ok=True)  # in the results folder, which must exist
-            continue
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
-        except BlockingIOError:
-            os.close(fd)
-            return None
-        except OSError as e:
-            if e.errno not in _NO_LOCKS:
-                os.close(fd)
-                raise
-            if not _warned:
-                print(f"warning: {path.parent} does not support file locks ({e.strerror}): concurrent sweeps of "
-                      "this folder are not kept apart", file=sys.stderr)
-                _warned.append(True)
-            return Lock(path, fd)
-        except BaseException:
-            os.close(fd)
-            raise
-        # The holder we waited for may have removed the file before unlocking it: then we locked a
-        # file nobody else will ever look at, and must lock the one now at that path instead.
-        if _same_file(path, fd):
-            return Lock(path, fd)
-        os.close(fd)
+    """A lock in ``SWEEP/.locks`` (``bpo.infra.locks.acquire``), which goes once its last lock is released."""
+    return acquire(path, blocking, tidy_parent=True)
 
 
 def run_lock_path(sweep_dir: Path, run_id: str) -> Path:
@@ -137,12 +74,12 @@ def adopt_run_lock(sweep_dir: Path, run_id: str, fd: int) -> Lock | None:
     worker process for it, which inherits the lock); None if ``fd`` is not that lock."""
     path = run_lock_path(sweep_dir, run_id)
     try:
-        if not _same_file(path, fd):
+        if not same_file(path, fd):
             return None
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # already ours (the same open file): succeeds at once
     except OSError:
         return None
-    return Lock(path, fd)
+    return Lock(path, fd, tidy_parent=True)
 
 
 def run_is_locked(sweep_dir: Path, run_id: str) -> bool:
@@ -205,7 +142,8 @@ def is_finished(sweep_dir: Path, spec: RunSpec) -> bool:
     """A complete run directory (one that ``reader.read_run`` accepts, as every table and plot reads
     it: a damaged file, or files of different runs, would be skipped by all of them, so the run is
     done again) holding the same configuration, recorded by code that had every field of today's
-    config (or only lacked ``COMPATIBLE_ADDITIONS``)."""
+    config (or only lacked ``COMPATIBLE_ADDITIONS``), and its saved policies, where it has them,
+    sound (``policies_problem``)."""
     run_dir = Path(sweep_dir) / spec.run_id
     try:
         reader.read_run(run_dir, Path(sweep_dir))
@@ -216,7 +154,8 @@ def is_finished(sweep_dir: Path, spec: RunSpec) -> bool:
         # section was optional, reads as it meant (bpo.config.schema.from_dict).
         stored = json.loads(json.dumps(to_dict(recorded)))
         expected = json.loads(json.dumps(to_dict(spec.config())))
-        return same_result_config(stored, expected)
+        # a damaged or foreign policies.msgpack: bpo probe and bpo evaluate would refuse it for good
+        return same_result_config(stored, expected) and policies_problem(run_dir) is None
     except (OSError, ValueError, TypeError, AttributeError):
         return False
 
@@ -286,14 +225,23 @@ def remove_empty_staging(sweep_dir: Path) -> None:
 def publish(sweep_dir: Path, spec: RunSpec, write_run) -> dict:
     """Write a run with ``write_run(staging_dir) -> summary`` and move it into place whole
     (``bpo.infra.publish.replace_dir``: an older run under the same id is replaced, never mixed with
-    it; the user's own files in its folder are kept, as ``bpo train --out`` keeps them). The caller
-    holds the run's lock (``try_lock_run``)."""
-    sweep_dir = Path(sweep_dir)
+    it; the user's own files in its folder are kept, as ``bpo train --out`` keeps them). A run
+    folder that is a symbolic link (runs gathered by hand) is redone in the folder it points to,
+    staged beside that folder (``publish_run_dir``, on its file system), as ``bpo train --out LINK``
+    is: the link stays a link. The caller holds the run's lock (``try_lock_run``)."""
+    sweep_dir, final = Path(sweep_dir), Path(sweep_dir) / spec.run_id
+
+    def write(folder: Path) -> dict:
+        summary = write_run(folder)
+        results.atomic_write_json(folder / "spec.json", spec.to_json())
+        return summary
+
+    if final.is_symlink():
+        return publish_run_dir(final.resolve(), write)
     staging = sweep_dir / STAGING / spec.run_id / f"{socket.gethostname()}.{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
-    summary = write_run(staging)
-    results.atomic_write_json(staging / "spec.json", spec.to_json())
-    replace_dir(staging, sweep_dir / spec.run_id, trash=staging.with_name(staging.name + ".replaced"), keep_others=True)
+    summary = write(staging)
+    replace_dir(staging, final, trash=staging.with_name(staging.name + ".replaced"), keep_others=True)
     with contextlib.suppress(OSError):
         staging.parent.rmdir()
     return summary

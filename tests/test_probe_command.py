@@ -116,6 +116,10 @@ def test_a_ppo_run_and_a_folder_without_policies_are_refused(bpo_run, tmp_path, 
                                                 ("--rho-bar", "0", "returns.rho_bar"),
                                                 ("--c-bar", "-1", "returns.c_bar"),
                                                 ("--name", "../elsewhere", "name: must be a plain folder name"),
+                                                # the run's own folder: dropped with TensorBoard's when the
+                                                # run was replaced (adversarial audit)
+                                                ("--name", "tb", "name: 'tb' is a folder of the run's own"),
+                                                ("--name", "checkpoint", "name: 'checkpoint' is a folder of the"),
                                                 # beyond int32: it failed in JAX after the cost line
                                                 ("--m", "100000000", "m x horizon (the start states' steps) must "
                                                                      "be <= 2,147,483,647"),

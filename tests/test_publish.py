@@ -308,3 +308,56 @@ def test_an_out_folder_given_as_a_symbolic_link_is_followed(tmp_path, where):
             import shutil
 
             shutil.rmtree(base, ignore_errors=True)
+
+
+def _holds_a_lock(pid: int, path: Path) -> bool:
+    """Whether process ``pid`` holds an flock on the file ``path`` (``/proc/locks``: looked at from
+    outside, since taking the lock to test it could make the holder's own attempt fail)."""
+    try:
+        inode = os.stat(path).st_ino
+    except FileNotFoundError:
+        return False
+    for line in Path("/proc/locks").read_text().splitlines():
+        fields = line.split()
+        if "FLOCK" in fields and str(pid) in fields and any(f.endswith(f":{inode}") for f in fields):
+            return True
+    return False
+
+
+@pytest.mark.skipif(not Path("/proc/locks").exists(), reason="needs Linux's /proc/locks")
+def test_a_second_train_into_a_folder_in_use_is_refused_and_the_first_run_lands(tmp_path):
+    """Two ``bpo train --out X`` at once: the second, started while the first (a real process) is
+    held by SIGSTOP with its lock taken, is refused by name before any work; the first lands whole
+    and leaves no lock behind, and then the folder can be trained into again (adversarial audit:
+    both exited 0, and one run's results were lost without a word)."""
+    import signal
+    import time
+
+    out = tmp_path / "cc"
+    train = [sys.executable, "-m", "experiments.cli", "train", "short_corridor", "--episodes", "40", "--eval-every",
+             "20", "--eval-episodes", "2", "--no-progress", "--out", str(out)]
+    first = subprocess.Popen(train, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not _holds_a_lock(first.pid, publish.lock_path_for(out)):
+            assert first.poll() is None and time.monotonic() < deadline, first.communicate()
+            time.sleep(0.02)
+        os.kill(first.pid, signal.SIGSTOP)
+        try:
+            second = subprocess.run([*train, "--no-bpo"], capture_output=True, text=True, timeout=600)
+        finally:
+            os.kill(first.pid, signal.SIGCONT)
+        assert second.returncode == 2, second.stderr
+        assert second.stderr.startswith(f"error: --out: {str(out)!r} is in use: another bpo train is writing its run "
+                                        "there"), second.stderr
+        _, err = first.communicate(timeout=600)
+        assert first.returncode == 0, err
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+    assert json.loads((out / "summary.json").read_text())["algo"] == "bpo"
+    assert [p.name for p in tmp_path.iterdir()] == ["cc"]  # the lock went with its holder
+    again = subprocess.run([*train, "--no-bpo"], capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0 and "replacing the finished run" in again.stderr, again.stderr
+    assert json.loads((out / "summary.json").read_text())["algo"] == "reinforce"

@@ -244,6 +244,25 @@ def test_no_usable_run_lists_each_and_exits_2(classic, capsys):
                       "(4 skipped)")
 
 
+@pytest.mark.parametrize("damage", ["truncated", "another run's"])
+def test_a_sweep_redoes_a_run_whose_saved_policies_are_damaged(tmp_path, damage):
+    """A finished run whose policies.msgpack is cut off or another run's is not finished for its
+    sweep, which redoes it: tables read it as before, but ``bpo probe`` and ``bpo evaluate`` would
+    refuse it for good (adversarial audit: a sweep counted it finished)."""
+    runs = ROOT / "results" / "a2c"
+    victim, other = "Pendulum-v1-pendulum_a2c-a2c", "Pendulum-v1-pendulum_a2c-bpo_c1.0_rho1.5"
+    run = shutil.copytree(runs / victim, tmp_path / victim)
+    spec = RunSpec.from_json(json.loads((run / "spec.json").read_text()))
+    assert store.is_finished(tmp_path, spec)
+    policies = run / "policies.msgpack"
+    if damage == "truncated":
+        policies.write_bytes(policies.read_bytes()[:1000])
+    else:
+        shutil.copy(runs / other / "policies.msgpack", policies)
+    assert not store.is_finished(tmp_path, spec)
+    assert reader.read_run(run, tmp_path).run_id == victim  # the tables still read it
+
+
 def test_a_sweep_redoes_a_run_whose_summary_is_damaged(classic):
     spec = RunSpec.from_json(json.loads((classic / VICTIM / "spec.json").read_text()))
     assert store.is_finished(classic, spec)

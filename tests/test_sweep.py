@@ -122,6 +122,21 @@ def test_cli_values_and_overrides():
         parse_assignment("total_timesteps", many=False)
 
 
+@pytest.mark.parametrize("name", [launch.LOGS, store.LOCKS, store.CHECKPOINTS, store.STAGING, launch.SLURM])
+def test_a_file_where_a_sweep_keeps_its_own_folder_is_refused_before_any_work(tmp_path, capsys, name):
+    """A plain file at ``logs``, ``.locks``, ``.checkpoints``, ``.staging`` or ``.slurm`` of the
+    results folder: exit 2 naming it, dry run included, and nothing is written or trained (adversarial
+    audit: a traceback, for ``.checkpoints`` and ``.staging`` only after the run's training)."""
+    (tmp_path / name).write_text("a user's file")
+    sweep = ["sweep", "--preset", "short_corridor", "--variants", "reinforce", "--set", "episodes=20", "--seeds", "1",
+             "--workers", "1", "--no-progress", "--out", str(tmp_path)]
+    for dry_run in ([], ["--dry-run"]):
+        assert main([*sweep, *dry_run]) == 2
+        assert capsys.readouterr().err == (f"error: --out: {str(tmp_path / name)!r} is not a folder, and the sweep "
+                                           f"keeps its {name} there; allowed: a folder (move the file away)\n")
+        assert [p.name for p in tmp_path.iterdir()] == [name] and (tmp_path / name).read_text() == "a user's file"
+
+
 def test_cli_rejects_bad_sweeps_before_running(tmp_path, capsys):
     assert main(["sweep", "nosuch", "--out", str(tmp_path)]) == 2
     assert "sweep: no sweep file" in capsys.readouterr().err
@@ -203,6 +218,44 @@ def test_a_redone_run_replaces_the_run_files_and_keeps_the_users_own(tmp_path):
     (run / "summary.json").write_text(json.dumps(summary))
     (run / "spec.json").write_text("garbage")
     assert not store.is_finished(tmp_path, spec)
+
+
+@pytest.mark.parametrize("where", ["beside", "another file system"])
+def test_a_redone_run_whose_folder_is_a_link_is_written_into_the_folder_it_points_to(tmp_path, where):
+    """A run folder linked into the sweep by hand (relatively, on this file system or another):
+    redone, the run lands in the folder the link points to with the user's files kept, the link
+    stays a link and nothing is left in the sweep's .staging or beside the target (adversarial
+    audit: the link was swapped into .staging, dangling, and the target kept the old run)."""
+    import shutil
+    import tempfile
+
+    if where == "another file system" and not os.access("/dev/shm", os.W_OK):
+        pytest.skip("no writable /dev/shm here")
+    base = Path(tempfile.mkdtemp(dir="/dev/shm")) if where == "another file system" else tmp_path / "elsewhere"
+    if where == "another file system" and os.stat(base).st_dev == os.stat(tmp_path).st_dev:
+        pytest.skip("/dev/shm is on the same file system here")
+    try:
+        spec = expand(Sweep(name="s", grids=(Grid(preset="short_corridor", variants=("bpo",), fixed=TINY_SC,
+                                                    seeds=2),)))[0]
+        sweep_dir, target = tmp_path / "sweep", base / spec.run_id
+        store.write_sweep_file(sweep_dir, "s", [spec])
+        store.publish(sweep_dir, spec, lambda d: fake_run(d, spec.config(), [1.0, 2.0]))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(sweep_dir / spec.run_id, target)
+        (target / "notes.txt").write_text("mine")
+        link = sweep_dir / spec.run_id
+        link.symlink_to(os.path.relpath(target, sweep_dir) if where == "beside" else target, target_is_directory=True)
+        assert store.is_finished(sweep_dir, spec)
+        store.publish(sweep_dir, spec, lambda d: fake_run(d, spec.config(), [3.0, 4.0]))
+        assert link.is_symlink() and link.resolve() == target.resolve()
+        assert json.loads((target / "summary.json").read_text())["final_eval_returns"] == [3.0, 4.0]
+        assert (target / "notes.txt").read_text() == "mine" and store.is_finished(sweep_dir, spec)
+        assert not list((sweep_dir / store.STAGING).iterdir())  # the sweep's end removes the empty folder
+        assert sorted(p.name for p in sweep_dir.iterdir()) == sorted([spec.run_id, "sweep.json", store.STAGING])
+        assert [p.name for p in base.iterdir()] == [spec.run_id]
+    finally:
+        if where == "another file system":
+            shutil.rmtree(base, ignore_errors=True)
 
 
 def test_publish_is_all_or_nothing_and_finished_means_same_config(tmp_path, monkeypatch):

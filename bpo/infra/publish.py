@@ -171,6 +171,13 @@ def staging_for(out_dir: Path) -> tuple[Path, Path]:
                  for kind in ("staging", "replaced"))
 
 
+def lock_path_for(out_dir: Path) -> Path:
+    """The lock file of a single run directory (``bpo.training.job.lock_out_dir``): a hidden sibling,
+    like its staging folder, since the folder itself is replaced when the run is published."""
+    out_dir = Path(out_dir)
+    return out_dir.parent / fitted_name(".", out_dir.name, ".lock", name_max(out_dir.parent))
+
+
 def publish_run_dir(out_dir: Path, write_files: Callable[[Path], T]) -> T:
     """``write_files(folder)`` into a staging folder beside ``out_dir``, then swapped into place,
     keeping what ``out_dir`` held besides an older run's files (``tb/``, ``checkpoint/``). What

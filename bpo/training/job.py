@@ -2,7 +2,9 @@
 --resume``, the sweep workers and Slurm jobs):
 
 1. check the outputs before anything compiles (``check_outputs``): every folder the run writes is
-   created and proven writable, and a new run may not start over another run's checkpoint;
+   created and proven writable, and a new run may not start over another run's checkpoint; then
+   lock the output folder (``lock_out_dir``) until the run is published, so that two commands never
+   write one folder at once;
 2. continue the run's checkpoint or start over (``continue_or_restart``);
 3. train (``train``: checkpoints, TensorBoard and W&B scalars);
 4. publish the run directory whole and drop the checkpoint that served its purpose (``publish``).
@@ -22,8 +24,9 @@ from pathlib import Path
 from bpo.agents.methods import validate
 from bpo.config.schema import ConfigError, from_dict, to_dict
 from bpo.infra import checkpoint as ckpt
+from bpo.infra.locks import Lock, acquire
 from bpo.infra.processes import stop_requests
-from bpo.infra.publish import check_publishable, publish_run_dir, save_or_rescue
+from bpo.infra.publish import check_publishable, lock_path_for, publish_run_dir, save_or_rescue
 from bpo.infra.results import ensure_writable_dir
 from bpo.infra.settings import validate_environment
 from bpo.infra.tensorboard import Loggers, TensorBoardLogger, WandbLogger
@@ -31,6 +34,9 @@ from bpo.training.run import run_validated, runner_seed_chunk
 from bpo.training.run_output import RunOutput
 from bpo.training.summary import summarize, write
 
+CHECKPOINT, TENSORBOARD, WANDB = "checkpoint", "tb", "wandb"
+"""The folders ``bpo train`` may make in a run directory besides the run's files: its checkpoint,
+TensorBoard's and W&B's (kept when the run is replaced, ``bpo.infra.publish``)."""
 OUTPUT_OPTIONS = {"tensorboard": False, "track": False, "wandb_project": "bpo", "wandb_entity": None,
                   "per_seed_scalars": False}
 """What ``bpo train`` writes besides the run directory; kept with checkpoints for ``--resume``."""
@@ -66,7 +72,7 @@ class Job:
     def checkpoint_dir(self) -> Path | None:
         if self.checkpoint_every <= 0:
             return None
-        return self.checkpoints if self.checkpoints is not None else self.out_dir / "checkpoint"
+        return self.checkpoints if self.checkpoints is not None else self.out_dir / CHECKPOINT
 
     @property
     def label(self) -> str:
@@ -89,12 +95,29 @@ def check_outputs(job: Job) -> list[Path]:
     made: list[Path] = []
     _ensure(out_dir, job.flag, made)
     if options["tensorboard"]:
-        _ensure(out_dir / "tb", "--tensorboard", made)
+        _ensure(out_dir / TENSORBOARD, "--tensorboard", made)
     if options["track"]:
-        _ensure(out_dir / "wandb", "--track", made)
+        _ensure(out_dir / WANDB, "--track", made)
     if job.checkpoint_every > 0:
-        _ensure(out_dir / "checkpoint", "--checkpoint-every", made)
+        _ensure(out_dir / CHECKPOINT, "--checkpoint-every", made)
     return made
+
+
+def lock_out_dir(job: Job) -> Lock:
+    """An exclusive lock on the run's output folder, held until the run is published: the file
+    ``.NAME.lock`` beside it (``bpo.infra.publish.lock_path_for``; removed on release, and a killed
+    run's by the next run there). Another command training into the folder holds it: a
+    ``ConfigError`` naming ``job.flag``, or the two runs' checkpoints and results would overwrite
+    each other, one run lost without a word."""
+    path = lock_path_for(job.out_dir)
+    try:
+        lock = acquire(path, blocking=False)
+    except OSError as e:
+        raise ConfigError(job.flag, f"cannot lock {str(job.out_dir)!r} ({e.strerror}: {str(path)!r})") from None
+    if lock is None:
+        raise ConfigError(job.flag, f"{str(job.out_dir)!r} is in use: another bpo train is writing its run there "
+                                    f"(it holds {str(path)!r}); wait for it to end, or choose another folder")
+    return lock
 
 
 def _ensure(path: Path, field: str, made: list[Path]) -> None:
@@ -132,7 +155,7 @@ def check_no_unfinished_run(job: Job) -> None:
     """A new run in a folder that holds another run's checkpoint: refused, so that a later
     ``--resume`` never replaces this run's results with the other's. The same run's checkpoint
     (same config, checkpointing on) is continued, as ``drive`` does."""
-    directory = job.out_dir / "checkpoint"
+    directory = job.out_dir / CHECKPOINT
     if not ckpt.exists(directory):
         return
     # The seed chunk is part of the compiled program: a checkpoint of another chunk is refused here,
@@ -164,7 +187,7 @@ def continue_or_restart(directory: Path, cfg, seed_chunk: int | None) -> str | N
 def resume_job(directory: Path) -> Job:
     """The job of the stopped run whose checkpoint is in ``directory/checkpoint``, with the output
     options it was started with; a ``ConfigError`` naming ``resume`` when there is none to continue."""
-    where = directory / "checkpoint"
+    where = directory / CHECKPOINT
     if not ckpt.exists(where) and (directory / "summary.json").exists():
         raise ConfigError("resume", f"{str(directory)!r} holds a finished run (its summary.json is written and its "
                                     "checkpoint removed): there is nothing to continue")
@@ -196,7 +219,7 @@ def resume_job(directory: Path) -> Job:
 def make_loggers(job: Job) -> Loggers | None:
     """The scalar sinks the options ask for: TensorBoard in OUT/tb, W&B with files in OUT/wandb."""
     cfg, options = job.cfg, job.options
-    sinks = [TensorBoardLogger(job.out_dir / "tb")] if options["tensorboard"] else []
+    sinks = [TensorBoardLogger(job.out_dir / TENSORBOARD)] if options["tensorboard"] else []
     if options["track"]:
         name = f"{cfg.preset}/{cfg.env}/{job.label}"
         sinks.append(WandbLogger(options["wandb_project"], name, to_dict(cfg), job.out_dir, options["wandb_entity"]))

@@ -147,6 +147,20 @@ def load_policies(run_dir: Path) -> SavedPolicies:
     return saved
 
 
+def policies_problem(run_dir: Path) -> str | None:
+    """What makes a finished run's ``policies.msgpack`` unusable (``load_policies``' check: cut off,
+    not the format, another run's), or None when it is sound or absent (runs written before
+    policies were saved have none). A sweep redoes a run whose file is unusable
+    (``experiments.store.is_finished``): ``bpo probe`` and ``bpo evaluate`` would refuse it for good."""
+    if not (Path(run_dir) / FILE).exists():
+        return None
+    try:
+        load_policies(run_dir)
+    except ConfigError as e:  # NoPolicies, or a config.json that cannot be read
+        return str(e)
+    return None
+
+
 def _spec(cfg):
     """The spec of a run's task: Gymnasium's for its tasks, else the functional environment's."""
     return gym_spec(cfg.env) if cfg.env in GYMNASIUM_ENVS else make_env(cfg.env).spec

@@ -28,6 +28,7 @@ from bpo.agents.methods import validate
 from bpo.config.schema import ConfigError, EpisodicTrainConfig, replace, traced_hyperparams
 from bpo.core import distributions
 from bpo.core.normalization import RunningStats
+from bpo.infra.publish import RUN_FILES
 from bpo.instruments.probe import (
     ProbeReturns,
     ProbeSettings,
@@ -37,6 +38,7 @@ from bpo.instruments.probe import (
     visited_states,
 )
 from bpo.runners.onpolicy import run_env
+from bpo.training.job import CHECKPOINT, TENSORBOARD, WANDB
 from bpo.training.policies import SavedPolicies, load_policies, task_backend
 
 FINAL = "final"
@@ -51,11 +53,20 @@ def _point(p, kept: list) -> int | str:
         raise ConfigError("points", f"must be update counts or 'final'; kept: {kept}, got {p!r}") from None
 
 
+TAKEN = (CHECKPOINT, TENSORBOARD, WANDB, *(name for name in RUN_FILES if "." not in name))
+"""The folders a run directory holds of its own: a probe there would be taken for one of them, or
+make it pass for derived from the run (``bpo.infra.publish.derived_from_the_run``) and go when the
+run is replaced."""
+
+
 def check_probe_name(name: str, field: str = "name") -> None:
     """A probe's folder under its run (``bpo probe --name``): a plain name of letters, digits, _
-    and -, so that it can never point outside the run directory."""
+    and -, so that it can never point outside the run directory, and none of the run's own folders."""
     if not re.fullmatch(r"[\w-]+", name):
         raise ConfigError(field, f"must be a plain folder name (letters, digits, _ and -), got {name!r}")
+    if name in TAKEN:
+        raise ConfigError(field, f"{name!r} is a folder of the run's own; allowed: another name, not one of "
+                                 f"{sorted(TAKEN)}")
 
 
 def with_truncation(cfg, rho_bar: float | None = None, c_bar: float | None = None):

@@ -251,7 +251,9 @@ def acting_function(saved: SavedPolicies, which: str = "pi", deterministic: bool
 def load_policy(run_dir: Path, seed: int = 0, which: Literal["pi", "mu"] = "pi", deterministic: bool = True,
                 key: int = 0, at: int | None = None):
     """The policy of seed ``seed`` of a run directory as a function ``obs -> action`` (NumPy in and
-    out, one observation or a batch), with the observation normaliser applied: pi or, for BPO runs,
+    out, one observation or a batch), with the observation normaliser applied. ``seed`` is the
+    seed's index in the run, 0 to seeds - 1, as in curve.csv's seed column (not the config's
+    ``seed``, from which every seed's key is made). The policy is pi or, for BPO runs,
     mu; deterministic (argmax or the Gaussian mean, as the run's evaluations) or sampled (with a
     key stream seeded by ``key``); the final policy, or the one kept after iteration ``at``
     (``save_policies_every``)."""

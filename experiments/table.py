@@ -488,9 +488,9 @@ def few_seeds_note(ns) -> str | None:
     if not ns or ns[0] >= FEW_SEEDS:
         return None
     count = str(ns[0]) if len(ns) == 1 else f"{ns[0]} to {ns[-1]}"
-    return (f"Few seeds: only {count} per cell (the paper used 10). A t-test on so few values has little power "
-            "and relies on them being roughly normal; a single bold or † cell is weak evidence, and a missing mark "
-            "is no evidence of no difference.")
+    return (f"Few seeds: only {count} per cell (the paper's Table 1 used 10 runs per cell). A t-test on so few "
+            "values has little power and relies on them being roughly normal; a single bold or † cell is weak "
+            "evidence, and a missing mark is no evidence of no difference.")
 
 
 def to_markdown(table: dict, settings, rows, baseline: str | dict, alpha: float, alternative: str,
@@ -583,7 +583,8 @@ def untested_note(settings, baselines: dict, baseline: str | None) -> str | None
         return None
     wanted = row_label(baseline) if baseline else " or ".join(row_label(b) for b in DEFAULT_BASELINES)
     return (f"Not tested: no {wanted} row in {', '.join(setting_label(s) for s in missing)}, so "
-            f"{'its cells carry' if len(missing) == 1 else 'the cells of these columns carry'} no p-value and no mark.")
+            f"{'its cells carry' if len(missing) == 1 else 'the cells of these columns carry'} no p-value and no mark "
+            "(`bpo table --baseline ROW` tests them against another of their rows).")
 
 
 def left_out_note(settings, baselines: dict, primary: str | None) -> str | None:

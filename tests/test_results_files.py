@@ -370,7 +370,8 @@ def test_a_column_without_its_baseline_row_is_untested_not_an_error(tmp_path, ca
     assert two[(HOPPER, "bpo_c1.0_rho1.5")]["p"] == one[(HOPPER, "bpo_c1.0_rho1.5")]["p"]
     ant = two[(("Ant-v5", "mujoco_gsde"), "bpo_c1.0_rho1.5")]
     assert ant["p"] is None and ant["mark"] == "" and ant["mean"] == pytest.approx(2133.333333)
-    note = ("Not tested: no PPO or A2C or REINFORCE row in Ant-v5 (gSDE), so its cells carry no p-value and no mark.")
+    note = ("Not tested: no PPO or A2C or REINFORCE row in Ant-v5 (gSDE), so its cells carry no p-value and no mark "
+            "(`bpo table --baseline ROW` tests them against another of their rows).")
     assert note in strict_load(tmp_path / "two" / "table1.json")["notes"]
     assert f"**{note}**" in (tmp_path / "two" / "table1.md").read_text()
     # A --baseline that no column has is a typo: an error, not an untested table.

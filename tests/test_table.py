@@ -258,7 +258,7 @@ def test_bpo_table_writes_marked_markdown_latex_and_aggregates(tmp_path, capsys)
         assert c["se"] == pytest.approx(c["sd"] / len(values) ** 0.5)
         assert (c["p_greater"] is None) == (c["p_two_sided"] is None) == (c["row"] == "ppo")
     assert table["multiple_comparisons"]["tests"] == 7 and table["notes"][0].startswith(
-        "Few seeds: only 4 to 10 per cell (the paper used 10).")  # in the Markdown too, in bold
+        "Few seeds: only 4 to 10 per cell (the paper's Table 1 used 10 runs per cell).")  # in the Markdown too, in bold
     assert f"**{table['notes'][0]}**" in text and table["notes"][1] == (
         "Note: runs have no provenance record (9 runs, written before summaries recorded the code and package "
         "versions), so whether they all come from the same code and MuJoCo version cannot be checked.")
@@ -380,8 +380,8 @@ def test_episodic_table_notes_the_optimum_and_each_run(tmp_path):
     assert "| BPO | < 0.001 (< 0.001) |" in md  # p-values: one-sided (two-sided)
     assert "Multiple comparisons: 1 test at α = 0.05, so about 0.05 × 1 = 0.05 cells" in md
     assert "Still significant at α = 0.05 after Holm's adjustment: bold cells 1 of 1." in md
-    assert ("**Few seeds: only 3 per cell (the paper used 10). A t-test on so few values has little power and relies "
-            "on them being roughly normal;") in md
+    assert ("**Few seeds: only 3 per cell (the paper's Table 1 used 10 runs per cell). A t-test on so few values has "
+            "little power and relies on them being roughly normal;") in md
     assert "Optimal expected return: ShortCorridor-v0 -11.66." in md  # envs.short_corridor, exact
     assert "The paper's Table 1" not in md
     assert "| bpo | BPO | 3 | – | 1 | – |" in md and "| reinforce | REINFORCE | 3 | – | 1 | – |" in md

@@ -289,7 +289,8 @@ def _refresh(results_dir: Path, failed: dict[str, str] | None) -> tuple[dict, li
         runs, skipped = reader.scan(root)
         index = _nonempty(_index(root, sweep, runs, skipped, failed), root)
         try:
-            results.atomic_write_json(root / "index.json", index)
+            # unchanged, untouched: `bpo table FOLDER --out ELSEWHERE` only reads FOLDER
+            results.atomic_write_json(root / "index.json", index, keep_if_same=True)
         except OSError:
             pass
     return index, runs, skipped

@@ -232,6 +232,12 @@ def test_a_damaged_index_is_never_read_and_is_replaced(classic, capsys):
     assert analyse("table", classic, capsys) == (0, [])
     index = strict_load(classic / "index.json")
     assert sorted(e["status"] for e in index["runs"]) == ["finished"] * 4
+    # Rebuilt the same, the index is left as it is: `bpo table FOLDER --out ELSEWHERE` only reads FOLDER.
+    before = (classic / "index.json").stat()
+    assert analyse("table", classic, capsys, "--out", str(classic.parent / "elsewhere")) == (0, [])
+    after = (classic / "index.json").stat()
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+    assert (classic.parent / "elsewhere" / "table1.md").is_file()
 
 
 def test_no_usable_run_lists_each_and_exits_2(classic, capsys):

@@ -120,8 +120,15 @@ def json_number(x: float | None) -> float | None:
     return x if x is None or math.isfinite(x) else None
 
 
-def atomic_write_json(path: Path, obj) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=2, allow_nan=True) + "\n")
+def atomic_write_json(path: Path, obj, keep_if_same: bool = False) -> None:
+    """``obj`` as indented JSON at ``path``; with ``keep_if_same`` a file that already holds exactly
+    that is left untouched (a derived file rebuilt by a command that only reads the folder)."""
+    text = json.dumps(obj, indent=2, allow_nan=True) + "\n"
+    if keep_if_same:
+        with contextlib.suppress(OSError, UnicodeDecodeError):
+            if Path(path).read_text() == text:
+                return
+    atomic_write_text(path, text)
 
 
 def atomic_write_csv(path: Path, rows: list[dict]) -> None:

@@ -53,6 +53,7 @@ from bpo.config.schema import (
 )
 from bpo.infra import checkpoint as ckpt
 from bpo.infra.checkpoint import NonFiniteError
+from bpo.infra.locks import Lock
 from bpo.infra.plugins import load_plugins
 from bpo.infra.processes import Interrupted, receive_signals_on_a_thread
 from bpo.infra.progress import EvalProgress
@@ -408,11 +409,11 @@ def _train(job: Job, show_progress: bool) -> int:
     except ConfigError as e:
         return _fail(str(e))
     with lock:
-        return _train_locked(job, made, show_progress)
+        return _train_locked(job, made, lock, show_progress)
 
 
-def _train_locked(job: Job, made: list[Path], show_progress: bool) -> int:
-    """``_train`` once the output folder is checked and locked."""
+def _train_locked(job: Job, made: list[Path], lock: Lock, show_progress: bool) -> int:
+    """``_train`` once the output folder is checked and ``lock`` taken."""
     cfg = job.cfg
     if job.flag == "--out" and ckpt.exists(job.checkpoint_dir):  # the same run, interrupted (check_outputs): go on
         print(f"continuing the interrupted run from its checkpoint in {str(job.checkpoint_dir)!r}", file=sys.stderr)
@@ -425,6 +426,7 @@ def _train_locked(job: Job, made: list[Path], show_progress: bool) -> int:
             out = train(job, progress=bar.update if show_progress else None, on_resume=bar.resume)
     except (NonFiniteError, ConfigError) as e:  # ConfigError: a checkpoint of another run in the way, memory
         if not ckpt.exists(job.checkpoint_dir):
+            lock.release()  # first: its file may be in a folder made for the run, to be removed too
             remove_made(made)
         return _fail(str(e))
     except Interrupted as e:

@@ -19,6 +19,9 @@ suite and load it afterwards; the processes the tests start find the same folder
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -100,3 +103,22 @@ def pytest_sessionfinish(session):
     merged = {**(json.loads(path.read_text()) if path.is_file() else {}),
               **{k: round(v, 3) for k, v in session.config._bpo_durations.items()}}
     path.write_text(json.dumps(dict(sorted(merged.items())), indent=0) + "\n")
+
+
+@pytest.fixture
+def link_home(request, tmp_path):
+    """Where a symbolic link's target folder goes (parametrized indirectly): ``"beside"`` the link,
+    ``tmp_path / "elsewhere"``, or ``"another file system"``, a fresh folder in /dev/shm, removed
+    afterwards; skipped where /dev/shm cannot be written or is on tmp_path's file system."""
+    if request.param == "beside":
+        yield tmp_path / "elsewhere"
+        return
+    if not os.access("/dev/shm", os.W_OK):
+        pytest.skip("no writable /dev/shm here")
+    base = Path(tempfile.mkdtemp(dir="/dev/shm"))
+    try:
+        if os.stat(base).st_dev == os.stat(tmp_path).st_dev:
+            pytest.skip("/dev/shm is on the same file system here")
+        yield base
+    finally:
+        shutil.rmtree(base, ignore_errors=True)

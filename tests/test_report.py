@@ -189,13 +189,19 @@ def test_the_table1_campaign_block_waits_for_a_column_then_sets_it_beside_the_pa
             in render(glance, results))
 
 
-def test_report_rewrites_drifted_blocks_and_check_fails_until_then(headline_results, tmp_path, capsys):
+def _page(tmp_path: Path, results: Path, text: str) -> tuple[Path, list[str]]:
+    """A repository root of one page, docs/reproduction.md holding ``text``, and the arguments of
+    ``bpo report`` over ``results`` into it."""
     root = tmp_path / "repo"
     (root / "docs").mkdir(parents=True)
     page = root / "docs" / "reproduction.md"
-    page.write_text("# R\n<!-- results:headline -->\nstale\n<!-- /results -->\n"
-                    "<!-- results:fig2 -->\n<!-- /results -->\n")
-    args = ["report", "--results", str(headline_results), "--root", str(root)]
+    page.write_text(text)
+    return page, ["report", "--results", str(results), "--root", str(root)]
+
+
+def test_report_rewrites_drifted_blocks_and_check_fails_until_then(headline_results, tmp_path, capsys):
+    page, args = _page(tmp_path, headline_results, "# R\n<!-- results:headline -->\nstale\n<!-- /results -->\n"
+                                                   "<!-- results:fig2 -->\n<!-- /results -->\n")
     assert main([*args, "--check"]) == 1
     assert "docs/reproduction.md differs" in capsys.readouterr().err
     assert "stale" in page.read_text()  # --check writes nothing
@@ -214,11 +220,7 @@ def test_a_table_that_is_not_the_folder_s_runs_is_not_published(headline_results
     """A results folder whose table1.json is another folder's, or older than its runs (a sweep that
     redid a run without ``bpo table``): ``bpo report`` refuses it, naming the file, rather than
     publishing that table under the folder's provenance."""
-    root = tmp_path / "repo"
-    (root / "docs").mkdir(parents=True)
-    page = root / "docs" / "reproduction.md"
-    page.write_text("# R\n<!-- results:headline -->\n<!-- /results -->\n")
-    args = ["report", "--results", str(headline_results), "--root", str(root)]
+    page, args = _page(tmp_path, headline_results, "# R\n<!-- results:headline -->\n<!-- /results -->\n")
     assert table_problem(headline_results / "headline") is None and main(args) == 0
     summary = next((headline_results / "headline").rglob("summary.json"))
     data = json.loads(summary.read_text())
@@ -240,12 +242,8 @@ def test_a_table_edited_by_hand_or_another_folder_s_markdown_is_not_published(he
     """The blocks publish table1.md whole and the means and p-values of table1.json's cells: a
     hand-edited mean and p-value (the cells' values untouched), or another table's table1.md, is
     refused by name, and no page is written (adversarial audit: both were published, exit 0)."""
-    root = tmp_path / "repo"
-    (root / "docs").mkdir(parents=True)
-    page = root / "docs" / "reproduction.md"
-    page.write_text("# R\n<!-- results:headline -->\n<!-- /results -->\n<!-- results:headline-vs-paper -->\n"
-                    "<!-- /results -->\n")
-    args = ["report", "--results", str(headline_results), "--root", str(root)]
+    page, args = _page(tmp_path, headline_results, "# R\n<!-- results:headline -->\n<!-- /results -->\n"
+                                                   "<!-- results:headline-vs-paper -->\n<!-- /results -->\n")
     folder = headline_results / "headline"
     if damage == "mean":
         changed = folder / "table1.json"

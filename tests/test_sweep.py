@@ -220,42 +220,33 @@ def test_a_redone_run_replaces_the_run_files_and_keeps_the_users_own(tmp_path):
     assert not store.is_finished(tmp_path, spec)
 
 
-@pytest.mark.parametrize("where", ["beside", "another file system"])
-def test_a_redone_run_whose_folder_is_a_link_is_written_into_the_folder_it_points_to(tmp_path, where):
+@pytest.mark.parametrize("link_home", ["beside", "another file system"], indirect=True)
+def test_a_redone_run_whose_folder_is_a_link_is_written_into_the_folder_it_points_to(tmp_path, link_home):
     """A run folder linked into the sweep by hand (relatively, on this file system or another):
     redone, the run lands in the folder the link points to with the user's files kept, the link
     stays a link and nothing is left in the sweep's .staging or beside the target (adversarial
     audit: the link was swapped into .staging, dangling, and the target kept the old run)."""
     import shutil
-    import tempfile
 
-    if where == "another file system" and not os.access("/dev/shm", os.W_OK):
-        pytest.skip("no writable /dev/shm here")
-    base = Path(tempfile.mkdtemp(dir="/dev/shm")) if where == "another file system" else tmp_path / "elsewhere"
-    if where == "another file system" and os.stat(base).st_dev == os.stat(tmp_path).st_dev:
-        pytest.skip("/dev/shm is on the same file system here")
-    try:
-        spec = expand(Sweep(name="s", grids=(Grid(preset="short_corridor", variants=("bpo",), fixed=TINY_SC,
-                                                    seeds=2),)))[0]
-        sweep_dir, target = tmp_path / "sweep", base / spec.run_id
-        store.write_sweep_file(sweep_dir, "s", [spec])
-        store.publish(sweep_dir, spec, lambda d: fake_run(d, spec.config(), [1.0, 2.0]))
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.move(sweep_dir / spec.run_id, target)
-        (target / "notes.txt").write_text("mine")
-        link = sweep_dir / spec.run_id
-        link.symlink_to(os.path.relpath(target, sweep_dir) if where == "beside" else target, target_is_directory=True)
-        assert store.is_finished(sweep_dir, spec)
-        store.publish(sweep_dir, spec, lambda d: fake_run(d, spec.config(), [3.0, 4.0]))
-        assert link.is_symlink() and link.resolve() == target.resolve()
-        assert json.loads((target / "summary.json").read_text())["final_eval_returns"] == [3.0, 4.0]
-        assert (target / "notes.txt").read_text() == "mine" and store.is_finished(sweep_dir, spec)
-        assert not list((sweep_dir / store.STAGING).iterdir())  # the sweep's end removes the empty folder
-        assert sorted(p.name for p in sweep_dir.iterdir()) == sorted([spec.run_id, "sweep.json", store.STAGING])
-        assert [p.name for p in base.iterdir()] == [spec.run_id]
-    finally:
-        if where == "another file system":
-            shutil.rmtree(base, ignore_errors=True)
+    spec = expand(Sweep(name="s", grids=(Grid(preset="short_corridor", variants=("bpo",), fixed=TINY_SC,
+                                                seeds=2),)))[0]
+    sweep_dir, target = tmp_path / "sweep", link_home / spec.run_id
+    store.write_sweep_file(sweep_dir, "s", [spec])
+    store.publish(sweep_dir, spec, lambda d: fake_run(d, spec.config(), [1.0, 2.0]))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.move(sweep_dir / spec.run_id, target)
+    (target / "notes.txt").write_text("mine")
+    link = sweep_dir / spec.run_id
+    beside = link_home.parent == tmp_path
+    link.symlink_to(os.path.relpath(target, sweep_dir) if beside else target, target_is_directory=True)
+    assert store.is_finished(sweep_dir, spec)
+    store.publish(sweep_dir, spec, lambda d: fake_run(d, spec.config(), [3.0, 4.0]))
+    assert link.is_symlink() and link.resolve() == target.resolve()
+    assert json.loads((target / "summary.json").read_text())["final_eval_returns"] == [3.0, 4.0]
+    assert (target / "notes.txt").read_text() == "mine" and store.is_finished(sweep_dir, spec)
+    assert not list((sweep_dir / store.STAGING).iterdir())  # the sweep's end removes the empty folder
+    assert sorted(p.name for p in sweep_dir.iterdir()) == sorted([spec.run_id, "sweep.json", store.STAGING])
+    assert [p.name for p in link_home.iterdir()] == [spec.run_id]
 
 
 def test_publish_is_all_or_nothing_and_finished_means_same_config(tmp_path, monkeypatch):

@@ -68,7 +68,6 @@ from bpo.training.job import (
     OUTPUT_OPTIONS,
     Job,
     check_outputs,
-    lock_out_dir,
     publish,
     remove_made,
     resume_job,
@@ -402,10 +401,7 @@ def _finished_run(run_dir: Path) -> str:
 def _train(job: Job, show_progress: bool) -> int:
     """The run's lifecycle (``bpo.training.job``), reported on the terminal; the exit code."""
     try:
-        made = check_outputs(job)
-        # Refused here, the folders made are left: the command holding the lock writes into them
-        # (check_outputs proved them writable, so the lock itself cannot fail otherwise).
-        lock = lock_out_dir(job)
+        made, lock = check_outputs(job)
     except ConfigError as e:
         return _fail(str(e))
     with lock:

@@ -219,6 +219,7 @@ def _plan_sweep(args: SweepArgs) -> tuple[Sweep, Path, list[RunSpec]] | None:
             specs = expand(sweep)
             _check_only(args.only, specs, sweep.name)
             _check_run_names(specs, sweep_dir)
+            launch.check_run_paths(sweep_dir, specs)
             launch.check_workers_know(specs, args.sweep)
             return sweep, sweep_dir, specs
     except (ConfigError, BadFile) as e:

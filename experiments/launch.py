@@ -175,6 +175,35 @@ def check_sweep_folders(sweep_dir: Path) -> None:
             raise ConfigError("--out", f"{str(path)!r} cannot be written by this user; allowed: a folder it can write")
 
 
+def check_run_paths(sweep_dir: Path, specs: list[RunSpec]) -> None:
+    """Each run's place in the sweep's folders (``check_sweep_folders``), where it exists: its log
+    and lock files, its checkpoint, staging and run folders (a run folder may be a link to one,
+    followed as ``store.publish`` follows it), else a ``ConfigError`` naming ``--out`` before any
+    work: a folder where a file goes, a file where a folder goes or a loop of links failed with a
+    traceback, some after the run's whole training."""
+    for spec in specs:
+        _check_run_paths(Path(sweep_dir), spec.run_id)
+
+
+def _check_run_paths(sweep_dir: Path, run_id: str) -> None:
+    for path, folder in ((sweep_dir / LOGS / run_log_name(run_id), False),
+                         (store.run_lock_path(sweep_dir, run_id), False),
+                         (sweep_dir / store.CHECKPOINTS / run_id, True), (sweep_dir / store.STAGING / run_id, True),
+                         (sweep_dir / run_id, True)):
+        if not os.path.lexists(path):
+            continue
+        try:
+            target = path.resolve(strict=False)
+        except (RuntimeError, OSError) as e:  # a loop of links
+            raise ConfigError("--out", f"{str(path)!r} cannot be followed ({e}); allowed: a folder, or a link to "
+                                       "one") from None
+        if target.exists() and target.is_dir() != folder:
+            what = "a folder" if folder else "a file"
+            raise ConfigError("--out", f"{str(path)!r} is not {what}, and the sweep keeps run {run_id}'s "
+                                       f"{path.parent.name if path.parent != sweep_dir else 'results'} there; "
+                                       f"allowed: {what} (move it away)")
+
+
 def check_workers_know(specs: list[RunSpec], sweep: str | None) -> None:
     """Before anything is written: the presets and methods of ``specs`` that are not built in
     (a plug-in's) are known to a fresh process of this environment, as each worker is; a

@@ -314,20 +314,23 @@ def _holds_a_lock(pid: int, path: Path) -> bool:
 
 @pytest.mark.skipif(not Path("/proc/locks").exists(), reason="needs Linux's /proc/locks")
 def test_a_second_train_into_a_folder_in_use_is_refused_and_the_first_run_lands(tmp_path):
-    """Two ``bpo train --out X`` at once: the second, started while the first (a real process) is
-    held by SIGSTOP with its lock taken, is refused by name before any work; the first lands whole
-    and leaves no lock behind, and then the folder can be trained into again (adversarial audit:
-    both exited 0, and one run's results were lost without a word)."""
+    """Two ``bpo train --out X`` at once: the second, another configuration started while the first
+    (a real process) is held by SIGSTOP with its lock taken and its checkpoint written, is refused
+    as in use (not told to remove the running run's checkpoint) before any work; the first lands
+    whole and leaves no lock behind, and then the folder can be trained into again (adversarial
+    audit: both exited 0, and one run's results were lost without a word)."""
     import signal
     import time
 
+    from bpo.infra import checkpoint as ckpt
+
     out = tmp_path / "cc"
-    train = [sys.executable, "-m", "experiments.cli", "train", "short_corridor", "--episodes", "40", "--eval-every",
-             "20", "--eval-episodes", "2", "--no-progress", "--out", str(out)]
+    train = [sys.executable, "-m", "experiments.cli", "train", "short_corridor", "--episodes", "2000", "--eval-every",
+             "50", "--eval-episodes", "2", "--checkpoint-every", "1", "--no-progress", "--out", str(out)]
     first = subprocess.Popen(train, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 300
-        while not _holds_a_lock(first.pid, publish.lock_path_for(out)):
+        while not (_holds_a_lock(first.pid, publish.lock_path_for(out)) and ckpt.exists(out / "checkpoint")):
             assert first.poll() is None and time.monotonic() < deadline, first.communicate()
             time.sleep(0.02)
         os.kill(first.pid, signal.SIGSTOP)

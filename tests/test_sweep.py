@@ -137,6 +137,38 @@ def test_a_file_where_a_sweep_keeps_its_own_folder_is_refused_before_any_work(tm
         assert [p.name for p in tmp_path.iterdir()] == [name] and (tmp_path / name).read_text() == "a user's file"
 
 
+RUN = "ShortCorridor-v0-short_corridor-reinforce-episodes=20"
+
+
+@pytest.mark.parametrize("place, make, what", [
+    (f"{launch.LOGS}/{RUN}.log", "folder", "is not a file, and the sweep keeps run {run}'s logs there"),
+    (f"{store.LOCKS}/{RUN}.lock", "folder", "is not a file, and the sweep keeps run {run}'s .locks there"),
+    (f"{store.CHECKPOINTS}/{RUN}", "file", "is not a folder, and the sweep keeps run {run}'s .checkpoints there"),
+    (f"{store.STAGING}/{RUN}", "file", "is not a folder, and the sweep keeps run {run}'s .staging there"),
+    (RUN, "file", "is not a folder, and the sweep keeps run {run}'s results there"),
+    (RUN, "loop", "cannot be followed"),
+])
+def test_a_run_s_path_of_the_wrong_kind_is_refused_before_any_work(tmp_path, capsys, place, make, what):
+    """A folder where a run's log or lock file goes, a file where its checkpoint, staging or run
+    folder goes, or a run folder that is a loop of links: exit 2 naming it, dry run included, and
+    nothing trained (adversarial audit: tracebacks, some after the run's whole training)."""
+    path = tmp_path / place
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if make == "folder":
+        path.mkdir()
+    elif make == "file":
+        path.write_text("a user's file")
+    else:
+        path.symlink_to(path.name)
+    sweep = ["sweep", "--preset", "short_corridor", "--variants", "reinforce", "--set", "episodes=20", "--seeds", "1",
+             "--workers", "1", "--no-progress", "--out", str(tmp_path)]
+    for dry_run in ([], ["--dry-run"]):
+        assert main([*sweep, *dry_run]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: --out: {str(path)!r} {what.format(run=RUN)}"), err
+        assert not (tmp_path / "sweep.json").exists() and not (tmp_path / store.CHECKPOINTS / RUN).is_dir()
+
+
 def test_cli_rejects_bad_sweeps_before_running(tmp_path, capsys):
     assert main(["sweep", "nosuch", "--out", str(tmp_path)]) == 2
     assert "sweep: no sweep file" in capsys.readouterr().err

@@ -1,6 +1,6 @@
 """Exclusive file locks (``fcntl.flock``), which the kernel releases when the process holding one
 ends, however it ends: a sweep's run and index locks (``experiments.store``) and the lock a
-``bpo train`` holds on its output folder (``bpo.training.job.lock_out_dir``).
+``bpo train`` holds on its output folder (``bpo.training.job.check_outputs``).
 
 A lock file is removed by its holder when it releases it; whoever takes a lock checks that the
 file it locked is still the one at that path, so a removal never lets two processes hold the

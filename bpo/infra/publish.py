@@ -172,7 +172,7 @@ def staging_for(out_dir: Path) -> tuple[Path, Path]:
 
 
 def lock_path_for(out_dir: Path) -> Path:
-    """The lock file of a single run directory (``bpo.training.job.lock_out_dir``): a hidden sibling,
+    """The lock file of a single run directory (``bpo.training.job.check_outputs``): a hidden sibling,
     like its staging folder, since the folder itself is replaced when the run is published."""
     out_dir = Path(out_dir)
     return out_dir.parent / fitted_name(".", out_dir.name, ".lock", name_max(out_dir.parent))

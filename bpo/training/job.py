@@ -1,10 +1,10 @@
 """The lifecycle of a run, in one place for every command that runs one (``bpo train``, ``bpo train
 --resume``, the sweep workers and Slurm jobs):
 
-1. check the outputs before anything compiles (``check_outputs``): every folder the run writes is
-   created and proven writable, and a new run may not start over another run's checkpoint; then
-   lock the output folder (``lock_out_dir``) until the run is published, so that two commands never
-   write one folder at once;
+1. lock the output folder until the run is published, so that two commands never write one
+   folder at once, and check the outputs before anything compiles (``check_outputs``): every
+   folder the run writes is created and proven writable, and a new run may not start over another
+   run's checkpoint;
 2. continue the run's checkpoint or start over (``continue_or_restart``);
 3. train (``train``: checkpoints, TensorBoard and W&B scalars);
 4. publish the run directory whole and drop the checkpoint that served its purpose (``publish``).
@@ -80,41 +80,52 @@ class Job:
         return getattr(self.cfg, "variant", "") or self.cfg.algo
 
 
-def check_outputs(job: Job) -> list[Path]:
+def check_outputs(job: Job) -> tuple[list[Path], Lock]:
     """Every folder the run will write, created and proven writable before anything compiles; a
-    ``ConfigError`` names the option that asked for the folder that cannot be. A new run
-    (``--out``) may not start over another run's checkpoint (``check_no_unfinished_run``).
-    Returns the folders it made, outermost first (``remove_made``)."""
+    ``ConfigError`` names the option that asked for the folder that cannot be. The output folder
+    is locked first (``_lock_out_dir``), so that what is checked next is not another command's run
+    under way; a new run (``--out``) may not start over another run's checkpoint
+    (``check_no_unfinished_run``). Returns the folders it made, outermost first (``remove_made``),
+    and the lock, to hold until the run is published; refused, it leaves nothing it made behind."""
     validate_environment()
     out_dir, options = job.out_dir, job.options
     check_publishable(out_dir, job.flag)  # first: a name the file system cannot hold fails every other check
-    if job.flag == "--out":
-        check_no_unfinished_run(job)
     if options["track"]:
-        check_tracking()  # before any folder is made: a refused run leaves nothing behind
+        check_tracking()  # before any folder is made
     made: list[Path] = []
-    _ensure(out_dir, job.flag, made)
-    if options["tensorboard"]:
-        _ensure(out_dir / TENSORBOARD, "--tensorboard", made)
-    if options["track"]:
-        _ensure(out_dir / WANDB, "--track", made)
-    if job.checkpoint_every > 0:
-        _ensure(out_dir / CHECKPOINT, "--checkpoint-every", made)
-    return made
+    _ensure(out_dir.parent, job.flag, made)  # the lock's folder
+    lock = _lock_out_dir(job, made)
+    try:
+        if job.flag == "--out":
+            check_no_unfinished_run(job)
+        _ensure(out_dir, job.flag, made)
+        if options["tensorboard"]:
+            _ensure(out_dir / TENSORBOARD, "--tensorboard", made)
+        if options["track"]:
+            _ensure(out_dir / WANDB, "--track", made)
+        if job.checkpoint_every > 0:
+            _ensure(out_dir / CHECKPOINT, "--checkpoint-every", made)
+    except ConfigError:
+        lock.release()  # first: its file is in a folder that may be one of those made
+        remove_made(made)
+        raise
+    return made, lock
 
 
-def lock_out_dir(job: Job) -> Lock:
+def _lock_out_dir(job: Job, made: list[Path]) -> Lock:
     """An exclusive lock on the run's output folder, held until the run is published: the file
     ``.NAME.lock`` beside it (``bpo.infra.publish.lock_path_for``; removed on release, and a killed
     run's by the next run there). Another command training into the folder holds it: a
-    ``ConfigError`` naming ``job.flag``, or the two runs' checkpoints and results would overwrite
-    each other, one run lost without a word."""
+    ``ConfigError`` naming ``job.flag`` (after ``made`` is removed), or the two runs' checkpoints
+    and results would overwrite each other, one run lost without a word."""
     path = lock_path_for(job.out_dir)
     try:
         lock = acquire(path, blocking=False)
     except OSError as e:
+        remove_made(made)
         raise ConfigError(job.flag, f"cannot lock {str(job.out_dir)!r} ({e.strerror}: {str(path)!r})") from None
     if lock is None:
+        remove_made(made)
         raise ConfigError(job.flag, f"{str(job.out_dir)!r} is in use: another bpo train is writing its run there "
                                     f"(it holds {str(path)!r}); wait for it to end, or choose another folder")
     return lock

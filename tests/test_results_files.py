@@ -25,6 +25,7 @@ import pytest
 
 from bpo.config.presets import apply_variant, get_preset
 from bpo.config.schema import replace, with_bpo
+from bpo.training.policies import policies_problem
 from experiments import reader, store
 from experiments.cli import main
 from experiments.common import welch_p
@@ -250,7 +251,17 @@ def test_no_usable_run_lists_each_and_exits_2(classic, capsys):
                       "(4 skipped)")
 
 
-@pytest.mark.parametrize("damage", ["truncated", "another run's"])
+def _kept_point(policies: Path, key: str, tree) -> None:
+    """A point of ``during`` added to a policies.msgpack by hand."""
+    from flax import serialization
+
+    payload = serialization.msgpack_restore(policies.read_bytes())
+    payload["during"] = {key: tree}
+    policies.write_bytes(serialization.msgpack_serialize(payload))
+
+
+@pytest.mark.parametrize("damage", ["truncated", "another run's", "a kept point without networks",
+                                    "a kept point named ²"])
 def test_a_sweep_redoes_a_run_whose_saved_policies_are_damaged(tmp_path, damage):
     """A finished run whose policies.msgpack is cut off or another run's is not finished for its
     sweep, which redoes it: tables read it as before, but ``bpo probe`` and ``bpo evaluate`` would
@@ -263,9 +274,12 @@ def test_a_sweep_redoes_a_run_whose_saved_policies_are_damaged(tmp_path, damage)
     policies = run / "policies.msgpack"
     if damage == "truncated":
         policies.write_bytes(policies.read_bytes()[:1000])
-    else:
+    elif damage == "another run's":
         shutil.copy(runs / other / "policies.msgpack", policies)
+    else:  # checked only for its final policies, it passed; a probe of that point failed, or int("²")
+        _kept_point(policies, "5" if damage == "a kept point without networks" else "²", 3)
     assert not store.is_finished(tmp_path, spec)
+    assert policies_problem(run) is not None  # one line naming the file, for bpo probe and evaluate too
     assert reader.read_run(run, tmp_path).run_id == victim  # the tables still read it
 
 

@@ -24,6 +24,7 @@ a callable ``obs -> action`` with the normaliser applied::
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -135,7 +136,7 @@ def load_policies(run_dir: Path) -> SavedPolicies:
     during = (payload.get("during") or {}) if isinstance(payload, dict) else None
     if (during is None or payload.get("format") != FORMAT or not isinstance(payload.get("final"), dict)
             or payload.get("kind") not in ("onpolicy", "episodic") or not isinstance(during, dict)
-            or not all(str(k).isdigit() for k in during)):
+            or not all(re.fullmatch(r"[0-9]+", str(k)) for k in during)):
         raise NoPolicies(path, f"not a {FORMAT} file")
     saved = SavedPolicies(config, payload["kind"], payload["final"], {int(k): v for k, v in during.items()})
     # Files written before the digest have none: their shapes are still checked.
@@ -181,19 +182,30 @@ def expected_shapes(cfg) -> dict:
 
 
 def mismatch(saved: SavedPolicies) -> str | None:
-    """Why ``saved.final`` cannot be the policies of a run of ``saved.config`` (other networks,
-    another method, another number of seeds); None if it can."""
+    """Why ``saved.final``, or the policies kept after an iteration (``saved.during``), cannot be
+    the policies of a run of ``saved.config`` (other networks, another method, another number of
+    seeds); None if they can."""
     expected = expected_shapes(saved.config)
-    final = {k: v for k, v in saved.final.items() if k != "key"}  # the JAX runs' evaluation key: not a network
-    if set(final) != set(expected):
-        return f"it holds {sorted(final)}, a run of this config keeps {sorted(expected)}"
+    for where, tree in (("", saved.final), *((f"the policies kept after iteration {i}: ", t)
+                                            for i, t in sorted(saved.during.items()))):
+        if why := _tree_mismatch(tree, expected, saved.config.seeds):
+            return where + why
+    return None
+
+
+def _tree_mismatch(tree, expected: dict, seeds: int) -> str | None:
+    if not isinstance(tree, dict):
+        return "it holds no networks"
+    tree = {k: v for k, v in tree.items() if k != "key"}  # the JAX runs' evaluation key: not a network
+    if set(tree) != set(expected):
+        return f"it holds {sorted(tree)}, a run of this config keeps {sorted(expected)}"
     try:
-        got = plain_tree(final, leaf=lambda x: tuple(np.shape(x)[1:]))
-        seeds = {np.shape(x)[0] if np.ndim(x) else None for x in jax.tree.leaves(final)}
+        got = plain_tree(tree, leaf=lambda x: tuple(np.shape(x)[1:]))
+        held = {np.shape(x)[0] if np.ndim(x) else None for x in jax.tree.leaves(tree)}
     except Exception as e:  # noqa: BLE001 -- whatever a foreign tree makes the mapping raise
         return f"its arrays cannot be read ({type(e).__name__})"
-    if seeds != {saved.config.seeds}:
-        return f"it holds {sorted(seeds, key=str)} seeds, the run has {saved.config.seeds}"
+    if held != {seeds}:
+        return f"it holds {sorted(held, key=str)} seeds, the run has {seeds}"
     if got != expected:
         return "its networks' shapes differ from those of the run's config (other sizes or another task)"
     return None

@@ -18,10 +18,10 @@ import numpy as np
 import pytest
 
 from bpo.config.presets import get_preset
-from bpo.config.schema import ConfigError, from_dict, replace, with_bpo
+from bpo.config.schema import ConfigError, from_dict, replace, to_dict, with_bpo
 from bpo.infra import checkpoint as ckpt
 from bpo.training import driver, run
-from bpo.training.job import resume_job
+from bpo.training.job import check_outputs, resume_job
 from envs.gymnasium_envs import make_vector_env
 
 SHORT_CORRIDOR = ["train", "short_corridor", "--bpo", "--episodes", "200", "--eval-every", "10",
@@ -378,6 +378,22 @@ def test_a_checkpoint_whose_settings_are_not_bpo_train_s_is_refused_by_resume(tm
     ckpt.write_payload(where, raw)
     with pytest.raises(ConfigError, match=re.escape(why)):
         resume_job(tmp_path)
+
+
+def test_a_resume_whose_checkpoint_went_before_the_folder_was_locked_is_refused(tmp_path):
+    """``bpo train --resume`` reads the checkpoint, then locks the folder: where the run holding
+    the lock published in between (its checkpoint removed), the resume is refused by name, leaving
+    no lock behind, instead of training the run again from its start (second adversarial review)."""
+    cfg = get_preset("short_corridor")
+    info = {"iterations_done": 1, "iterations": 2, "checkpoint_every": 1, "seed_chunk": None, "options": {},
+            "config": to_dict(cfg)}
+    run = tmp_path / "run"
+    ckpt.save(run / "checkpoint", {"x": np.zeros(2, np.float32)}, {}, info, cfg)
+    job = resume_job(run)
+    ckpt.remove(run / "checkpoint")
+    with pytest.raises(ConfigError, match=re.escape("no longer holds the checkpoint to continue")):
+        check_outputs(job)
+    assert [p.name for p in tmp_path.iterdir()] == ["run"]
 
 
 def test_a_checkpoint_is_checked_against_the_run_s_dtypes_and_axes_and_a_digest_less_one_still_loads(tmp_path):

@@ -98,6 +98,9 @@ def check_outputs(job: Job) -> tuple[list[Path], Lock]:
     try:
         if job.flag == "--out":
             check_no_unfinished_run(job)
+        elif not ckpt.exists(out_dir / CHECKPOINT):  # since resume_job read it, before the lock
+            raise ConfigError("resume", f"{str(out_dir)!r} no longer holds the checkpoint to continue: the run "
+                                        "finished or was removed meanwhile, by another command training there")
         _ensure(out_dir, job.flag, made)
         if options["tensorboard"]:
             _ensure(out_dir / TENSORBOARD, "--tensorboard", made)

@@ -162,11 +162,11 @@ def _wall_line(summaries: list[dict]) -> str:
 def table_problem(folder: Path) -> BadFile | None:
     """What makes ``folder``'s table not the table of its runs, if anything, as a ``BadFile`` naming
     the file: its cells must be exactly the folder's finished runs, each cell's values its run's
-    final returns, and table1.md and table1.json must be, to the character, what the block's command
-    makes of them (``reproduce_arguments``). A table left from fewer or other runs (a sweep that
-    redid runs without ``bpo table``), copied from another folder or edited by hand (a mean, a
-    p-value) would be published under this folder's provenance. A run directory that cannot be read
-    is a ``BadFile`` naming its file, as in ``_runs``."""
+    final returns, and table1.md must be, to the character, and table1.json, its numbers to a
+    relative 1e-9, what the block's command makes of them (``reproduce_arguments``). A table left
+    from fewer or other runs (a sweep that redid runs without ``bpo table``), copied from another
+    folder or edited by hand (a mean, a p-value) would be published under this folder's provenance.
+    A run directory that cannot be read is a ``BadFile`` naming its file, as in ``_runs``."""
     path = folder / "table1.json"
     cells = {(c["env"], c["preset"], c["row"]): _returns(c.get("values")) for c in _table_json(path)["cells"]}
     scanned = _scanned(folder)
@@ -174,13 +174,14 @@ def table_problem(folder: Path) -> BadFile | None:
     for r in scanned:
         runs.setdefault((r.config.env, r.config.preset, r.row), []).extend(r.summary["final_eval_returns"])
     runs = {cell: _returns(values) for cell, values in runs.items()}
-    allowed = f"allowed: the table `{' '.join(reproduce_arguments(folder)[0])}` makes of them"
+    command, arguments = reproduce_arguments(folder)  # a sweep file is run to read them: once
+    allowed = f"allowed: the table `{' '.join(command)}` makes of them"
     if cells != runs:
         differ = sorted({k for k in cells.keys() | runs.keys() if cells.get(k) != runs.get(k)}, key=str)
         example = " ".join(map(str, differ[0]))
         return BadFile(path, f"its cells are not the runs of {str(folder)!r} ({len(differ)} differ, e.g. "
                              f"{example}); {allowed}")
-    made = table_texts(scanned, **reproduce_arguments(folder)[1])
+    made = table_texts(scanned, **arguments)
     for name in ("table1.json", "table1.md"):
         # The JSON's statistics to 1e-9 (another SciPy may differ in the last digits of a p-value);
         # the Markdown, whose numbers are rounded, to the character.

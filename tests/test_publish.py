@@ -10,13 +10,16 @@ import json
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from bpo.config.presets import get_preset
+from bpo.infra import checkpoint as ckpt
 from bpo.infra import publish, results
 from bpo.training.job import Job
 from experiments.cli import main
@@ -319,11 +322,6 @@ def test_a_second_train_into_a_folder_in_use_is_refused_and_the_first_run_lands(
     as in use (not told to remove the running run's checkpoint) before any work; the first lands
     whole and leaves no lock behind, and then the folder can be trained into again (adversarial
     audit: both exited 0, and one run's results were lost without a word)."""
-    import signal
-    import time
-
-    from bpo.infra import checkpoint as ckpt
-
     out = tmp_path / "cc"
     train = [sys.executable, "-m", "experiments.cli", "train", "short_corridor", "--episodes", "2000", "--eval-every",
              "50", "--eval-episodes", "2", "--checkpoint-every", "1", "--no-progress", "--out", str(out)]

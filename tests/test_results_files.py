@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from flax import serialization
 
 from bpo.config.presets import apply_variant, get_preset
 from bpo.config.schema import replace, with_bpo
@@ -253,8 +254,6 @@ def test_no_usable_run_lists_each_and_exits_2(classic, capsys):
 
 def _kept_point(policies: Path, key: str, tree) -> None:
     """A point of ``during`` added to a policies.msgpack by hand."""
-    from flax import serialization
-
     payload = serialization.msgpack_restore(policies.read_bytes())
     payload["during"] = {key: tree}
     policies.write_bytes(serialization.msgpack_serialize(payload))

@@ -7,6 +7,7 @@ import csv
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -258,8 +259,6 @@ def test_a_redone_run_whose_folder_is_a_link_is_written_into_the_folder_it_point
     redone, the run lands in the folder the link points to with the user's files kept, the link
     stays a link and nothing is left in the sweep's .staging or beside the target (adversarial
     audit: the link was swapped into .staging, dangling, and the target kept the old run)."""
-    import shutil
-
     spec = expand(Sweep(name="s", grids=(Grid(preset="short_corridor", variants=("bpo",), fixed=TINY_SC,
                                                 seeds=2),)))[0]
     sweep_dir, target = tmp_path / "sweep", link_home / spec.run_id

@@ -16,14 +16,15 @@ import jax.numpy as jnp
 import numpy as np
 
 from bpo.agents.methods import validate
-from bpo.config.presets import get_preset
-from bpo.config.schema import replace, traced_hyperparams, with_bpo
+from bpo.config.presets import get_preset, with_bpo_labelled
+from bpo.config.schema import replace, traced_hyperparams
 from bpo.training import make_train, run, write
 from bpo.training.policies import load_policy
 
 
 def main(timesteps: int) -> dict:
-    cfg = validate(replace(with_bpo(get_preset("cartpole_ppo"), True), total_timesteps=timesteps, eval_every=timesteps))
+    cfg = validate(replace(with_bpo_labelled(get_preset("cartpole_ppo"), True), total_timesteps=timesteps,
+                           eval_every=timesteps))
     hp = traced_hyperparams(cfg)  # the hyperparameters the program takes as arguments
 
     # Four seeds of one configuration, one jitted program.

@@ -37,7 +37,7 @@ from typing import Annotated
 import tyro
 
 from bpo.agents.methods import validate
-from bpo.config.presets import PRESETS, VARIANTS, apply_variant, get_preset
+from bpo.config.presets import PRESETS, VARIANTS, apply_variant, get_preset, with_bpo_labelled
 from bpo.config.schema import (
     BPO_SECTIONS,
     METHOD_SECTIONS,
@@ -262,7 +262,8 @@ def _parse_train_args(argv: list[str]):
         args = OnPolicyTrainArgs(**{f.name: getattr(args, f.name) for f in dataclasses.fields(OnPolicyTrainArgs)
                                     if f.name != "config"}, config=_plain(args.config))
     on = preset.bpo is not None if bpo_on is None else bpo_on
-    return _without_unused_bpo(args, shown, on)
+    args = _without_unused_bpo(args, shown, on)
+    return dataclasses.replace(args, config=with_bpo_labelled(args.config, on))
 
 
 def _refuse_on_policy_only(argv: list[str]) -> None:

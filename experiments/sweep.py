@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from bpo.agents.methods import validate
-from bpo.config.presets import VARIANTS, apply_variant, get_preset, variant_changes
+from bpo.config.presets import VARIANTS, apply_variant, get_preset, variant_changes, with_bpo_labelled
 from bpo.config.schema import (
     BPO_SECTIONS,
     EXECUTION_ONLY,
@@ -26,7 +26,6 @@ from bpo.config.schema import (
     EpisodicTrainConfig,
     get_dotted,
     replace,
-    with_bpo,
 )
 from bpo.instruments.probe import ProbeSettings
 from bpo.training.probe_run import check_probe_name, with_truncation
@@ -145,11 +144,11 @@ class RunSpec:
             if isinstance(cfg, EpisodicTrainConfig):
                 if self.variant not in ("reinforce", "bpo"):
                     raise ConfigError("variant", f"preset {self.preset!r} is episodic; allowed: ['bpo', 'reinforce']")
-                cfg = with_bpo(cfg, self.variant == "bpo")
+                cfg = with_bpo_labelled(cfg, self.variant == "bpo")
             elif self.variant == "bpo" or (self.variant == cfg.method and self.variant not in VARIANTS):
                 # BPO on the method with the preset's own settings (no Table 1 row), or a plug-in
                 # method alone (the built-in ones have a row of their own: 'ppo', 'a2c')
-                cfg = with_bpo(cfg, self.variant == "bpo")
+                cfg = with_bpo_labelled(cfg, self.variant == "bpo")
             elif self.variant not in VARIANTS:  # a sweep also takes 'bpo' and a plug-in method's name
                 allowed = ["bpo", *([cfg.method] if cfg.method not in VARIANTS else []), *VARIANTS]
                 raise ConfigError("variant", f"unknown variant {self.variant!r}; allowed: {allowed}")

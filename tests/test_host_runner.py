@@ -13,7 +13,7 @@ from gymnasium.vector import AutoresetMode
 
 from bpo.agents.learner import keyed_update, make_learner
 from bpo.agents.methods import validate
-from bpo.config.presets import PAPER_TABLE1, apply_variant, best_bpo_row, get_preset
+from bpo.config.presets import PAPER_TABLE1, apply_variant, best_bpo_row, get_preset, with_bpo_labelled
 from bpo.config.schema import (
     A2CConfig,
     ConfigError,
@@ -29,7 +29,7 @@ from bpo.runners.host import HostRunner
 from bpo.training import run
 from bpo.training.driver import drive
 from envs.gymnasium_envs import MUJOCO_ENVS, _make, final_observations, gym_spec, make_vector_env
-from experiments.cli import main
+from experiments.cli import _parse_train_args, main
 
 
 def probe_config(algo: str, **changes) -> OnPolicyTrainConfig:
@@ -178,7 +178,7 @@ def test_every_mujoco_task_runs_a_tiny_budget(env, algo, preset):
     n_steps = 2048 // cfg.ppo.n_envs
     cfg = replace(cfg, seeds=1, total_timesteps=n_steps * cfg.ppo.n_envs, eval_every=4096, eval_episodes=1,
                   eval_in_background=False, **{"ppo.n_steps": n_steps, "bpo.n_qvf_epochs": 2, "bpo.n_mu_epochs": 2})
-    cfg = with_bpo(cfg, algo == "bpo")
+    cfg = with_bpo_labelled(cfg, algo == "bpo")
     out = run(cfg)
     ev = out.metrics["eval"]
     assert ev["eval_return"].shape == (1, 2) and np.all(np.isfinite(ev["eval_return"]))
@@ -273,6 +273,28 @@ def test_cli_trains_a_mujoco_preset_with_tensorboard(tmp_path):
 def test_cli_env_flag_applies_table_5_and_rejects_unknown_variants(capsys):
     assert main(["train", "mujoco_gsde", "--env", "Ant-v5", "--variant", "nope"]) == 2
     assert "error: variant:" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("preset", ["mujoco_default", "mujoco_gsde"])
+def test_no_bpo_on_a_mujoco_preset_is_the_ppo_row_not_the_presets_bpo_row(preset, capsys):
+    """The MuJoCo presets carry the row BPO (1.0, 1.5); ``--no-bpo`` runs PPO alone, so the run's
+    variant, its folder and its table row are PPO's (they read BPO (1.0, 1.5)): the same config as
+    ``--variant ppo``. A2C alone is A2C's row, BPO on A2C keeps the preset's row, and a config whose
+    variant names another kind of run is refused by name."""
+    alone = _parse_train_args([preset, "--env", "Hopper-v5", "--no-bpo"]).config
+    assert (alone.variant, alone.algo) == ("ppo", "ppo")
+    assert alone == _parse_train_args([preset, "--env", "Hopper-v5", "--variant", "ppo"]).config
+    a2c = _parse_train_args([preset, "--method", "a2c", "--no-bpo"]).config
+    assert (a2c.variant, a2c.algo) == ("a2c", "a2c")
+    bpo_a2c = _parse_train_args([preset, "--method", "a2c"]).config
+    assert (bpo_a2c.variant, bpo_a2c.algo) == ("bpo_c1.0_rho1.5", "bpo")
+    assert with_bpo_labelled(get_preset(preset), False) == apply_variant(get_preset(preset), "ppo")
+    with pytest.raises(ConfigError, match=r"^variant: 'bpo_c1.0_rho1.5' names .* ppo alone; allowed: \['', 'ppo'\]"):
+        validate(replace(get_preset(preset), bpo=None))
+    with pytest.raises(ConfigError, match=r"^variant: 'ppo' names .* BPO on ppo; allowed: \[''"):
+        validate(replace(get_preset(preset), variant="ppo"))
+    # the method's row follows --method: an A2C run is not labelled PPO
+    assert _parse_train_args([preset, "--variant", "ppo", "--method", "a2c"]).config.variant == "a2c"
 
 
 @pytest.mark.mujoco

@@ -330,6 +330,33 @@ def apply_variant(cfg: OnPolicyTrainConfig, name: str) -> OnPolicyTrainConfig:
     return replace_dotted(with_bpo(cfg, changes.pop("bpo")), variant=name, **changes)
 
 
+def variant_problem(cfg: OnPolicyTrainConfig) -> str | None:
+    """Why ``cfg``'s variant (a known one) does not name the run (None: it does, or there is none).
+    The variant is the run's row in tables and its folder: a Table 1 row of BPO on a run of the
+    method alone, or a method-alone row on another method or with BPO, would mislabel it."""
+    if not cfg.variant:
+        return None
+    keeps_bpo = variant_changes(cfg, cfg.variant)["bpo"]
+    if keeps_bpo == (cfg.bpo is not None) and (keeps_bpo or cfg.variant == cfg.method):
+        return None
+    run = f"BPO on {cfg.method}" if cfg.bpo is not None else f"{cfg.method} alone"
+    allowed = [""] + [v for v in VARIANTS if variant_changes(cfg, v)["bpo"] == (cfg.bpo is not None)
+                      and (cfg.bpo is not None or v == cfg.method)]
+    return f"{cfg.variant!r} names another kind of run than this one, {run}; allowed: {allowed}"
+
+
+def with_bpo_labelled(cfg, on: bool, section=None):
+    """``cfg`` with BPO on or off (``with_bpo``) and a variant that still names the run: the
+    MuJoCo presets' own row, BPO (1.0, 1.5), becomes the method's own row once BPO is off (so
+    ``--no-bpo`` is ``--variant ppo`` there), or none where the method has no row; a method-alone
+    row becomes none once BPO is on."""
+    switched = with_bpo(cfg, on, section)
+    if not isinstance(switched, OnPolicyTrainConfig) or variant_problem(switched) is None:
+        return switched
+    own_row = switched.method in VARIANTS and not variant_changes(switched, switched.method)["bpo"]
+    return replace(switched, variant=switched.method if own_row and not on else "")
+
+
 def get_preset(name: str, env: str | None = None):
     """The preset ``name``, on ``env`` when given (with the preset's Table 5 overrides for it)."""
     if name not in PRESETS:

@@ -18,7 +18,7 @@ import sys
 import typing
 from typing import Literal
 
-from bpo.config.presets import VARIANTS, check_preset_name
+from bpo.config.presets import VARIANTS, check_preset_name, variant_problem
 from bpo.config.schema import (
     METHOD_SECTIONS,
     BehaviourConfig,
@@ -327,6 +327,8 @@ def _validate_onpolicy(cfg: OnPolicyTrainConfig) -> OnPolicyTrainConfig:
     check_preset_name(cfg.preset)
     _declared_choices("", cfg)  # backend, vector_mode, eval_in_background
     _choice("variant", cfg.variant, ("", *VARIANTS))  # "": no variant applied
+    if (problem := variant_problem(cfg)) is not None:
+        raise ConfigError("variant", problem)
     _validate_env_backend(cfg)
     for name in ("seeds", "total_timesteps", "eval_every", "eval_episodes"):
         _count(name, getattr(cfg, name))

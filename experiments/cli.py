@@ -102,7 +102,8 @@ _USAGE = """usage: bpo [--version] {{train,sweep,plot,table,reproduce,evaluate,p
       Learning curves (mean ± SE over seeds), one panel per environment and preset: PNG and PDF;
       any per-evaluation column (eval_return, BPO's diagnostics), each seed, a trailing mean;
       against environment steps or (--x time) seconds of training.
-  bpo table RESULTS_DIR [--out DIR] [--baseline ppo] [--alpha 0.05] [--optimality-gap-gamma 1]
+  bpo table RESULTS_DIR [--out DIR] [--baseline ppo] [--alternative greater|two-sided] [--alpha 0.05]
+                       [--optimality-gap-gamma 1] [--bootstrap-reps N] [--allow-skipped]
       Table 1 (Markdown, LaTeX): Welch's t-test against the baseline; rliable's IQM, optimality
       gap, performance profiles and probability of improvement (figures, aggregates.json).
   bpo reproduce SWEEP [--out DIR] [--seeds N] [--workers N] [--backend local|slurm] [--set KEY=VALUE ...]
@@ -119,8 +120,9 @@ _USAGE = """usage: bpo [--version] {{train,sweep,plot,table,reproduce,evaluate,p
   bpo evaluate RUN [--episodes N] [--which pi|mu] [--stochastic] [--backend jax|mjx|threads] [--seed S]
                    [--out DIR] [--video FILE]
       Re-evaluate a run's saved policies (every seed); with the defaults the episodes of its final
-      evaluation, so the same number. Writes RUN/evaluations/*.json (or DIR/*.json); --video also
-      renders episodes of one seed's policy to a .gif or .mp4.
+      evaluation, so the same number (a Gymnasium-backend run saved no evaluation key: give --seed).
+      Writes RUN/evaluations/*.json (or DIR/*.json); --video also renders episodes of one seed's
+      policy to a .gif or .mp4.
   bpo probe RUN [--m 32] [--k 32] [--horizon 256] [--points ...] [--seeds ...] [--backend ...] [--yes]
       Probe a BPO-PPO run's return estimator at its kept policies (save_policies_every) and the end:
       Var and MSE of eq. (6) under mu over pi (docs/probe.md). Writes RUN/probe/probe.json and probe.png.

@@ -43,7 +43,8 @@ class EvaluateArgs:
     backend: Literal["jax", "mjx", "threads"] | None = None
     """Where the episodes run; default the run's own (threads for a Gymnasium-backend MuJoCo run)."""
     seed: int | None = None
-    """New episodes from this seed; default the run's final-evaluation key."""
+    """New episodes from this seed; default the run's final-evaluation key (a Gymnasium-backend run
+    saved none: give one)."""
     out: Path | None = None
     """The folder the evaluation's JSON goes to; default RUN/evaluations (a committed run's folder
     stays as it is with --out elsewhere)."""

@@ -448,8 +448,9 @@ class OnPolicyTrainConfig:
     """Label of the preset this configuration came from (recorded in the results); 'custom' for one
     built field by field, whose defaults are no preset's (``get_preset`` gives a preset's)."""
     env: str = "CartPole-v1"
-    """Environment id: from ``envs.FUNCTIONAL_ENVS`` (backend jax), ``envs.GYMNASIUM_ENVS`` (backend gymnasium) or the
-    MuJoCo v5 tasks Ant-v5, HalfCheetah-v5, Hopper-v5, Walker2d-v5 (backends gymnasium, threads, mjx)."""
+    """Environment id: from ``envs.FUNCTIONAL_ENVS`` (backend jax), ``envs.gymnasium_envs.GYMNASIUM_ENVS``
+    (backend gymnasium) or the MuJoCo v5 tasks Ant-v5, HalfCheetah-v5, Hopper-v5, Walker2d-v5 (backends
+    gymnasium, threads, mjx)."""
     backend: Literal["jax", "gymnasium", "mjx", "threads"] = "jax"
     """jax: functional environments, the whole run one jitted program. gymnasium: Gymnasium
     vector environments stepped on the host, one jitted call per vector step and per update.

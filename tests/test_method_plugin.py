@@ -25,6 +25,7 @@ from bpo.core import distributions
 from bpo.infra.plugins import load_plugins
 from envs import make_env
 from experiments.cli import main
+from experiments.sweep import Grid, Sweep, expand
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "vpg.py"
 load_plugins({"BPO_PLUGINS": str(EXAMPLE)})  # as every bpo command does with BPO_PLUGINS naming it
@@ -118,6 +119,18 @@ def test_a_sweep_and_bpo_table_of_the_method(plugin, tmp_path):
     assert "Welch's t-test (one-sided) of each row against VPG" in "\n".join(table)
     data = json.loads((out / "table1.json").read_text())
     assert data["baseline"] == "vpg" and data["multiple_comparisons"]["tests"] == 1
+
+
+def test_a_sweep_runs_the_method_alone_without_its_presets_bpo_row(monkeypatch):
+    """A preset that carries a BPO row as its variant (as the MuJoCo presets carry BPO (1.0, 1.5)):
+    the sweep's run of the method alone is labelled by the method, not by that row, and its BPO
+    run keeps the row."""
+    carrying = replace(with_bpo(PRESETS["cartpole_vpg"], True), preset="cartpole_vpg_row", variant="bpo_c1.0_rho1.5")
+    monkeypatch.setitem(PRESETS, "cartpole_vpg_row", carrying)
+    specs = expand(Sweep(name="rows", grids=(Grid(preset="cartpole_vpg_row", variants=("vpg", "bpo"), seeds=1),)))
+    alone, bpo = (spec.config() for spec in specs)
+    assert (alone.variant, alone.algo, bpo.variant, bpo.algo) == ("", "vpg", "bpo_c1.0_rho1.5", "bpo")
+    assert [spec.row for spec in specs] == ["vpg", "bpo"]
 
 
 def test_a_sweep_of_a_plugin_the_workers_would_not_import_is_refused_before_any_work(monkeypatch, tmp_path, capsys):

@@ -37,7 +37,16 @@ from typing import Annotated
 import tyro
 
 from bpo.agents.methods import validate
-from bpo.config.presets import PRESETS, VARIANTS, apply_variant, get_preset, with_bpo_labelled
+from bpo.config.presets import (
+    PRESETS,
+    VARIANTS,
+    apply_variant,
+    get_preset,
+    variant_changes,
+    variant_field_changed,
+    variant_problem,
+    with_bpo_labelled,
+)
 from bpo.config.schema import (
     BPO_SECTIONS,
     METHOD_SECTIONS,
@@ -265,7 +274,21 @@ def _parse_train_args(argv: list[str]):
                                     if f.name != "config"}, config=_plain(args.config))
     on = preset.bpo is not None if bpo_on is None else bpo_on
     args = _without_unused_bpo(args, shown, on)
+    _refuse_a_contradicted_variant(argv, args.config)
     return dataclasses.replace(args, config=with_bpo_labelled(args.config, on))
+
+
+def _refuse_a_contradicted_variant(argv: list[str], cfg) -> None:
+    """A flag that changes a field ``--variant`` sets is refused, as a sweep's ``--set`` is: the
+    variant names the run's row and folder, and would name values the run does not have. (A
+    preset's own variant, or a replayed run's, is dropped instead: ``with_bpo_labelled``.)"""
+    if not _preparse(argv[1:], "--variant") or not isinstance(cfg, OnPolicyTrainConfig):
+        return
+    if (field := variant_field_changed(cfg)) is not None:
+        value = variant_changes(cfg, cfg.variant)[field]
+        raise ConfigError(field, f"is set by --variant {cfg.variant} (to {value!r}), "
+                                 "whose name labels the run's row and folder; allowed: that value, or no --variant "
+                                 f"(the run is then labelled {cfg.algo!r})")
 
 
 def _refuse_on_policy_only(argv: list[str]) -> None:
@@ -365,6 +388,8 @@ def starting_config(argv: list[str]):
             raise ConfigError(stale[0], f"is missing from {argv[0]!r}: replayed with today's default, the run "
                                         "would not be the one recorded; allowed: a config.json as `bpo train` wrote it"
                                         + (f" ({len(stale)} such fields: {stale})" if len(stale) > 1 else ""))
+        if isinstance(cfg, OnPolicyTrainConfig) and (problem := variant_problem(cfg)) is not None:
+            raise ConfigError("variant", f"{problem} (in {argv[0]!r})")
         return cfg, None
     if (folder := Path(argv[0])).is_dir() and argv[0] not in PRESETS:  # a run's folder, not a preset's name
         hint = (f"bpo train {folder / 'config.json'} (replays the run)" if (folder / "config.json").is_file() else

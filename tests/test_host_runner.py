@@ -3,6 +3,7 @@ Gymnasium probe, agreement with the JAX runner, smoke runs of every MuJoCo task 
 {mujoco_default, mujoco_gsde}, presets and variants, and the CLI."""
 
 import dataclasses
+import json
 
 import gymnasium as gym
 import jax
@@ -21,6 +22,7 @@ from bpo.config.schema import (
     OnPolicyTrainConfig,
     PPOConfig,
     replace,
+    to_dict,
     traced_hyperparams,
     with_bpo,
     with_method,
@@ -295,6 +297,26 @@ def test_no_bpo_on_a_mujoco_preset_is_the_ppo_row_not_the_presets_bpo_row(preset
         validate(replace(get_preset(preset), variant="ppo"))
     # the method's row follows --method: an A2C run is not labelled PPO
     assert _parse_train_args([preset, "--variant", "ppo", "--method", "a2c"]).config.variant == "a2c"
+
+
+def test_a_flag_over_a_variants_field_never_keeps_the_variants_name(tmp_path):
+    """The variant names the run's row and folder, so it must not name values the run lacks: a
+    flag over a field that ``--variant`` sets is refused by the field (as a sweep's --set is); over
+    a preset's own variant it leaves the run without one (labelled by its algorithm); a recorded
+    config.json whose variant names another kind of run is refused when replayed."""
+    # parsed, not run: a regression would otherwise train 1.5M steps
+    with pytest.raises(ConfigError, match=r"^returns.c_bar: is set by --variant bpo_c1.0_rho1.5 \(to 1.0\)"):
+        _parse_train_args(["mujoco_default", "--variant", "bpo_c1.0_rho1.5", "--returns.c-bar", "1.5"])
+    with pytest.raises(ConfigError, match=r"^bpo.use_q_hat: is set by --variant bpo_no_qhat \(to False\)"):
+        _parse_train_args(["mujoco_default", "--variant", "bpo_no_qhat", "--bpo.use-q-hat"])
+    own = _parse_train_args(["mujoco_default", "--returns.c-bar", "1.5"]).config
+    assert (own.variant, own.algo, own.returns.c_bar) == ("", "bpo", 1.5)
+    same = _parse_train_args(["mujoco_default", "--variant", "bpo_c1.0_rho1.5", "--returns.c-bar", "1.0"]).config
+    assert same == get_preset("mujoco_default")
+    recorded = tmp_path / "config.json"
+    recorded.write_text(json.dumps({**to_dict(get_preset("mujoco_default")), "variant": "ppo"}))
+    with pytest.raises(ConfigError, match=r"^variant: 'ppo' names another kind of run than this one, BPO on ppo"):
+        _parse_train_args([str(recorded)])
 
 
 @pytest.mark.mujoco

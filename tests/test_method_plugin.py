@@ -19,7 +19,7 @@ import pytest
 
 from bpo.agents.learner import bpo_ppo_batch, make_learner
 from bpo.agents.methods import get_method, register_method, validate
-from bpo.config.presets import PRESETS, register_preset
+from bpo.config.presets import PRESETS, apply_variant, register_preset
 from bpo.config.schema import ConfigError, traced_hyperparams, with_bpo
 from bpo.core import distributions
 from bpo.infra.plugins import load_plugins
@@ -125,7 +125,8 @@ def test_a_sweep_runs_the_method_alone_without_its_presets_bpo_row(monkeypatch):
     """A preset that carries a BPO row as its variant (as the MuJoCo presets carry BPO (1.0, 1.5)):
     the sweep's run of the method alone is labelled by the method, not by that row, and its BPO
     run keeps the row."""
-    carrying = replace(with_bpo(PRESETS["cartpole_vpg"], True), preset="cartpole_vpg_row", variant="bpo_c1.0_rho1.5")
+    row = apply_variant(with_bpo(PRESETS["cartpole_vpg"], True), "bpo_c1.0_rho1.5")
+    carrying = replace(row, preset="cartpole_vpg_row")
     monkeypatch.setitem(PRESETS, "cartpole_vpg_row", carrying)
     specs = expand(Sweep(name="rows", grids=(Grid(preset="cartpole_vpg_row", variants=("vpg", "bpo"), seeds=1),)))
     alone, bpo = (spec.config() for spec in specs)

@@ -40,6 +40,7 @@ from bpo.config.schema import (
     OnPolicyTrainConfig,
     PPOConfig,
     ReinforceConfig,
+    get_dotted,
     with_bpo,
 )
 from bpo.config.schema import replace as replace_dotted
@@ -331,9 +332,10 @@ def apply_variant(cfg: OnPolicyTrainConfig, name: str) -> OnPolicyTrainConfig:
 
 
 def variant_problem(cfg: OnPolicyTrainConfig) -> str | None:
-    """Why ``cfg``'s variant (a known one) does not name the run (None: it does, or there is none).
-    The variant is the run's row in tables and its folder: a Table 1 row of BPO on a run of the
-    method alone, or a method-alone row on another method or with BPO, would mislabel it."""
+    """Why ``cfg``'s variant (a known one) does not name the kind of run (None: it does, or there
+    is none). The variant is the run's row in tables and its folder: a Table 1 row of BPO on a run
+    of the method alone, or a method-alone row on another method or with BPO, would mislabel it.
+    (A field the variant sets may differ: a sweep's grid value over a row names itself in the row.)"""
     if not cfg.variant:
         return None
     keeps_bpo = variant_changes(cfg, cfg.variant)["bpo"]
@@ -345,16 +347,29 @@ def variant_problem(cfg: OnPolicyTrainConfig) -> str | None:
     return f"{cfg.variant!r} names another kind of run than this one, {run}; allowed: {allowed}"
 
 
+def variant_field_changed(cfg: OnPolicyTrainConfig) -> str | None:
+    """The first field that ``cfg``'s variant sets and ``cfg`` holds otherwise (None: none does):
+    ``bpo train``'s flags over its ``--variant``, which would label values the run does not have."""
+    changes = variant_changes(cfg, cfg.variant) if cfg.variant else {}
+    return next((name for name, value in changes.items() if name != "bpo" and get_dotted(cfg, name) != value), None)
+
+
+def labelled(cfg):
+    """``cfg`` with a variant that still names the run (``variant_problem``): a Table 1 row of BPO
+    becomes the method's own row once BPO is off (so ``--no-bpo`` on the MuJoCo presets, which carry
+    BPO (1.0, 1.5), is ``--variant ppo``), or none where the method has no row; a row whose fields
+    the run changed (c̄ = 1.5 under ``bpo_c1.0_rho1.5``), or a method-alone row with BPO, becomes none."""
+    if not isinstance(cfg, OnPolicyTrainConfig) or not cfg.variant:
+        return cfg
+    if variant_problem(cfg) is None and variant_field_changed(cfg) is None:
+        return cfg
+    own_row = cfg.method in VARIANTS and not variant_changes(cfg, cfg.method)["bpo"]
+    return replace(cfg, variant=cfg.method if own_row and cfg.bpo is None else "")
+
+
 def with_bpo_labelled(cfg, on: bool, section=None):
-    """``cfg`` with BPO on or off (``with_bpo``) and a variant that still names the run: the
-    MuJoCo presets' own row, BPO (1.0, 1.5), becomes the method's own row once BPO is off (so
-    ``--no-bpo`` is ``--variant ppo`` there), or none where the method has no row; a method-alone
-    row becomes none once BPO is on."""
-    switched = with_bpo(cfg, on, section)
-    if not isinstance(switched, OnPolicyTrainConfig) or variant_problem(switched) is None:
-        return switched
-    own_row = switched.method in VARIANTS and not variant_changes(switched, switched.method)["bpo"]
-    return replace(switched, variant=switched.method if own_row and not on else "")
+    """``cfg`` with BPO on or off (``with_bpo``) and a variant that still names the run (``labelled``)."""
+    return labelled(with_bpo(cfg, on, section))
 
 
 def get_preset(name: str, env: str | None = None):

@@ -477,9 +477,10 @@ class OnPolicyTrainConfig:
     variant: str = ""
     """Named algorithm variant (``bpo.config.presets.VARIANTS``): a row of Table 1 (ppo, bpo_c1.5_rho1.5,
     bpo_c1.0_rho1.0, bpo_c1.0_rho1.5, bpo_traj_c1.0), a2c (the method alone) or an ablation of the best
-    row for the env and preset (bpo_no_qhat, bpo_no_symlog, bpo_no_symlog_target). On the command line
-    it sets its fields first, so other flags still override them. Recorded in the results; empty when
-    no variant was applied."""
+    row for the env and preset (bpo_no_qhat, bpo_no_symlog, bpo_no_symlog_target). It names the run's
+    row and folder, so it must name the run: a flag that changes a field ``--variant`` sets is refused;
+    one over a preset's own variant (the MuJoCo presets carry bpo_c1.0_rho1.5), or ``--no-bpo``, leaves
+    the run the variant that names it (ppo, or none). Recorded in the results; empty when none applies."""
     method: str = "ppo"
     """The policy-gradient method, the target update of Algorithm 1, by its registered name
     (``bpo.agents.methods``): 'ppo' (Listing 1), 'a2c' (Mnih et al. 2016, one step per rollout;

@@ -275,8 +275,8 @@ def verify_variance_main(argv: list[str]) -> int:
     preset = get_preset("short_corridor")
     try:
         validate_args(args, preset.eval_every)
+        validate_environment()  # before the folder is made: a refused run leaves nothing
         ensure_writable_dir(args.out, "--out")
-        validate_environment()
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

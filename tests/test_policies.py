@@ -138,6 +138,8 @@ def test_bpo_evaluate_refuses_a_folder_without_policies(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith("error: run: ") and "no saved policies" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "evaluations").exists()
+    assert main(["evaluate", str(tmp_path / "mistyped")]) == 2  # not "train the run again"
+    assert "error: run: " in (err := capsys.readouterr().err) and "is not a folder" in err
 
 
 @pytest.mark.mujoco

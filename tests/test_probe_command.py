@@ -103,7 +103,9 @@ def test_a_ppo_run_and_a_folder_without_policies_are_refused(bpo_run, tmp_path, 
     compiled = []
     monkeypatch.setattr(jax, "jit", lambda *a, **k: compiled.append(a))  # nothing may compile before refusing
     _refused([str(ppo), "--yes"], capsys, "run:", "ppo", "no behaviour policy mu")
+    (tmp_path / "empty").mkdir()
     _refused([str(tmp_path / "empty"), "--yes"], capsys, "run:", "no saved policies")
+    _refused([str(tmp_path / "mistyped"), "--yes"], capsys, "run:", "is not a folder")  # not "train it again"
     assert compiled == [] and not (ppo / "probe").exists()
 
 

@@ -217,6 +217,12 @@ def test_cli_rejects_bad_arguments(tmp_path, capsys, args, message):
     assert not (tmp_path / "v").exists()
 
 
+def test_a_bad_bpo_setting_is_refused_before_the_out_folder_is_made(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("BPO_THREADS", "0")
+    assert main(["verify-variance", "--out", str(tmp_path / "v")]) == 2
+    assert "error: BPO_THREADS" in capsys.readouterr().err and not (tmp_path / "v").exists()
+
+
 def test_cli_writes_summary_table_and_plot(tmp_path, capsys):
     """The whole command on a small budget, BPO-REINFORCE training included."""
     out = tmp_path / "v"

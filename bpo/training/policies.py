@@ -122,6 +122,8 @@ def load_policies(run_dir: Path) -> SavedPolicies:
     """A run directory's config and saved policies, checked (``NoPolicies`` naming what is wrong)."""
     run_dir = Path(run_dir)
     path = run_dir / FILE
+    if not run_dir.is_dir():  # a mistyped folder is not a run to train again
+        raise NoPolicies(run_dir, f"is not a folder; allowed: a run's folder (it holds {FILE})")
     if not path.exists():
         if path.with_name(path.name + ".part000").exists():  # a rescued run over a file-size limit
             raise NoPolicies(path, f"is in parts: join them first with `cat {path.name}.part* > {path.name}` in "

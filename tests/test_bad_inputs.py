@@ -22,7 +22,7 @@ import envs  # noqa: F401
 import experiments.commands  # noqa: F401
 from bpo.agents.methods import validate
 from bpo.config.presets import get_preset
-from bpo.config.schema import ConfigError, EpisodicBehaviourConfig, read_recorded_config, replace, with_bpo
+from bpo.config.schema import ConfigError, EpisodicBehaviourConfig, read_recorded_config, replace, to_dict, with_bpo
 from experiments.arguments import list_options, repeated_list_options
 from experiments.cli import main
 from experiments.commands import SweepArgs
@@ -502,6 +502,16 @@ def test_a_run_is_replayed_from_its_own_config_json(tmp_path, capsys):
         (tmp_path / "edited.json").write_text(json.dumps({**recorded, **edit}))
         assert main(["train", str(tmp_path / "edited.json"), "--out", str(tmp_path / "y")]) == 2
         assert capsys.readouterr().err.startswith(f"error: {name}: in ") and not (tmp_path / "y").exists()
+
+
+@pytest.mark.parametrize("change, field", [({"ppo": None}, "ppo"), ({"method": "a2c"}, "a2c")])
+def test_a_recorded_config_whose_methods_section_is_null_is_refused(change, field, tmp_path):
+    """The section of the file's method, null (a PPO run's file says "a2c": null): read, it would
+    be that method's defaults, another run than the recorded one."""
+    edited = tmp_path / "config.json"
+    edited.write_text(json.dumps({**to_dict(get_preset("cartpole_ppo")), **change}))
+    with pytest.raises(ConfigError, match=rf"^{field}: in '{re.escape(str(edited))}' is null, and the run's method"):
+        read_recorded_config(edited)
 
 
 def test_a_hand_edited_config_json_is_refused_not_replayed_with_defaults(tmp_path, capsys, monkeypatch):

@@ -903,6 +903,12 @@ def check_run_config(data, source: str) -> None:
                 "is not a run's config.json")
         raise ConfigError("config", f"{source!r} {kind}: it has no {', '.join(missing)}; allowed: the config.json "
                                     "in a run's folder")
+    method = data.get("method", "ppo")
+    section = method_section(method) if isinstance(method, str) else None
+    if "reinforce" not in data and section is not None and data.get(section, {}) is None:
+        # from_dict would read the section as its defaults: another run than the one recorded
+        raise ConfigError(section, f"in {source!r} is null, and the run's method {method!r} reads it; allowed: "
+                                   "its settings, an object, as the run's config.json holds them")
     if "algo" in data:  # older files: whether the run had BPO ('bpo') or ran its method alone (its name)
         algo, episodic = data["algo"], not ("ppo" in data or "a2c" in data)
         # The method's name: the file's method, else (before it had one) PPO or A2C, whose settings were in ppo.

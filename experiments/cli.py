@@ -390,7 +390,8 @@ def starting_config(argv: list[str]):
                                         + (f" ({len(stale)} such fields: {stale})" if len(stale) > 1 else ""))
         if isinstance(cfg, OnPolicyTrainConfig) and (problem := variant_problem(cfg)) is not None:
             raise ConfigError("variant", f"{problem} (in {argv[0]!r})")
-        return cfg, None
+        # --bpo on a run of the method alone: its preset's behaviour step, as `bpo train PRESET --bpo`
+        return cfg, (get_preset(cfg.preset, cfg.env).bpo if cfg.preset in PRESETS else None)
     if (folder := Path(argv[0])).is_dir() and argv[0] not in PRESETS:  # a run's folder, not a preset's name
         hint = (f"bpo train {folder / 'config.json'} (replays the run)" if (folder / "config.json").is_file() else
                 "a recorded config.json")

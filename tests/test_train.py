@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 from bpo.config.presets import get_preset
-from bpo.config.schema import replace, traced_hyperparams, with_bpo
+from bpo.config.schema import from_dict, replace, to_dict, traced_hyperparams, with_bpo
 from bpo.runners.seeds import seed_keys
 from bpo.training import make_train, run, summarize
-from experiments.cli import main
+from experiments.cli import _parse_train_args, main
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = dict(episodes=20, eval_every=10, eval_episodes=3, seeds=3)
@@ -153,8 +153,6 @@ def test_a_one_seed_summary_is_strict_json_with_null_spread(tmp_path, capsys):
 def test_a_config_json_written_with_algo_reads_as_the_bpo_section_it_meant(path, algo, tmp_path):
     """Committed runs recorded ``algo`` and always a bpo section; today the section is the switch:
     the method alone reads back without one, a BPO run with it, field for field."""
-    from bpo.config.schema import from_dict, to_dict
-
     data = json.loads((ROOT / "results" / path / "config.json").read_text())
     assert data["algo"] == algo and isinstance(data["bpo"], dict)  # the older layout
     cfg = from_dict(data)
@@ -164,9 +162,16 @@ def test_a_config_json_written_with_algo_reads_as_the_bpo_section_it_meant(path,
     again = to_dict(cfg)
     assert "algo" not in again and from_dict(again) == cfg
     # `bpo train RUN/config.json` replays that run: the same config, with or without the section
-    from experiments.cli import _parse_train_args
-
     assert _parse_train_args([str(ROOT / "results" / path / "config.json")]).config == cfg
+
+
+def test_bpo_on_a_replayed_run_of_the_method_alone_takes_its_presets_behaviour_step():
+    """``bpo train RUN/config.json --bpo`` of a PPO run: BPO as ``bpo train PRESET --bpo`` runs it
+    (the preset's bpo section), not the schema's defaults (1 Q epoch where cartpole_ppo has 10)."""
+    replayed = _parse_train_args([str(ROOT / "results/classic/CartPole-v1-cartpole_ppo-ppo/config.json"), "--bpo"])
+    preset = get_preset("cartpole_ppo")
+    assert replayed.config.bpo == preset.bpo and replayed.config.bpo.n_qvf_epochs == 10
+    assert (replayed.config.algo, replayed.config.variant) == ("bpo", "")  # the PPO row names BPO no more
 
 
 def test_without_out_a_run_goes_to_its_default_folder_made_from_nothing(tmp_path, monkeypatch):

@@ -73,7 +73,7 @@ def check_args(args: EvaluateArgs) -> Path:
     if args.seed is not None and not 0 <= args.seed < 2**32:
         raise ConfigError("seed", f"must be in [0, 2**32 - 1], got {args.seed}")
     saved = load_policies(args.run)  # refuses a folder without policies before anything compiles
-    check_evaluable(saved, args.which, args.backend)
+    check_evaluable(saved, args.which, args.backend, deterministic=not args.stochastic)
     if args.video is not None:
         check_video(args.video, saved.config.env, args.video_episodes, args.video_frames)
         if not 0 <= args.video_policy_seed < saved.seeds:

@@ -8,6 +8,7 @@ import logging
 import math
 import os
 import re
+import shutil
 import subprocess
 import sys
 import warnings
@@ -481,6 +482,17 @@ def test_evaluate_refuses_what_the_run_cannot_do_before_its_folder_is_made(tmp_p
     err = capsys.readouterr().err
     assert err.startswith("error: eval_episodes: must be") and "config.json" in err, err
     assert not (run / "evaluations").exists()
+
+
+def test_stochastic_evaluation_of_a_gsde_policy_is_refused_by_its_flag_before_any_folder(tmp_path, capsys):
+    """gSDE's exploration matrices are not saved: --stochastic is refused naming it, before the
+    output folder is made (it was refused naming 'deterministic', leaving an empty folder)."""
+    run = tmp_path / "run"
+    shutil.copytree(Path(__file__).resolve().parent.parent / "results/a2c/Pendulum-v1-pendulum_a2c-a2c", run)
+    for out in ([], ["--out", str(tmp_path / "ev")]):
+        assert main(["evaluate", str(run), "--stochastic", *out]) == 2
+        assert capsys.readouterr().err.startswith("error: stochastic: stochastic actions of a gSDE policy")
+        assert not (run / "evaluations").exists() and not (tmp_path / "ev").exists()
 
 
 def test_a_run_is_replayed_from_its_own_config_json(tmp_path, capsys):

@@ -130,6 +130,15 @@ def test_bad_values_name_the_field(bpo_run, capsys, flag, value, field):
     _refused([str(bpo_run), flag, value, "--yes"], capsys, field)
 
 
+@pytest.mark.parametrize("backend", ["mjx", "threads"])
+def test_a_backend_without_the_runs_task_is_refused_before_the_probe_folder(backend, bpo_run, tmp_path, capsys):
+    """It was refused after the cost line and RUN/probe/ were made, naming env: with MuJoCo's tasks."""
+    copy = _copy(bpo_run, tmp_path / "run", lambda payload: None)
+    _refused([str(copy), "--backend", backend, "--yes"], capsys,
+             f"backend: {backend} does not have the run's task CartPole-v1; allowed: ['jax']")
+    assert not (copy / "probe").exists()
+
+
 def test_a_seed_given_twice_and_an_unbounded_write_setting_are_refused_before_any_work(bpo_run, capsys,
                                                                                       monkeypatch):
     """A seed listed twice would be pooled twice and narrow every interval; BPO_WRITE_RETRY_S=inf

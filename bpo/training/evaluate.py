@@ -17,7 +17,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from bpo.config.schema import ConfigError, EpisodicTrainConfig
-from bpo.config.validation import BACKEND_ENVS
 from bpo.infra.results import json_number
 from bpo.instruments.stats import describe
 from bpo.runners.evaluation import run_episodes
@@ -48,26 +47,27 @@ def episode_keys(saved: SavedPolicies, request: EvalRequest, episodes: int) -> j
     return jax.random.split(jax.random.PRNGKey(request.seed), saved.seeds * episodes).reshape(saved.seeds, episodes, -1)
 
 
-def check_evaluable(saved: SavedPolicies, which: str = "pi", backend: str | None = None) -> None:
+def check_evaluable(saved: SavedPolicies, which: str = "pi", backend: str | None = None,
+                    deterministic: bool = True) -> None:
     """A ConfigError for what this module does not evaluate: an episodic run's policies, mu of a
-    run without BPO, or the run's task on a backend that does not have it (checked before ``bpo
-    evaluate`` makes its output folder)."""
+    run without BPO, the run's task on a backend that does not have it, or stochastic actions of a
+    gSDE policy (checked before ``bpo evaluate`` makes its output folder)."""
     if isinstance(saved.config, EpisodicTrainConfig):
         raise ConfigError("run", "episodic runs (ShortCorridor) are evaluated exactly by `bpo verify-variance`; "
                                  "allowed here: on-policy runs (PPO, BPO-PPO)")
     if which == "mu" and "mu_params" not in saved.final:
         raise ConfigError("which", "not a BPO run: it has no mu; allowed: pi")
-    backend, env = task_backend(saved, backend), saved.config.env
-    if env not in BACKEND_ENVS[backend]:
-        allowed = [b for b in ("jax", "mjx", "threads") if env in BACKEND_ENVS[b]]  # the ones evaluation runs on
-        raise ConfigError("backend", f"{backend} does not have the run's task {env}; allowed: {allowed}")
+    if not deterministic and saved.config.settings.use_sde:
+        raise ConfigError("stochastic", "stochastic actions of a gSDE policy need its exploration matrices, which "
+                                        "are not saved; allowed: the deterministic policy (no --stochastic)")
+    task_backend(saved, backend)
 
 
 def evaluate_saved(run_dir: Path, request: EvalRequest) -> dict:
     """Every seed's policy for ``episodes`` episodes: per seed the returns and lengths, and the
     mean, SD and SE over seeds of the per-seed mean return (the statistics of ``summary.json``)."""
     saved = load_policies(run_dir)
-    check_evaluable(saved, request.which, request.backend)
+    check_evaluable(saved, request.which, request.backend, request.deterministic)
     episodes = request.episodes or saved.config.eval_episodes
     backend = task_backend(saved, request.backend)
     cfg = saved.config

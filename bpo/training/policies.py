@@ -44,6 +44,7 @@ from bpo.config.schema import (
     recorded_form,
     traced_hyperparams,
 )
+from bpo.config.validation import BACKEND_ENVS
 from bpo.core import distributions
 from bpo.core.normalization import RunningStats
 from bpo.infra import results
@@ -216,12 +217,16 @@ def _tree_mismatch(tree, expected: dict, seeds: int) -> str | None:
 def task_backend(saved: SavedPolicies, backend: str | None = None) -> str:
     """Where a saved run's policies act again (``bpo evaluate``, ``bpo probe``): the backend asked
     for, else the run's own; a Gymnasium run's task in MuJoCo threads (its dynamics, bit for bit,
-    tests/test_mujoco_threads.py) or JAX, since a functional environment is needed."""
+    tests/test_mujoco_threads.py) or JAX, since a functional environment is needed. A backend
+    without the run's task is refused, naming the backends that have it."""
     backend = backend or saved.config.backend
     if backend == "gymnasium":
         backend = "threads" if saved.config.env in MUJOCO_ENVS else "jax"
     if backend not in ("jax", "mjx", "threads"):
         raise ConfigError("backend", f"must be one of ['jax', 'mjx', 'threads'], got {backend!r}")
+    if (env := saved.config.env) not in BACKEND_ENVS[backend]:
+        allowed = [b for b in ("jax", "mjx", "threads") if env in BACKEND_ENVS[b]]  # the ones policies act on
+        raise ConfigError("backend", f"{backend} does not have the run's task {env}; allowed: {allowed}")
     return backend
 
 

@@ -172,7 +172,8 @@ def test_rescue_places_prefer_other_file_systems(tmp_path, monkeypatch):
     ("BPO_STALL_MINUTES", "inf", "must be a number of minutes from 0 to 10080"),
     ("BPO_STALL_MINUTES", "nan", "must be a number of minutes from 0 to 10080"),
     ("BPO_THREADS", "\u00b2", "must be an integer from 1 to 1024, got '\u00b2'"),
-    ("BPO_THREADS", "100000", "must be an integer from 1 to 1024")])
+    ("BPO_THREADS", "100000", "must be an integer from 1 to 1024"),
+    ("BPO_CPU_ASYNC_DISPATCH", "true", "must be 0 or 1, got 'true'")])  # 'true' silently meant off
 @pytest.mark.parametrize("command", ["train", "sweep"])
 def test_a_bad_setting_in_the_environment_stops_the_command_before_any_work(tmp_path, monkeypatch, capsys, name,
                                                                             value, allowed, command):

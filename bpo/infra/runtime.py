@@ -57,8 +57,18 @@ def apply_import_time_settings() -> None:
     os.environ["XLA_FLAGS"] = " ".join([flags, *added]).strip()
     import jax  # only now: XLA_FLAGS must be in the environment before JAX is first imported
 
-    if os.environ.get("BPO_CPU_ASYNC_DISPATCH", "0") != "1":
+    if os.environ.get("BPO_CPU_ASYNC_DISPATCH", "0") != "1":  # a bad value: refused by async_dispatch()
         jax.config.update("jax_cpu_enable_async_dispatch", False)
+
+
+def async_dispatch() -> bool:
+    """``BPO_CPU_ASYNC_DISPATCH`` (unset: 0), checked: '1' keeps JAX's asynchronous CPU dispatch.
+    Read at import, before any command can check it; ``bpo.infra.settings`` refuses another value
+    ('true', 'yes' silently meant off)."""
+    value = os.environ.get("BPO_CPU_ASYNC_DISPATCH", "0")
+    if value not in ("0", "1"):
+        raise ValueError(f"BPO_CPU_ASYNC_DISPATCH: must be 0 or 1, got {value!r}")
+    return value == "1"
 
 
 def enable_compile_cache() -> str | None:

@@ -227,8 +227,8 @@ def test_a_nan_stops_the_run_naming_the_quantity_and_keeps_the_checkpoint(tmp_pa
     with pytest.raises(ckpt.NonFiniteError) as err:
         run(cfg, checkpoint_dir=tmp_path, checkpoint_every=2)
     message = str(err.value)
-    # Iterations 0-1 (the first evaluation and block 0, episodes 0-9) were saved; block 1 starts at episode 10.
-    assert "is not finite at episode 10" in message and "last good checkpoint is kept" in message
+    # Iterations 0-1 (the first evaluation and block 0, episodes 1-10) were saved; block 1 starts at episode 11.
+    assert "is not finite in episode 11" in message and "last good checkpoint is kept" in message
     assert message.startswith("pg_loss is not finite")
     assert (tmp_path / ckpt.STATE_FILE).read_bytes() == before  # nothing overwrote it
 
@@ -478,6 +478,15 @@ def test_resume_keeps_tensorboard_and_counts_the_time_of_every_segment(tmp_path)
         steps / (summary["wall_time_s"] - summary["compile_time_s"] - summary["eval_time_s"]))
 
 
+def test_a_non_finite_metric_names_its_update_counted_from_one():
+    """Stop messages count updates from 1 ("after update 37 of 733"); the NaN stop said "update 0"
+    for the first update's NaN (the row of train_metrics.csv)."""
+    with pytest.raises(ckpt.NonFiniteError, match=r"^pg_loss is not finite in update 1$"):
+        ckpt.raise_if_non_finite({"pg_loss": np.array([[np.nan, 1.0]])}, 0, "update")
+    with pytest.raises(ckpt.NonFiniteError, match=r"^pg_loss is not finite in update 6$"):  # a block from update 4 on
+        ckpt.raise_if_non_finite({"pg_loss": np.array([[1.0, 1.0, np.inf]])}, 3, "update")
+
+
 def test_a_nan_before_any_checkpoint_names_no_checkpoint(tmp_path):
     """The state is checked where it would be saved: with no checkpoint written yet, the message
     does not point at one."""
@@ -486,7 +495,7 @@ def test_a_nan_before_any_checkpoint_names_no_checkpoint(tmp_path):
                              checkpoint_info={})
     with pytest.raises(ckpt.NonFiniteError) as err:
         driver.save(runner, get_preset("short_corridor"), tmp_path, 1, 1)
-    assert str(err.value) == "state['theta'] is not finite at update 1"
+    assert str(err.value) == "state['theta'] is not finite after update 1"
     assert not ckpt.exists(tmp_path)
 
 

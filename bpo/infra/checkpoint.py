@@ -246,13 +246,14 @@ def non_finite_leaf(tree, prefix: str) -> str | None:
 def raise_if_non_finite(metrics: dict, offset: int, unit: str, directory=None, state=None,
                         state_at: int | None = None) -> None:
     """Stop a run whose per-``unit`` metrics (counted from ``offset``) or ``state`` became NaN/inf,
-    naming the quantity and where; ``directory`` holds the last good checkpoint, if any."""
+    naming the quantity and where, counted from 1 as stop messages count ("in update 1": the first;
+    the state "after update 3"); ``directory`` holds the last good checkpoint, if any."""
     bad = first_non_finite(metrics, offset)
     if bad is not None:
-        name, where = bad[0], f" at {unit} {bad[1]}"
+        name, where = bad[0], f" in {unit} {bad[1] + 1}"
     else:
         name = non_finite_leaf(state, "state") if state is not None else None
-        where = f" at {unit} {state_at}" if state_at is not None else ""
+        where = f" after {unit} {state_at}" if state_at is not None else ""
     if name is None:
         return
     kept = f"; the last good checkpoint is kept in {directory}" if directory is not None else ""

@@ -24,7 +24,7 @@ from typing import Annotated
 import numpy as np
 import tyro
 
-from bpo.config.schema import ConfigError
+from bpo.config.schema import ConfigError, OnPolicyTrainConfig
 from bpo.infra.provenance import code_version
 from bpo.infra.results import atomic_write_json, atomic_write_text, ensure_writable_dir
 from bpo.instruments.stats import describe
@@ -172,6 +172,18 @@ def _probed_run(path: Path, folder: Path) -> ProbedRun:
     if probe["env"] != run.env:
         raise BadFile(path, f"env is {_shown(probe['env'])} but config.json says {_shown(run.env)}: the probe "
                             "of another run?")
+    cfg = run.config
+    if not isinstance(cfg, OnPolicyTrainConfig) or cfg.bpo is None:
+        raise BadFile(path, f"config.json says the run is {cfg.algo} without BPO, which has no mu to probe: the "
+                            "probe of another run?")
+    ours = {"gamma": cfg.settings.gamma, "lambda": cfg.settings.gae_lambda, "traj": cfg.returns.traj}
+    if path.parent.name == "probe":  # a named probe (--name) has truncation levels of its own
+        ours |= {"rho_bar": cfg.returns.rho_bar, "c_bar": cfg.returns.c_bar}
+    recorded = probe["returns"] if isinstance(probe.get("returns"), dict) else {}
+    for name, value in ours.items():
+        if recorded.get(name) != value:
+            raise BadFile(path, f"returns.{name} is {_shown(recorded.get(name))} but config.json says "
+                                f"{_shown(value)}: the probe of another run?")
     return ProbedRun(run, probe, path)
 
 

@@ -218,6 +218,11 @@ def _states_of_another_probe(text: str) -> str:
     (_no_pooled_median, "points[1]: pooled: mse_ratio_median is missing"),
     (_seeds_as_a_list, "points[2]: seeds must be a non-empty object, got [{"),
     (_states_of_another_probe, "points[0]: pooled states is 99, not 2 seeds x settings.m 4 = 8"),
+    # another run's probe of the same task: its estimator's settings are not this run's
+    (lambda text: json.dumps({**json.loads(text), "returns": {**json.loads(text)["returns"], "gamma": 0.5}}),
+     "returns.gamma is 0.5 but config.json says"),
+    (lambda text: json.dumps({**json.loads(text), "returns": {**json.loads(text)["returns"], "rho_bar": 9.0}}),
+     "returns.rho_bar is 9.0 but config.json says"),
 ])
 def test_a_damaged_probe_json_is_skipped_and_listed_naming_it(probed, tmp_path, capsys, damage, needle):
     """As ``bpo table`` does with a damaged run file: the summary is made from the other probes,

@@ -433,7 +433,9 @@ def seed_texts(p: dict, name: str) -> tuple[str, str]:
     ('var' or 'mse') in seed order, and their test with the seeds as the units (``seed_test``)."""
     medians = ", ".join(_g(v[f"{name}_ratio_median"]) for v in p["seed_medians"].values())
     t = p["seed_test"][name]
-    return medians, f"{_g(t['geomean'])} [{_g(t['lo'])}, {_g(t['hi'])}], p = {_p(t['p'])}"
+    # a seed left out (its median n/a: NaN or an infinity, which may be mu at its worst) is said
+    fewer = f" ({t['n']} of {p['seeds']} seeds)" if t["n"] < p["seeds"] else ""
+    return medians, f"{_g(t['geomean'])} [{_g(t['lo'])}, {_g(t['hi'])}], p = {_p(t['p'])}{fewer}"
 
 
 def table_row(label: str, p: dict) -> str:

@@ -20,7 +20,7 @@ from bpo.training import run, write
 from bpo.training.policies import FILE
 from experiments.cli import main
 from experiments.common import format_p
-from experiments.probe_summary import STAT_FIELDS, find_probes, summary_figure
+from experiments.probe_summary import STAT_FIELDS, find_probes, seed_test, seed_texts, summary_figure
 from experiments.sweep import RunSpec
 
 TINY = ["--m", "4", "--k", "4", "--horizon", "16", "--ref-k", "8", "--ref-horizon", "32", "--yes"]
@@ -289,3 +289,15 @@ def test_each_row_against_the_baseline_row_is_welch_on_the_seeds_log_medians_by_
     assert main(["probe-summary", str(probed), "--out", str(tmp_path / "x"), "--baseline", "ppo"]) == 2
     err = capsys.readouterr().err
     assert "baseline: no probed run has the row 'ppo'" in err and ROWS["a-qhat"] in err
+
+
+def test_a_seed_left_out_of_the_seeds_test_is_said_in_its_cell():
+    """probe.json writes an infinite median (Var_pi = 0 < Var_mu: mu at its worst) as null, and
+    the seeds' test leaves it out: the cell says how many seeds it rests on."""
+    medians = {"0": {"var_ratio_median": 0.596, "mse_ratio_median": 1.1},
+               "1": {"var_ratio_median": None, "mse_ratio_median": 1.2}}
+    point = {"seeds": 2, "seed_medians": medians,
+             "seed_test": {name: seed_test([m[f"{name}_ratio_median"] for m in medians.values()])
+                           for name in ("var", "mse")}}
+    assert seed_texts(point, "var") == ("0.596, n/a", "0.596 [n/a, n/a], p = n/a (1 of 2 seeds)")
+    assert not seed_texts(point, "mse")[1].endswith("seeds)")

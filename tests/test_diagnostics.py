@@ -261,7 +261,7 @@ def test_summary_warns_about_a_mismatch_and_curves_pool_diagnostics():
     pooled, warnings = diagnostics_summary(out)
     assert pooled == {"is_ratio_min": 0.5, "is_ratio_max": 5.0, "ess_frac": pytest.approx(0.7),
                       "logprob_mismatch": pytest.approx(0.00775)}
-    assert len(warnings) == 1 and "logprob_mismatch = 0.03 > 0.01 at update 2" in warnings[0]
+    assert len(warnings) == 1 and "logprob_mismatch = 0.03 > 0.01 in update 3" in warnings[0]  # from 1
     curves = diagnostic_curves(out)
     np.testing.assert_array_equal(curves["is_ratio_max"], [[np.nan, 3.0, 5.0]])
     np.testing.assert_array_equal(curves["is_ratio_min"], [[np.nan, 0.5, 0.7]])

@@ -52,7 +52,7 @@ def diagnostics_summary(out: RunOutput) -> tuple[dict, list[str]]:
             worst = np.abs(np.asarray(train[name], float)).max(axis=0)
             bad = np.flatnonzero(worst > dg.MISMATCH_WARNING)
             if bad.size:
-                warnings.append(f"{name} = {worst[bad[0]]:.3g} > {dg.MISMATCH_WARNING} at update {bad[0]} "
+                warnings.append(f"{name} = {worst[bad[0]]:.3g} > {dg.MISMATCH_WARNING} in update {bad[0] + 1} "
                                 f"({bad.size} updates): stored and recomputed behaviour log-probabilities disagree")
     return pooled, warnings
 

@@ -15,7 +15,7 @@ import pytest
 from bpo.agents.a2c import A2CState, a2c_loss, a2c_update, behaviour_weights, joint_params
 from bpo.agents.learner import make_learner
 from bpo.agents.methods import validate
-from bpo.config.presets import apply_variant, get_preset
+from bpo.config.presets import apply_variant, get_preset, with_bpo_labelled
 from bpo.config.schema import (
     A2CConfig,
     ConfigError,
@@ -192,7 +192,7 @@ def test_bpo_a2c_with_mu_equal_to_pi_takes_the_a2c_step():
     carry, rows = program.rollout(carry)
     learner = program.learner
     bpo_state, _ = learner.update(carry.learner, jax.random.PRNGKey(0), jax.random.PRNGKey(1), rows, hp)
-    a2c_cfg = validate(with_bpo(cfg, False))
+    a2c_cfg = validate(with_bpo_labelled(cfg, False))  # the BPO row names A2C alone no more
     a2c_learner = make_learner(a2c_cfg, learner.spec)
     plain = carry.learner._replace(behaviour=(), replay=())
     a2c_state, _ = a2c_learner.update(plain, jax.random.PRNGKey(0), jax.random.PRNGKey(1), rows,

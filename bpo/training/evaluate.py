@@ -21,7 +21,7 @@ from bpo.infra.results import json_number
 from bpo.instruments.stats import describe
 from bpo.runners.evaluation import run_episodes
 from bpo.runners.onpolicy import run_env
-from bpo.training.policies import SavedPolicies, acting_function, load_policies, task_backend
+from bpo.training.policies import SavedPolicies, acting_function, check_sampled, load_policies, task_backend
 
 
 @dataclass(frozen=True)
@@ -57,9 +57,7 @@ def check_evaluable(saved: SavedPolicies, which: str = "pi", backend: str | None
                                  "allowed here: on-policy runs (PPO, BPO-PPO)")
     if which == "mu" and "mu_params" not in saved.final:
         raise ConfigError("which", "not a BPO run: it has no mu; allowed: pi")
-    if not deterministic and saved.config.settings.use_sde:
-        raise ConfigError("stochastic", "stochastic actions of a gSDE policy need its exploration matrices, which "
-                                        "are not saved; allowed: the deterministic policy (no --stochastic)")
+    check_sampled(saved.config, deterministic, "stochastic", "the deterministic policy (no --stochastic)")
     task_backend(saved, backend)
 
 

@@ -214,6 +214,14 @@ def _tree_mismatch(tree, expected: dict, seeds: int) -> str | None:
     return None
 
 
+def check_sampled(cfg, deterministic: bool, field: str, allowed: str) -> None:
+    """Sampled actions of an on-policy run's gSDE policy need its exploration matrices, which runs
+    do not save: refused, naming the caller's ``field`` (``bpo evaluate``'s is ``stochastic``)."""
+    if not deterministic and cfg.settings.use_sde:  # validate refuses gSDE with discrete actions
+        raise ConfigError(field, "stochastic actions of a gSDE policy need its exploration matrices, which are "
+                                 f"not saved; allowed: {allowed}")
+
+
 def task_backend(saved: SavedPolicies, backend: str | None = None) -> str:
     """Where a saved run's policies act again (``bpo evaluate``, ``bpo probe``): the backend asked
     for, else the run's own; a Gymnasium run's task in MuJoCo threads (its dynamics, bit for bit,
@@ -250,10 +258,8 @@ def acting_function(saved: SavedPolicies, which: str = "pi", deterministic: bool
 
         return act_episodic
     cfg = saved.config
+    check_sampled(cfg, deterministic, "deterministic", "deterministic")
     learner = make_learner(cfg, _spec(cfg))
-    if not deterministic and learner.use_sde:
-        raise ConfigError("deterministic", "stochastic actions of a gSDE policy need its exploration matrices, "
-                                           "which are not saved; allowed: deterministic")
     name = "actor_params" if which == "pi" else "mu_params"
 
     def act(params, key, obs):

@@ -24,6 +24,7 @@ if __name__ == "__main__":
     # ``receive_signals_on_a_thread`` takes them (bpo.infra.processes).
     signal.pthread_sigmask(signal.SIG_BLOCK, (signal.SIGINT, signal.SIGTERM))
 
+import contextlib
 import dataclasses
 import importlib.metadata
 import json
@@ -83,7 +84,7 @@ from bpo.training.job import (
     train,
 )
 from bpo.training.summary import final_return_text
-from experiments import help_text
+from experiments import help_text, store
 from experiments.arguments import parse
 from experiments.sweep import sweep_names
 
@@ -428,13 +429,23 @@ def _finished_run(run_dir: Path) -> str:
 
 
 def _train(job: Job, show_progress: bool) -> int:
-    """The run's lifecycle (``bpo.training.job``), reported on the terminal; the exit code."""
+    """The run's lifecycle (``bpo.training.job``), reported on the terminal; the exit code. A run
+    folder of a sweep is also locked as the sweep locks it (``store.lock_as_sweep_run``)."""
     try:
-        made, lock = check_outputs(job)
-    except ConfigError as e:
-        return _fail(str(e))
-    with lock:
-        return _train_locked(job, made, lock, show_progress)
+        sweep_dir, sweep_lock = store.lock_as_sweep_run(job.out_dir)
+    except OSError as e:
+        return _fail(f"{job.flag}: cannot lock {str(job.out_dir)!r} as a run of the sweep beside it ({e.strerror})")
+    if sweep_dir is not None and sweep_lock is None:
+        return _fail(f"{job.flag}: {str(job.out_dir)!r} is a run of the sweep in {str(sweep_dir)!r}, and a sweep "
+                     f"process is training it (it holds {str(store.run_lock_path(sweep_dir, job.out_dir.name))!r}); "
+                     "wait for it to end, or choose another folder")
+    with sweep_lock or contextlib.nullcontext():
+        try:
+            made, lock = check_outputs(job)
+        except ConfigError as e:
+            return _fail(str(e))
+        with lock:
+            return _train_locked(job, made, lock, show_progress)
 
 
 def _train_locked(job: Job, made: list[Path], lock: Lock, show_progress: bool) -> int:

@@ -69,6 +69,18 @@ def try_lock_run(sweep_dir: Path, run_id: str) -> Lock | None:
     return lock
 
 
+def lock_as_sweep_run(run_dir: Path) -> tuple[Path | None, Lock | None]:
+    """For ``bpo train --out SWEEP/NAME`` (or ``--resume``) into a sweep's folder: (the sweep
+    folder, the lock a sweep holds while it executes run NAME), the lock None when a sweep process
+    holds it; (None, None) where ``run_dir`` is not in a sweep's folder (no ``sweep.json`` beside
+    it). Without it the train and a sweep's worker took different locks, trained the same run at
+    once and published over each other. OSError when the sweep's ``.locks`` cannot be written."""
+    sweep_dir = Path(run_dir).parent
+    if not (sweep_dir / "sweep.json").is_file() or Path(run_dir).name == Path(INDEX_LOCK).stem:
+        return None, None
+    return sweep_dir, try_lock_run(sweep_dir, Path(run_dir).name)
+
+
 def adopt_run_lock(sweep_dir: Path, run_id: str, fd: int) -> Lock | None:
     """The run's lock from an inherited file descriptor (a sweep locks a run before it starts the
     worker process for it, which inherits the lock); None if ``fd`` is not that lock."""

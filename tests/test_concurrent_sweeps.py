@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from experiments import store
+from experiments.cli import main
 from experiments.sweep import Grid, Sweep, expand
 
 HOLD = """
@@ -60,6 +61,38 @@ def test_a_run_lock_keeps_other_processes_out_and_dies_with_its_holder(tmp_path)
     lock.release()
     assert not (tmp_path / store.LOCKS).exists()  # lock files are removed by whoever releases them
     assert store.clear_staging(tmp_path) == [busy] and not (tmp_path / store.STAGING).exists()
+
+
+def test_bpo_train_into_a_run_a_sweep_is_training_is_refused_and_takes_the_sweeps_lock(tmp_path, capsys):
+    """``bpo train --out SWEEP/RUN-ID`` takes the lock the sweep's worker holds for that run: refused,
+    naming --out, while a sweep process trains it; holding it while it trains, so that a sweep
+    started meanwhile leaves the run to it instead of both publishing into the same folder."""
+    specs = expand(Sweep(name="s", grids=(Grid(preset="short_corridor", variants=("reinforce",), seeds=1),)))
+    store.write_sweep_file(tmp_path, "s", specs)
+    run_dir = tmp_path / specs[0].run_id
+    argv = ["train", "short_corridor", "--episodes", "10", "--eval-every", "10", "--eval-episodes", "2",
+            "--no-progress", "--out", str(run_dir)]
+    holder = _hold_lock(tmp_path, specs[0].run_id)
+    try:
+        assert main(argv) == 2
+    finally:
+        holder.kill()
+        holder.wait()
+    err = capsys.readouterr().err
+    assert "error: --out:" in err and "a sweep process is training it" in err, err
+    assert not run_dir.exists()
+    sweep_dir, lock = store.lock_as_sweep_run(run_dir)  # what _train holds for the whole run
+    assert sweep_dir == tmp_path and lock is not None
+    try:
+        assert store.run_is_locked(tmp_path, specs[0].run_id)
+        other = subprocess.run([sys.executable, "-c", HOLD.replace("time.sleep(120)", ""), str(tmp_path),
+                                specs[0].run_id], capture_output=True, text=True, timeout=60)
+        assert other.stdout.strip() == "busy"
+    finally:
+        lock.release()
+    assert store.lock_as_sweep_run(tmp_path / "elsewhere" / "run") == (None, None)
+    assert main(argv) == 0  # lock free: trained, and the sweep's lock released with the run
+    assert (run_dir / "summary.json").is_file() and not store.run_is_locked(tmp_path, specs[0].run_id)
 
 
 RUN_IDS = [f"ShortCorridor-v0-short_corridor-reinforce-reinforce.lr_start={lr}-episodes=40-eval_episodes=2"

@@ -36,7 +36,7 @@ from experiments import launch, progress, store
 from experiments.arguments import parse
 from experiments.plotting import DEFAULT_PLOT, PlotOptions, plot_results
 from experiments.probe import probe_folder
-from experiments.reader import BadFile, Run, Skipped
+from experiments.reader import BadFile, Run, Skipped, sweep_test
 from experiments.sweep import Grid, RunSpec, Sweep, expand, load_sweep, parse_assignment
 from experiments.table import MixedRuns, check_baseline, write_tables
 
@@ -146,7 +146,7 @@ def run_sweep(args: SweepArgs) -> tuple[int, Path | None]:
     # taken theirs yet (and some cluster file systems keep locks per node), so not while they are.
     if not launch.slurm_in_flight(sweep_dir):
         store.clear_staging(sweep_dir)
-    store.write_sweep_file(sweep_dir, sweep.name, specs)
+    store.write_sweep_file(sweep_dir, sweep.name, specs, sweep.baseline, sweep.alternative)
     try:
         outcome = _launch(args, sweep, sweep_dir, chosen)
     except ConfigError as e:  # the Slurm cluster refused the jobs: nothing was submitted
@@ -316,7 +316,9 @@ class ReproduceArgs:
     out: Path | None = None
     """Results folder; default runs/NAME (git-ignored). The committed results: --out results/NAME."""
     seeds: int | None = None
-    """Seeds per run (overrides the sweep file's)."""
+    """Seeds per run (overrides the sweep file's). Not a quick exact check of committed numbers: the
+    seed count sets the seed chunk, and the numbers equal the committed ones only at the sweep's own
+    count, on the CPU model the runs record."""
     workers: int | None = None
     """local: runs at once; default one per available core."""
     backend: Literal["local", "slurm"] = "local"
@@ -325,6 +327,9 @@ class ReproduceArgs:
     """Fields fixed for every run, KEY=VALUE, e.g. total_timesteps=100000 or episodes=50."""
     progress: bool = True
     """Show the sweep's progress bar."""
+    bootstrap_reps: int = 2000
+    """Stratified-bootstrap resamples for the table's rliable intervals (as bpo table's; fewer for a
+    quick look: they take most of the analysis time on a small machine)."""
     allow_skipped: bool = False
     """Exit with 0 even when the plot or the table skipped a run directory whose files could not be
     used (each is listed on stderr all the same)."""
@@ -372,8 +377,19 @@ def _plot(runs: list[Run], results_dir: Path, out: Path, command: str,
     return paths, skipped
 
 
+def check_bootstrap_reps(reps: int) -> None:
+    """Each resample resamples every run: time and memory."""
+    if not 100 <= reps <= MAX_BOOTSTRAP_REPS:
+        raise ConfigError("bootstrap_reps", f"must be an integer in [100, {MAX_BOOTSTRAP_REPS:,}], got {reps}")
+
+
 def reproduce_main(argv: list[str]) -> int:
     args = parse(ReproduceArgs, argv, prog="bpo reproduce")
+    try:  # before the sweep's runs
+        check_bootstrap_reps(args.bootstrap_reps)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     code, sweep_dir = run_sweep(SweepArgs(sweep=args.name, backend=args.backend, workers=args.workers,
                                           out=args.out, progress=args.progress, set=args.set, seeds=args.seeds))
     if code != 0:
@@ -383,7 +399,7 @@ def reproduce_main(argv: list[str]) -> int:
         runs, skipped = _load_runs(sweep_dir, "bpo reproduce")
         paths, no_curve = _plot(runs, sweep_dir, sweep_dir, "bpo reproduce")
         paths += write_tables(runs, sweep_dir, baseline=sweep.baseline, alternative=sweep.alternative,
-                              skipped=skipped)
+                              reps=args.bootstrap_reps, skipped=skipped)
     except ANALYSIS_ERRORS as e:
         print(f"error: {e}; see `bpo table --help`", file=sys.stderr)
         return 1
@@ -420,13 +436,15 @@ class TableArgs(AnalysisArgs):
     aggregates.json)."""
 
     baseline: str | None = None
-    """The row the others are compared with; default 'ppo' (or 'reinforce' for episodic sweeps)."""
+    """The row the others are compared with; default: the one the folder's sweep names (its
+    sweep.json), else each column's PPO row (or A2C, or REINFORCE for episodic sweeps)."""
     alpha: float = 0.05
     """Significance level of the test."""
-    alternative: Literal["greater", "two-sided"] = "greater"
+    alternative: Literal["greater", "two-sided"] | None = None
     """greater: one-sided test of the improvement (row mean > baseline mean); two-sided: p of the
     two-sided test. Either way bold and italic mark only a higher mean, and † a lower mean that
-    the test for a lower one finds significant."""
+    the test for a lower one finds significant. Default: the folder's sweep's (its sweep.json),
+    else greater."""
     bootstrap_reps: int = 2000
     """Stratified-bootstrap resamples for the rliable intervals."""
     optimality_gap_gamma: float = 1.0
@@ -459,24 +477,39 @@ def _check_results_dir(path: Path) -> None:
         raise ConfigError("results_dir", f"{str(path)!r} is not a folder")
 
 
+def _the_sweeps_test(args: TableArgs) -> tuple[str | None, str]:
+    """``bpo table``'s baseline and alternative: those given, else those the folder's sweep asks
+    for (``reader.sweep_test``; said on stderr, since they change the marks), else each column's
+    PPO row and the one-sided test. Without it a committed folder's table could not be remade by
+    ``bpo table``: results/a2c, tested two-sided by its sweep, came out one-sided with another
+    verdict after Holm's adjustment."""
+    recorded = sweep_test(args.results_dir)
+    baseline = args.baseline if args.baseline is not None or recorded is None else recorded[0]
+    alternative = args.alternative or (recorded[1] if recorded is not None else "greater")
+    if (baseline, alternative) != (args.baseline, args.alternative or "greater"):
+        against = repr(baseline) if baseline is not None else "each column's own (PPO, else A2C, else REINFORCE)"
+        print(f"bpo table: tested as sweep {recorded[2]!r} asks (its sweep.json): baseline {against}, "
+              f"{alternative}; --baseline and --alternative choose otherwise", file=sys.stderr)
+    return baseline, alternative
+
+
 def table_main(argv: list[str]) -> int:
     args = parse(TableArgs, argv, prog="bpo table")
     try:
         _check_results_dir(args.results_dir)
         if not 0 < args.alpha < 1:
             raise ConfigError("alpha", f"must be in (0, 1), got {args.alpha}")
-        if not 100 <= args.bootstrap_reps <= MAX_BOOTSTRAP_REPS:  # each rep resamples every run: time and memory
-            raise ConfigError("bootstrap_reps", f"must be an integer in [100, {MAX_BOOTSTRAP_REPS:,}], "
-                                                f"got {args.bootstrap_reps}")
+        check_bootstrap_reps(args.bootstrap_reps)
         if not 0 < args.optimality_gap_gamma <= 1:
             raise ConfigError("optimality_gap_gamma", f"must be in (0, 1] (scores are min-max normalised to [0, 1]), "
                                                       f"got {args.optimality_gap_gamma}")
+        baseline, alternative = _the_sweeps_test(args)
         runs, skipped = _load_runs(args.results_dir, "bpo table")
-        check_baseline(runs, args.baseline)  # a typo fails before --out is made
+        check_baseline(runs, baseline)  # a typo fails before --out is made
         with left_as_found(args.out or args.results_dir):
             ensure_writable_dir(args.out or args.results_dir, "--out")
-            paths = write_tables(runs, args.out or args.results_dir, baseline=args.baseline, alpha=args.alpha,
-                                 alternative=args.alternative, reps=args.bootstrap_reps, skipped=skipped,
+            paths = write_tables(runs, args.out or args.results_dir, baseline=baseline, alpha=args.alpha,
+                                 alternative=alternative, reps=args.bootstrap_reps, skipped=skipped,
                                  gamma=args.optimality_gap_gamma)
     except ANALYSIS_ERRORS as e:
         print(f"error: {e}", file=sys.stderr)

@@ -35,7 +35,7 @@ from typing import Any
 
 from bpo.config.schema import MAX_CONFIG_NESTING, ConfigError, config_digest, from_dict, nesting
 from bpo.infra.results import json_number
-from experiments.sweep import RunSpec, UnknownField, apply_overrides
+from experiments.sweep import RunSpec, UnknownField, apply_overrides, load_sweep, sweep_names
 
 CURVE_COLUMNS = ("step", "seed", "eval_return")
 """The columns of a curve that the plot uses; every run's curve has them (bpo.training.summary)."""
@@ -313,6 +313,31 @@ def read_sweep_file(results_dir: Path) -> tuple[str, list[RunSpec]] | None:
     data = read_json_object(path)
     check_fields(data, path, {"sweep": NAME, "runs": (lambda v: isinstance(v, list), "a list")})
     return data["sweep"], [_spec(d, path, f"runs[{i}]: ") for i, d in enumerate(data["runs"])]
+
+
+ALTERNATIVES = ("greater", "two-sided")
+"""The tests a table may make of each row against its baseline (``bpo table --alternative``)."""
+
+
+def sweep_test(results_dir: Path) -> tuple[str | None, str, str] | None:
+    """The test a sweep folder's table is made with, as its sweep asks (its ``baseline`` and
+    ``alternative``): (baseline, alternative, the sweep's name) from its ``sweep.json``, or, for
+    one written before it recorded them (2026-11-29), from the sweep file of ``experiments/sweeps``
+    it names; None for a folder that is not a sweep's or whose sweep is not known here. A damaged
+    record is a ``BadFile``: a table must not be made with a test its sweep did not ask for."""
+    path = Path(results_dir) / "sweep.json"
+    if not path.exists():
+        return None
+    data = read_json_object(path)
+    check_fields(data, path, {"sweep": NAME}, {
+        "baseline": ((lambda v: v is None or _name(v)), "a non-empty string or null"),
+        "alternative": ((lambda v: v in ALTERNATIVES), f"one of {list(ALTERNATIVES)}")})
+    if "alternative" in data:
+        return data.get("baseline"), data["alternative"], data["sweep"]
+    if data["sweep"] in sweep_names():
+        sweep = load_sweep(data["sweep"])
+        return sweep.baseline, sweep.alternative, data["sweep"]
+    return None
 
 
 def _agree(summary: dict, cfg, spec: RunSpec | None, run_dir: Path) -> None:

@@ -127,10 +127,13 @@ def folder_lock(sweep_dir: Path) -> Iterator[None]:
             lock.release()
 
 
-def write_sweep_file(sweep_dir: Path, name: str, specs: list[RunSpec]) -> None:
+def write_sweep_file(sweep_dir: Path, name: str, specs: list[RunSpec], baseline: str | None = None,
+                     alternative: str = "greater") -> None:
     """``sweep.json``: this sweep's runs, after those of earlier sweeps of the folder that it does
     not redo (other ids: other ``--set`` values, another grid), so the file describes every run the
-    folder holds or was asked for. An unreadable old file is replaced, with a warning."""
+    folder holds or was asked for; and the test its table asks for (``baseline``, ``alternative``),
+    which ``bpo table FOLDER`` uses unless told otherwise (``reader.sweep_test``). An unreadable old
+    file is replaced, with a warning."""
     with folder_lock(sweep_dir):
         try:
             earlier = read_specs(sweep_dir)
@@ -140,7 +143,9 @@ def write_sweep_file(sweep_dir: Path, name: str, specs: list[RunSpec]) -> None:
             earlier = []
         ids = {s.run_id for s in specs}
         runs = [s for s in earlier if s.run_id not in ids] + list(specs)
-        results.atomic_write_json(Path(sweep_dir) / "sweep.json", {"sweep": name, "runs": [s.to_json() for s in runs]})
+        results.atomic_write_json(Path(sweep_dir) / "sweep.json", {"sweep": name, "baseline": baseline,
+                                                                   "alternative": alternative,
+                                                                   "runs": [s.to_json() for s in runs]})
 
 
 def read_specs(sweep_dir: Path) -> list[RunSpec]:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bpo.agents.methods import validate
+from bpo.agents.methods import method_names, validate
 from bpo.config.presets import VARIANTS, apply_variant, get_preset, variant_changes, with_bpo_labelled
 from bpo.config.schema import (
     BPO_SECTIONS,
@@ -145,13 +145,16 @@ class RunSpec:
                 if self.variant not in ("reinforce", "bpo"):
                     raise ConfigError("variant", f"preset {self.preset!r} is episodic; allowed: ['bpo', 'reinforce']")
                 cfg = with_bpo_labelled(cfg, self.variant == "bpo")
-            elif self.variant == "bpo" or (self.variant == cfg.method and self.variant not in VARIANTS):
+            elif self.variant == "bpo" or (self.variant in method_names() and self.variant not in VARIANTS):
                 # BPO on the method with the preset's own settings (no Table 1 row), or a plug-in
-                # method alone (the built-in ones have a row of their own: 'ppo', 'a2c')
-                cfg = with_bpo_labelled(cfg, self.variant == "bpo")
+                # method alone (the built-in ones have a row of their own: 'ppo', 'a2c'), on its own
+                # preset or on another's (then in that preset's column, beside its method)
+                method = cfg.method if self.variant == "bpo" else self.variant
+                cfg = with_bpo_labelled(replace(cfg, method=method), self.variant == "bpo")
             elif self.variant not in VARIANTS:  # a sweep also takes 'bpo' and a plug-in method's name
-                allowed = ["bpo", *([cfg.method] if cfg.method not in VARIANTS else []), *VARIANTS]
-                raise ConfigError("variant", f"unknown variant {self.variant!r}; allowed: {allowed}")
+                allowed = ["bpo", *VARIANTS, *(m for m in method_names() if m not in VARIANTS)]
+                raise ConfigError("variant", f"unknown variant {self.variant!r}; allowed: {allowed} "
+                                             "(a plug-in method's name runs it alone)")
             else:
                 cfg = apply_variant(cfg, self.variant)
         cfg = apply_overrides(cfg, dict(self.overrides))

@@ -134,6 +134,21 @@ def test_a_sweep_runs_the_method_alone_without_its_presets_bpo_row(monkeypatch):
     assert [spec.row for spec in specs] == ["vpg", "bpo"]
 
 
+def test_a_sweep_runs_the_method_alone_on_another_methods_preset_in_its_column():
+    """``--variants ppo vpg`` on ``cartpole_ppo`` (as ``bpo sweep --help`` says a plug-in's name is
+    a variant of on-policy presets): VPG alone with that preset's settings, in the same column as
+    PPO, so the table tests one against the other; it was refused as an unknown variant, leaving
+    the method only its own preset, a column of its own."""
+    specs = expand(Sweep(name="side", grids=(Grid(preset="cartpole_ppo", variants=("ppo", "vpg"), seeds=1),)))
+    ppo, vpg = (spec.config() for spec in specs)
+    assert (vpg.method, vpg.algo, vpg.bpo, vpg.variant, vpg.preset) == ("vpg", "vpg", None, "", "cartpole_ppo")
+    assert replace(vpg, method="ppo", variant="ppo") == ppo  # the preset's settings, the method alone changed
+    assert [(c.env, c.preset, s.row) for c, s in zip((ppo, vpg), specs, strict=True)] == [
+        ("CartPole-v1", "cartpole_ppo", "ppo"), ("CartPole-v1", "cartpole_ppo", "vpg")]  # one column
+    with pytest.raises(ConfigError, match=r"unknown variant 'vpgg'; allowed: \['bpo', 'ppo', .*'vpg'\] \(a plug-in"):
+        expand(Sweep(name="typo", grids=(Grid(preset="cartpole_ppo", variants=("vpgg",), seeds=1),)))
+
+
 def test_a_sweep_of_a_plugin_the_workers_would_not_import_is_refused_before_any_work(monkeypatch, tmp_path, capsys):
     """The sweep file registers the method and its preset in the sweeping process only; its workers
     import BPO_PLUGINS alone, so without it every worker failed with a traceback and the advice to

@@ -564,9 +564,11 @@ def test_reproduce_is_sweep_then_plot_and_table_and_writes_under_runs(tmp_path, 
     assert json.loads((reproduced / "table1.json").read_text()) == json.loads((by_hand / "table1.json").read_text())
     for name in ("curves.png", "curves.pdf", "table1.md", "table1.tex", "aggregates.json", "iqm.png"):
         assert (reproduced / name).stat().st_size > 0, name
-    # Run again: every run is finished, so only the plot and the table are redone.
-    assert main(["reproduce", str(sweep_file), "--no-progress"]) == 0
+    assert json.loads((reproduced / "aggregates.json").read_text())["bootstrap_reps"] == 2000
+    # Run again: every run is finished, so only the plot and the table are redone (fewer resamples).
+    assert main(["reproduce", str(sweep_file), "--no-progress", "--bootstrap-reps", "100"]) == 0
     assert "1 runs, 1 finished or in flight, 0 to run" in capsys.readouterr().out
+    assert json.loads((reproduced / "aggregates.json").read_text())["bootstrap_reps"] == 100
 
 
 def test_reproduce_rejects_bad_arguments_before_running(tmp_path, monkeypatch, capsys):
@@ -577,6 +579,8 @@ def test_reproduce_rejects_bad_arguments_before_running(tmp_path, monkeypatch, c
     assert "seeds: must be an integer >= 1" in capsys.readouterr().err
     assert main(["reproduce", "fig2", "--set", "episodes=7"]) == 2
     assert "eval_every: must divide" in capsys.readouterr().err
+    assert main(["reproduce", "fig2", "--bootstrap-reps", "5"]) == 2
+    assert "bootstrap_reps: must be an integer in [100, 100,000], got 5" in capsys.readouterr().err
     assert not any(tmp_path.iterdir())
 
 

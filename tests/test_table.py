@@ -212,6 +212,36 @@ def test_the_latex_legend_escapes_field_names_and_writes_the_bars_in_math():
     assert "_" not in outside_math and "c̄" not in legend_line, legend_line
 
 
+def test_bpo_table_tests_a_sweep_folder_as_its_sweep_asks_unless_told_otherwise(tmp_path, capsys):
+    """A sweep folder's sweep.json records its sweep's baseline and alternative, and ``bpo table``
+    uses them where no flag is given (saying so), so that it remakes the folder's table as ``bpo
+    reproduce`` made it; an older sweep.json without them is tested as the built-in sweep it names
+    says; a damaged record is refused by name."""
+    synthetic_results(tmp_path / "res", CELLS)
+    record = {"sweep": "mine", "baseline": "bpo_c1.5_rho1.5", "alternative": "two-sided", "runs": []}
+    (tmp_path / "res" / "sweep.json").write_text(json.dumps(record))
+
+    def table(*flags):
+        code = main(["table", str(tmp_path / "res"), "--out", str(tmp_path / "out"), "--bootstrap-reps", "100",
+                     *flags])
+        data = json.loads((tmp_path / "out" / "table1.json").read_text()) if code == 0 else {}
+        return code, data.get("baseline"), data.get("alternative"), capsys.readouterr().err
+
+    code, baseline, alternative, err = table()
+    assert (code, baseline, alternative) == (0, "bpo_c1.5_rho1.5", "two-sided")
+    assert "tested as sweep 'mine' asks (its sweep.json): baseline 'bpo_c1.5_rho1.5', two-sided" in err, err
+    assert table("--alternative", "greater")[:3] == (0, "bpo_c1.5_rho1.5", "greater")
+    code, baseline, alternative, err = table("--baseline", "ppo", "--alternative", "greater")
+    assert (code, baseline, alternative) == (0, "ppo", "greater") and "tested as sweep" not in err
+    (tmp_path / "res" / "sweep.json").write_text(json.dumps({"sweep": "a2c", "runs": []}))  # before the record
+    assert table()[2] == "two-sided"  # experiments/sweeps/a2c.py's
+    (tmp_path / "res" / "sweep.json").write_text(json.dumps({"sweep": "mine", "runs": []}))
+    assert table()[1:3] == ("ppo", "greater")  # an unknown sweep, nothing recorded: the defaults
+    (tmp_path / "res" / "sweep.json").write_text(json.dumps({**record, "alternative": "less"}))
+    code, _, _, err = table()
+    assert code == 2 and "sweep.json: alternative must be one of ['greater', 'two-sided'], got \"less\"" in err, err
+
+
 def test_bpo_table_writes_marked_markdown_latex_and_aggregates(tmp_path, capsys):
     synthetic_results(tmp_path / "res", CELLS)
     assert main(["table", str(tmp_path / "res"), "--out", str(tmp_path / "out"), "--bootstrap-reps", "500"]) == 0

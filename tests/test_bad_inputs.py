@@ -204,6 +204,11 @@ VALIDATE_BAD_INPUTS = [
      "must be one of ['per_decision', 'traj', 'traj_shifted']"),
     (EPISODIC, {"bpo.q_batch_size": 0}, "bpo.q_batch_size", "must be an integer >= 1, got 0"),
     (EPISODIC, {"bpo.n_mu_epochs": 0}, "bpo.n_mu_epochs", "must be an integer >= 1, got 0"),
+    # An epoch count or size past int32 passed and failed minutes later, tracing (adversarial audit).
+    (EPISODIC, {"bpo.n_mu_epochs": 2**63 - 1}, "bpo.n_mu_epochs",
+     "must be an integer <= 2,147,483,647 (the programs count in 32 bits), got 9223372036854775807"),
+    (ON_POLICY, {"bpo.replay_size": 2**31}, "bpo.replay_size", "must be an integer <= 2,147,483,647"),
+    (ON_POLICY, {"ppo.n_epochs": 2**40}, "ppo.n_epochs", "must be an integer <= 2,147,483,647"),
     (EPISODIC, {"bpo.mu_lr": math.inf}, "bpo.mu_lr", "must be a finite number > 0, got inf"),
     (EPISODIC, {"bpo.adam_eps": 0.0}, "bpo.adam_eps", "must be a finite number > 0, got 0.0"),
     (EPISODIC, {"bpo.q_max_grad_norm": -1.0}, "bpo.q_max_grad_norm", "must be a number > 0 (inf allowed), got -1.0"),

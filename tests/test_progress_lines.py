@@ -48,6 +48,15 @@ def test_a_bad_log_interval_is_refused_before_any_work(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("columns,width", [("100", 100), ("abc", progress.LOG_WIDTH), ("0", progress.LOG_WIDTH),
+                                           ("-5", progress.LOG_WIDTH), ("", progress.LOG_WIDTH)])
+def test_a_log_is_columns_wide_and_a_columns_that_is_no_width_is_ignored(monkeypatch, columns, width):
+    """``COLUMNS=abc`` stopped every run writing to a log with a traceback, after its folders were
+    made; like the shell's tools, the console now ignores a value that is no width."""
+    monkeypatch.setenv("COLUMNS", columns)
+    assert progress.console().width == width
+
+
 CARTPOLE = ["train", "cartpole_ppo", "--seeds", "1", "--total-timesteps", "512", "--eval-every", "256",
             "--eval-episodes", "2"]
 

@@ -55,19 +55,21 @@ def _finite_number(value) -> bool:
 # --- rules: each raises ConfigError(name, what is allowed) -------------------------------------
 
 
+MAX_COUNT = 2**31 - 1  # steps, episodes and updates are counted in int32 inside the programs
+
+
 def int_at_least(name, value, low):
+    """An integer field from ``low`` to what an int32 holds: every one is a count, a size or a loop
+    length inside the programs (an epoch count of 2**63 passed, and failed minutes later, tracing)."""
     if not (_integer(value) and value >= low):
         raise ConfigError(name, f"must be an integer >= {low}, got {value!r}")
-
-
-MAX_COUNT = 2**31 - 1  # steps, episodes and updates are counted in int32 inside the programs
+    if value > MAX_COUNT:
+        raise ConfigError(name, f"must be an integer <= {MAX_COUNT:,} (the programs count in 32 bits), got {value!r}")
 
 
 def _count(name, value):
     """A count of steps, episodes, evaluations or seeds: from 1 to what an int32 holds."""
     int_at_least(name, value, 1)
-    if value > MAX_COUNT:
-        raise ConfigError(name, f"must be an integer <= {MAX_COUNT:,} (the programs count in 32 bits), got {value!r}")
 
 
 MAX_PHYSICS_THREADS = 1024  # beyond it a thread may fail to start (100,000 hung) and more threads only wait

@@ -29,11 +29,15 @@ def log_every_s() -> float:
 
 
 def console() -> Console:
-    """rich's console on a terminal; in a log, ``COLUMNS`` (or ``LOG_WIDTH``) columns wide."""
+    """rich's console on a terminal; in a log, ``COLUMNS`` (or ``LOG_WIDTH``) columns wide. A
+    ``COLUMNS`` that is not a whole number of columns >= 1 is ignored, as the shell's own tools and
+    ``shutil.get_terminal_size`` ignore it: it describes the terminal, not the run (it stopped
+    runs with a traceback once their folders were made)."""
     terminal = Console()
     if terminal.is_terminal:
         return terminal
-    return Console(width=int(os.environ.get("COLUMNS") or LOG_WIDTH))
+    raw = os.environ.get("COLUMNS", "").strip()
+    return Console(width=int(raw) if raw.isdigit() and int(raw) >= 1 else LOG_WIDTH)
 
 
 class EvalProgress:
